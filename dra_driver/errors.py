@@ -1,0 +1,98 @@
+"""The one error hierarchy of dra-gpu.
+
+Every error the project raises on purpose derives from `DraGpuError`, so a
+caller can catch "anything dra-gpu refused" in one place, and each subclass
+says which layer refused it. Messages name the object and the field at fault,
+because the person reading them is an admin looking at a pending pod.
+
+    DraGpuError
+    ├── ConfigError            bad command line, shape file, or opaque config
+    ├── NvmlError              an NVML call failed (carries the NVML return code)
+    ├── InventoryError         the hardware cannot be turned into devices
+    ├── SliceError             a ResourceSlice would break an API limit
+    ├── ClusterError           reading or writing API objects failed
+    │   └── NotFoundError      the object does not exist
+    ├── ClaimError             a ResourceClaim cannot be prepared as it is
+    ├── CheckpointError        the checkpoint file cannot be read or written
+    ├── CdiError               a CDI spec cannot be built or written
+    ├── CelError               a CEL selector does not compile or fails at run time
+    ├── AllocationError        a claim cannot be allocated for a reason that is not "does not fit"
+    └── PluginError            the kubelet plugin cannot start or serve
+
+Third-party exceptions (pynvml, kubernetes ApiException, OSError, yaml) are
+wrapped with `raise ... from exc` at the I/O boundary so the cause is kept.
+"""
+
+from __future__ import annotations
+
+
+class DraGpuError(Exception):
+    """Base of every error dra-gpu raises on purpose."""
+
+
+class ConfigError(DraGpuError):
+    """A flag, a shape file or an opaque device config is invalid."""
+
+
+class NvmlError(DraGpuError):
+    """An NVML call failed.
+
+    `code` is the NVML return code (for example 23 for
+    NVML_ERROR_INSUFFICIENT_RESOURCES), so callers can branch on it without
+    parsing text; the constants live in `dra_driver.nvml.codes`.
+    """
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class InventoryError(DraGpuError):
+    """The discovered hardware cannot be described as devices."""
+
+
+class SliceError(DraGpuError):
+    """A ResourceSlice would violate a resource.k8s.io/v1 limit."""
+
+
+class ClusterError(DraGpuError):
+    """Reading or writing Kubernetes objects failed."""
+
+
+class NotFoundError(ClusterError):
+    """The requested Kubernetes object does not exist."""
+
+
+class ClaimError(DraGpuError):
+    """A ResourceClaim cannot be prepared as it stands (per-claim error)."""
+
+
+class CheckpointError(DraGpuError):
+    """The plugin's checkpoint file cannot be read or written."""
+
+
+class CdiError(DraGpuError):
+    """A CDI spec cannot be built or written."""
+
+
+class CelError(DraGpuError):
+    """A CEL selector does not compile, or fails when evaluated.
+
+    The message names the expression and the position (line:column) at fault.
+    """
+
+    def __init__(self, message: str, *, expression: str = "", position: str = "") -> None:
+        super().__init__(message)
+        self.expression = expression
+        self.position = position
+
+
+class AllocationError(DraGpuError):
+    """Allocation is impossible for a reason the user must fix (bad class, bad CEL, limits).
+
+    "Does not fit on this node" is not an error: the allocator returns no result.
+    """
+
+
+class PluginError(DraGpuError):
+    """The kubelet plugin cannot start or serve."""
