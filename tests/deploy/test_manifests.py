@@ -1,0 +1,41 @@
+"""Every manifest we ship must be accepted by a Kubernetes 1.35 API server's schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS = sorted([*ROOT.glob("deploy/*.yaml"), *ROOT.glob("examples/*.yaml")])
+
+
+def _documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def test_there_are_manifests() -> None:
+    assert any(p.parent.name == "deploy" for p in MANIFESTS)
+    assert any(p.parent.name == "examples" for p in MANIFESTS)
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_manifest_validates_against_strict_1_35_schema(path: Path) -> None:
+    documents = _documents(path)
+    assert documents, f"{path} is empty"
+    for doc in documents:
+        kubernetes_validate.validate(doc, "1.35.0", strict=True)
+
+
+def test_default_deviceclasses_match_nvidia_names_and_selectors() -> None:
+    classes = {doc["metadata"]["name"]: doc for doc in _documents(ROOT / "deploy/deviceclasses.yaml")}
+    assert set(classes) == {"gpu.nvidia.com", "mig.nvidia.com"}
+    for name, kind in (("gpu.nvidia.com", "gpu"), ("mig.nvidia.com", "mig")):
+        expression = classes[name]["spec"]["selectors"][0]["cel"]["expression"]
+        assert expression == (
+            "device.driver == 'gpu.nvidia.com' && "
+            f"device.attributes['gpu.nvidia.com'].type == '{kind}'"
+        )
