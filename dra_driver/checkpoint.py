@@ -1,0 +1,467 @@
+"""What the kubelet plugin has prepared, as a versioned record of our own.
+
+Unprepare gets only a claim's UID, namespace and name, and a plugin restart
+(crash, upgrade, rolling update) must know which claims it prepared, which
+devices they hold, and which side effects a half-finished Prepare left
+behind. That record is this checkpoint. It is deliberately an explicit
+schema of dra-gpu's own, never a dump of API objects: NVIDIA's driver stores
+`ResourceClaimStatus` and re-marshals it to verify a checksum, so every new
+upstream field broke every old file (issue #1080, PRs #1119 and #1326), and
+the plugin crash-looped after upgrades. The rules below exist so that cannot
+happen here.
+
+File format (`encode` / `decode`)
+    Line 1 is a one-line JSON header: `{"checksum": "sha256:<hex>", "format":
+    "dra-gpu/checkpoint"}`. Everything after the first newline is the
+    payload: canonical JSON (sorted keys, 2-space indent, ASCII) of
+    `Checkpoint.to_dict()`, which carries `schemaVersion`. The checksum is
+    over the payload *bytes as stored*. A reader hashes those bytes before
+    parsing anything; it never re-serialises to compare, so a reader that
+    does not know some field still verifies the file exactly.
+
+Compatibility rules
+    1. The writer always writes every field it knows, defaults included
+       (nothing is omitted because it is empty), so what was hashed is what
+       any reader sees.
+    2. Readers ignore fields they do not know. A newer dra-gpu may add
+       fields within the same `schemaVersion`; an older one still loads the
+       file (and drops those fields when it rewrites it, so an added field
+       must be safe to lose, e.g. a hint or a cache).
+    3. Every field added later has a default, so files written before it
+       existed still load.
+    4. A change an older reader must not misread (a field whose loss is
+       unsafe, a changed meaning, a removed field) bumps `SCHEMA_VERSION`.
+       A reader refuses files with a newer version than it knows, with a
+       `CheckpointError` naming both versions and what to do, rather than
+       guessing.
+    5. Files with an older version are migrated on read, step by step
+       (`_MIGRATIONS[v]` turns version v into v+1), and written back in
+       the current version on the next save.
+
+Everything here is pure: bytes in, bytes out. `checkpoint_store` does the
+file I/O, locking and boot-id handling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any, Final, TypeVar
+
+from dra_driver.errors import CheckpointError
+
+SCHEMA_VERSION: Final = 1
+FORMAT: Final = "dra-gpu/checkpoint"
+_CHECKSUM_ALGORITHM: Final = "sha256"
+
+T = TypeVar("T")
+D = TypeVar("D")
+
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+"""`_MIGRATIONS[v]` turns a version-v payload into a version-(v+1) payload."""
+
+
+class ClaimState(StrEnum):
+    """How far Prepare got for a claim. The names match NVIDIA's checkpoint states."""
+
+    PrepareStarted = "PrepareStarted"
+    """Side effects may be half done; the devices list says what was recorded so far."""
+    PrepareCompleted = "PrepareCompleted"
+    """The CDI spec is written and the devices were returned to the kubelet."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MigRecord:
+    """A MIG device a claim uses, and how far its creation got.
+
+    Dynamic MIG creates a GPU instance, then a compute instance, then learns
+    the MIG UUID. The record is saved *before* the first NVML call with only
+    the profile and placement (`stage == "planned"`), then again as each id
+    becomes known, so a crash at any point leaves enough to find and destroy
+    what exists: by `gi_id`/`ci_id` when recorded, else by profile and
+    placement on the parent GPU. `created_by_us` is False for a MIG device
+    that existed before (static MIG), which Unprepare must never destroy.
+    """
+
+    parent_uuid: str
+    profile_id: int
+    placement_start: int
+    placement_size: int
+    created_by_us: bool
+    gi_id: int | None = None
+    ci_id: int | None = None
+    uuid: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.ci_id is not None and self.gi_id is None:
+            raise CheckpointError(f"MIG record on {self.parent_uuid}: ci_id set without gi_id")
+        if self.uuid is not None and self.ci_id is None:
+            raise CheckpointError(f"MIG record on {self.parent_uuid}: uuid set without ci_id")
+
+    @property
+    def stage(self) -> str:
+        """ "planned", "gi-created", "ci-created" or "complete" (UUID known)."""
+        if self.uuid is not None:
+            return "complete"
+        if self.ci_id is not None:
+            return "ci-created"
+        if self.gi_id is not None:
+            return "gi-created"
+        return "planned"
+
+    def with_gpu_instance(self, gi_id: int) -> MigRecord:
+        return dataclasses.replace(self, gi_id=gi_id)
+
+    def with_compute_instance(self, ci_id: int, uuid: str | None = None) -> MigRecord:
+        return dataclasses.replace(self, ci_id=ci_id, uuid=uuid)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "parentUuid": self.parent_uuid,
+            "profileId": self.profile_id,
+            "placementStart": self.placement_start,
+            "placementSize": self.placement_size,
+            "createdByUs": self.created_by_us,
+            "giId": self.gi_id,
+            "ciId": self.ci_id,
+            "uuid": self.uuid,
+        }
+
+    @classmethod
+    def from_dict(cls, obj: object, where: str = "mig") -> MigRecord:
+        m = _obj(obj, where)
+        return cls(
+            parent_uuid=_req(m, "parentUuid", str, where),
+            profile_id=_req(m, "profileId", int, where),
+            placement_start=_req(m, "placementStart", int, where),
+            placement_size=_req(m, "placementSize", int, where),
+            created_by_us=_opt(m, "createdByUs", bool, where, False),
+            gi_id=_opt(m, "giId", int, where, None),
+            ci_id=_opt(m, "ciId", int, where, None),
+            uuid=_opt(m, "uuid", str, where, None),
+        )
+
+
+@dataclass(frozen=True)
+class PreparedDevice:
+    """One device of a prepared claim, as returned to the kubelet.
+
+    `request_names` are base request names (no "/subrequest"), as the
+    kubelet expects them. `admin_access` devices do not own the device (see
+    `Checkpoint.device_owner`).
+    """
+
+    request_names: tuple[str, ...]
+    pool: str
+    device: str
+    cdi_device_ids: tuple[str, ...]
+    share_id: str | None = None
+    mig: MigRecord | None = None
+    admin_access: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "requestNames": list(self.request_names),
+            "pool": self.pool,
+            "device": self.device,
+            "cdiDeviceIds": list(self.cdi_device_ids),
+            "shareId": self.share_id,
+            "mig": None if self.mig is None else self.mig.to_dict(),
+            "adminAccess": self.admin_access,
+        }
+
+    @classmethod
+    def from_dict(cls, obj: object, where: str = "device") -> PreparedDevice:
+        m = _obj(obj, where)
+        raw_mig = m.get("mig")
+        return cls(
+            request_names=_str_tuple(m, "requestNames", where),
+            pool=_req(m, "pool", str, where),
+            device=_req(m, "device", str, where),
+            cdi_device_ids=_str_tuple(m, "cdiDeviceIds", where),
+            share_id=_opt(m, "shareId", str, where, None),
+            mig=None if raw_mig is None else MigRecord.from_dict(raw_mig, f"{where}.mig"),
+            admin_access=_opt(m, "adminAccess", bool, where, False),
+        )
+
+
+@dataclass(frozen=True)
+class ClaimEntry:
+    """What the plugin knows about one claim it is preparing or has prepared."""
+
+    uid: str
+    namespace: str
+    name: str
+    state: ClaimState = ClaimState.PrepareStarted
+    devices: tuple[PreparedDevice, ...] = ()
+    started_at: str | None = None  # RFC 3339 time Prepare began, for logs and garbage collection
+
+    @property
+    def ref(self) -> str:
+        return f"ResourceClaim {self.namespace}/{self.name} (uid {self.uid})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "uid": self.uid,
+            "namespace": self.namespace,
+            "name": self.name,
+            "state": self.state.value,
+            "devices": [d.to_dict() for d in self.devices],
+            "startedAt": self.started_at,
+        }
+
+    @classmethod
+    def from_dict(cls, obj: object, where: str = "claim") -> ClaimEntry:
+        m = _obj(obj, where)
+        raw_state = _req(m, "state", str, where)
+        try:
+            state = ClaimState(raw_state)
+        except ValueError as exc:
+            raise CheckpointError(
+                f"{where}.state is {raw_state!r}, expected one of "
+                f"{', '.join(s.value for s in ClaimState)}"
+            ) from exc
+        raw_devices = m.get("devices", [])
+        if not isinstance(raw_devices, list):
+            raise CheckpointError(f"{where}.devices must be a list")
+        return cls(
+            uid=_req(m, "uid", str, where),
+            namespace=_req(m, "namespace", str, where),
+            name=_req(m, "name", str, where),
+            state=state,
+            devices=tuple(
+                PreparedDevice.from_dict(d, f"{where}.devices[{i}]")
+                for i, d in enumerate(raw_devices)
+            ),
+            started_at=_opt(m, "startedAt", str, where, None),
+        )
+
+
+def _frozen_claims() -> Mapping[str, ClaimEntry]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """All claims this node's plugin is preparing or has prepared, for one boot.
+
+    Immutable: every transition returns a new `Checkpoint`, which the caller
+    saves. Transitions raise `CheckpointError` when applied to a claim in
+    the wrong state, which always means a bug in the caller.
+    """
+
+    boot_id: str
+    claims: Mapping[str, ClaimEntry] = field(default_factory=_frozen_claims)
+
+    def __post_init__(self) -> None:
+        for uid, entry in self.claims.items():
+            if uid != entry.uid:
+                raise CheckpointError(f"claims[{uid!r}] holds the entry of claim {entry.uid}")
+        object.__setattr__(self, "claims", MappingProxyType(dict(self.claims)))
+
+    # -- transitions ---------------------------------------------------------
+
+    def start(self, entry: ClaimEntry) -> Checkpoint:
+        """Record that Prepare of `entry` begins (state becomes PrepareStarted).
+
+        Refuses a claim that already has an entry: a completed claim needs no
+        Prepare, and a started one must be rolled back and `remove`d first,
+        so the record of its half-done side effects is never overwritten.
+        """
+        existing = self.claims.get(entry.uid)
+        if existing is not None:
+            raise CheckpointError(
+                f"{existing.ref}: already {existing.state.value}; roll it back and remove it "
+                "before starting Prepare again"
+            )
+        started = dataclasses.replace(entry, state=ClaimState.PrepareStarted)
+        return self._with(started)
+
+    def update_devices(self, uid: str, devices: Iterable[PreparedDevice]) -> Checkpoint:
+        """Record progress of a started Prepare (e.g. a MIG instance just created)."""
+        entry = self._require(uid, ClaimState.PrepareStarted, "update its devices")
+        return self._with(dataclasses.replace(entry, devices=tuple(devices)))
+
+    def complete(self, uid: str, devices: Iterable[PreparedDevice]) -> Checkpoint:
+        """Record that Prepare of `uid` finished with `devices`."""
+        entry = self._require(uid, ClaimState.PrepareStarted, "complete it")
+        return self._with(
+            dataclasses.replace(entry, state=ClaimState.PrepareCompleted, devices=tuple(devices))
+        )
+
+    def remove(self, uid: str) -> Checkpoint:
+        """Forget a claim (after Unprepare or rollback). Unknown UIDs are fine."""
+        if uid not in self.claims:
+            return self
+        claims = dict(self.claims)
+        del claims[uid]
+        return Checkpoint(boot_id=self.boot_id, claims=claims)
+
+    # -- queries -------------------------------------------------------------
+
+    def device_owner(self, pool: str, device: str, *, exclude_uid: str | None = None) -> str | None:
+        """UID of a claim (other than `exclude_uid`) that holds `pool`/`device`, or None.
+
+        Claims in either state count, since a started claim may already have
+        side effects on the device; admin-access devices never own a device.
+        With several holders the smallest UID is returned, deterministically.
+        """
+        for uid in sorted(self.claims):
+            if uid == exclude_uid:
+                continue
+            for d in self.claims[uid].devices:
+                if d.pool == pool and d.device == device and not d.admin_access:
+                    return uid
+        return None
+
+    def in_state(self, state: ClaimState) -> list[ClaimEntry]:
+        """The entries in `state`, ordered by UID."""
+        return [self.claims[u] for u in sorted(self.claims) if self.claims[u].state is state]
+
+    # -- serialisation -------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The payload, every field written (rule 1 of the module docstring)."""
+        return {
+            "schemaVersion": SCHEMA_VERSION,
+            "bootId": self.boot_id,
+            "claims": {uid: self.claims[uid].to_dict() for uid in sorted(self.claims)},
+        }
+
+    @classmethod
+    def from_dict(cls, obj: object) -> Checkpoint:
+        """Load a payload, migrating older schema versions; unknown fields are ignored."""
+        payload = dict(_obj(obj, "checkpoint"))
+        version = payload.get("schemaVersion")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise CheckpointError(f"schemaVersion is {version!r}, expected a positive integer")
+        if version > SCHEMA_VERSION:
+            raise CheckpointError(
+                f"schemaVersion is {version}, but this dra-gpu understands only up to "
+                f"{SCHEMA_VERSION}: the file was written by a newer dra-gpu. Run that version "
+                "again (downgrading across a schema version is not supported), or, with no "
+                "claims prepared on this node, delete the checkpoint file"
+            )
+        while version < SCHEMA_VERSION:
+            migrate = _MIGRATIONS.get(version)
+            if migrate is None:
+                raise CheckpointError(f"schemaVersion {version} has no migration to {version + 1}")
+            payload = migrate(payload)
+            version += 1
+        claims_raw = _obj(payload.get("claims", {}), "claims")
+        claims: dict[str, ClaimEntry] = {}
+        for uid, raw in claims_raw.items():
+            entry = ClaimEntry.from_dict(raw, f"claims[{uid!r}]")
+            if entry.uid != uid:
+                raise CheckpointError(f"claims[{uid!r}].uid is {entry.uid!r}, expected {uid!r}")
+            claims[uid] = entry
+        return cls(boot_id=_req(payload, "bootId", str, "checkpoint"), claims=claims)
+
+    # -- helpers -------------------------------------------------------------
+
+    def _require(self, uid: str, state: ClaimState, action: str) -> ClaimEntry:
+        entry = self.claims.get(uid)
+        if entry is None:
+            raise CheckpointError(f"claim {uid} is not in the checkpoint; cannot {action}")
+        if entry.state is not state:
+            raise CheckpointError(
+                f"{entry.ref} is {entry.state.value}, not {state.value}; cannot {action}"
+            )
+        return entry
+
+    def _with(self, entry: ClaimEntry) -> Checkpoint:
+        return Checkpoint(boot_id=self.boot_id, claims={**self.claims, entry.uid: entry})
+
+
+# -- bytes ---------------------------------------------------------------------
+
+
+def encode(checkpoint: Checkpoint) -> bytes:
+    """The file content: checksum header line, then the canonical JSON payload."""
+    payload = (
+        json.dumps(checkpoint.to_dict(), sort_keys=True, indent=2, ensure_ascii=True) + "\n"
+    ).encode("ascii")
+    digest = hashlib.sha256(payload).hexdigest()
+    header = json.dumps(
+        {"checksum": f"{_CHECKSUM_ALGORITHM}:{digest}", "format": FORMAT}, sort_keys=True
+    )
+    return header.encode("ascii") + b"\n" + payload
+
+
+def decode(data: bytes, *, source: str = "checkpoint") -> Checkpoint:
+    """Verify and parse file content; `source` (the path) prefixes every error.
+
+    Raises `CheckpointError` for a missing or bad header, a checksum that
+    does not match the stored payload bytes, invalid JSON, a newer schema
+    version, or fields of the wrong type.
+    """
+    header_line, newline, payload = data.partition(b"\n")
+    if not newline:
+        raise CheckpointError(f"{source}: truncated (no header line)")
+    try:
+        header = json.loads(header_line)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{source}: header line is not JSON: {exc}") from exc
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise CheckpointError(f"{source}: not a dra-gpu checkpoint (header format is not {FORMAT})")
+    checksum = header.get("checksum")
+    algorithm, _, stored = checksum.partition(":") if isinstance(checksum, str) else ("", "", "")
+    if algorithm != _CHECKSUM_ALGORITHM or not stored:
+        raise CheckpointError(
+            f"{source}: header checksum {checksum!r} is not '{_CHECKSUM_ALGORITHM}:<hex>'"
+        )
+    actual = hashlib.sha256(payload).hexdigest()
+    if actual != stored:
+        raise CheckpointError(
+            f"{source}: checksum mismatch, the file is corrupted (header says "
+            f"{_CHECKSUM_ALGORITHM}:{stored}, content hashes to {_CHECKSUM_ALGORITHM}:{actual})"
+        )
+    try:
+        obj = json.loads(payload)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{source}: payload is not JSON: {exc}") from exc
+    try:
+        return Checkpoint.from_dict(obj)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{source}: {exc}") from exc
+
+
+# -- field readers -----------------------------------------------------------
+
+
+def _obj(value: object, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise CheckpointError(f"{where} must be an object")
+    return value
+
+
+def _req(m: Mapping[str, Any], key: str, kind: type[T], where: str) -> T:
+    if key not in m or m[key] is None:
+        raise CheckpointError(f"{where}.{key} is missing")
+    return _typed(m[key], key, kind, where)
+
+
+def _opt(m: Mapping[str, Any], key: str, kind: type[T], where: str, default: D) -> T | D:
+    value = m.get(key)
+    if value is None:
+        return default
+    return _typed(value, key, kind, where)
+
+
+def _typed(value: object, key: str, kind: type[T], where: str) -> T:
+    wrong_bool = kind is int and isinstance(value, bool)
+    if not isinstance(value, kind) or wrong_bool:
+        raise CheckpointError(f"{where}.{key} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+def _str_tuple(m: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = m.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise CheckpointError(f"{where}.{key} must be a list of strings")
+    return tuple(value)
