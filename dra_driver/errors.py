@@ -11,7 +11,9 @@ because the person reading them is an admin looking at a pending pod.
     ├── InventoryError         the hardware cannot be turned into devices
     ├── SliceError             a ResourceSlice would break an API limit
     ├── ClusterError           reading or writing API objects failed
-    │   └── NotFoundError      the object does not exist
+    │   ├── NotFoundError      the object does not exist
+    │   └── ConflictError      stale resourceVersion/uid (HTTP 409)
+    │       └── AlreadyExistsError   create found the name taken
     ├── ClaimError             a ResourceClaim cannot be prepared as it is
     ├── CheckpointError        the checkpoint file cannot be read or written
     ├── CdiError               a CDI spec cannot be built or written
@@ -61,6 +63,14 @@ class ClusterError(DraGpuError):
 
 class NotFoundError(ClusterError):
     """The requested Kubernetes object does not exist."""
+
+
+class ConflictError(ClusterError):
+    """A write lost a race: stale `resourceVersion` or `uid` (HTTP 409)."""
+
+
+class AlreadyExistsError(ConflictError):
+    """A create found the name already taken."""
 
 
 class ClaimError(DraGpuError):

@@ -1,0 +1,325 @@
+"""A directory of YAML files standing in for the Kubernetes API.
+
+Demos, benchmarks and tests run the real plugin without a cluster: the
+plugin publishes its ResourceSlices here while a demo writes ResourceClaims
+next to them, possibly from another process. Each object is one file holding
+plain resource.k8s.io/v1 YAML as `kubectl get -o yaml` prints it, so a person
+can read, diff and hand-edit the "cluster":
+
+    DIR/resourceslices/<name>.yaml
+    DIR/deviceclasses/<name>.yaml
+    DIR/resourceclaims/<namespace>/<name>.yaml
+
+Writes follow the apiserver's rules (`apiserver_rules`), are atomic (readers
+never see half a file) and are serialised across processes by an flock on
+`DIR/.lock`; `DIR/.resource-version` holds the last resourceVersion handed
+out. A file that cannot be parsed is reported, never skipped.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dra_driver.cluster import apiserver_rules as rules
+from dra_driver.cluster.apiserver_rules import (
+    DEVICE_CLASS,
+    RESOURCE_CLAIM,
+    RESOURCE_SLICE,
+    ResourceKind,
+)
+from dra_driver.cluster.interface import Obj
+from dra_driver.errors import ClusterError, NotFoundError
+from dra_driver.fsutil import atomic_write, remove_file
+
+__all__ = ["LocalCluster", "dump_yaml"]
+
+_LOCK_FILE = ".lock"
+_VERSION_FILE = ".resource-version"
+_SUFFIX = ".yaml"
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that keeps timestamps as strings, as they are in the API's JSON."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+class _KubectlDumper(yaml.SafeDumper):
+    """SafeDumper styled like kubectl: strings that need quotes get double quotes."""
+
+    def choose_scalar_style(self) -> str:
+        style = super().choose_scalar_style()
+        return '"' if style == "'" else style
+
+
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    if "\n" in data:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
+    return dumper.represent_str(data)
+
+
+_KubectlDumper.add_representer(str, _represent_str)
+
+
+def dump_yaml(obj: Any) -> str:
+    """YAML the way `kubectl get -o yaml` prints it.
+
+    Block style, keys sorted, list items not indented under their key, double
+    quotes on strings that need quoting, `|` blocks for multi-line text.
+    """
+    return yaml.dump(
+        obj, Dumper=_KubectlDumper, default_flow_style=False, sort_keys=True, allow_unicode=True
+    )
+
+
+class LocalCluster:
+    """`Cluster` backed by the YAML directory `root` (created if missing).
+
+    `server_version` is what `server_version()` reports (None by default:
+    there is no apiserver). Unlike kube-apiserver, a `metadata.uid` given on
+    create is kept, so a demo can write claims with known UIDs.
+    """
+
+    def __init__(self, root: Path, *, server_version: tuple[int, int] | None = None) -> None:
+        self._root = Path(root)
+        self._server_version = server_version
+        try:
+            for kind in (RESOURCE_SLICE, DEVICE_CLASS, RESOURCE_CLAIM):
+                (self._root / kind.plural).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ClusterError(f"local cluster {self._root}: cannot create it: {exc}") from exc
+
+    @property
+    def root(self) -> Path:
+        """The directory holding the objects."""
+        return self._root
+
+    def __repr__(self) -> str:
+        return f"LocalCluster({str(self._root)!r})"
+
+    # ResourceClaims
+
+    def get_resource_claim(self, namespace: str, name: str) -> Obj:
+        return self._get(RESOURCE_CLAIM, namespace, name)
+
+    def list_resource_claims(self, namespace: str | None = None) -> list[Obj]:
+        if namespace is not None:
+            rules.check_namespace(RESOURCE_CLAIM, namespace)
+            return self._list_dir(RESOURCE_CLAIM, namespace)
+        claims_dir = self._root / RESOURCE_CLAIM.plural
+        out: list[Obj] = []
+        for ns_dir in sorted(self._entries(claims_dir)):
+            if ns_dir.is_dir() and not ns_dir.name.startswith("."):
+                out.extend(self._list_dir(RESOURCE_CLAIM, ns_dir.name))
+        return out
+
+    def put_resource_claim(self, obj: Obj) -> Obj:
+        return self._put(RESOURCE_CLAIM, obj)
+
+    def update_resource_claim_status(self, obj: Obj) -> Obj:
+        return self._update(RESOURCE_CLAIM, obj, status_only=True)
+
+    def delete_resource_claim(self, namespace: str, name: str) -> None:
+        self._delete(RESOURCE_CLAIM, namespace, name)
+
+    # ResourceSlices
+
+    def list_resource_slices(
+        self, *, driver: str | None = None, node_name: str | None = None
+    ) -> list[Obj]:
+        wanted = {}
+        if driver is not None:
+            wanted["spec.driver"] = driver
+        if node_name is not None:
+            wanted["spec.nodeName"] = node_name
+        return [
+            obj
+            for obj in self._list_dir(RESOURCE_SLICE, None)
+            if rules.matches_field_selector(obj, wanted)
+        ]
+
+    def create_resource_slice(self, obj: Obj) -> Obj:
+        return self._create(RESOURCE_SLICE, obj)
+
+    def update_resource_slice(self, obj: Obj) -> Obj:
+        return self._update(RESOURCE_SLICE, obj)
+
+    def delete_resource_slice(self, name: str) -> None:
+        self._delete(RESOURCE_SLICE, None, name)
+
+    # DeviceClasses
+
+    def list_device_classes(self) -> list[Obj]:
+        return self._list_dir(DEVICE_CLASS, None)
+
+    def put_device_class(self, obj: Obj) -> Obj:
+        return self._put(DEVICE_CLASS, obj)
+
+    def server_version(self) -> tuple[int, int] | None:
+        return self._server_version
+
+    # Storage
+
+    def _path(self, kind: ResourceKind, namespace: str | None, name: str) -> Path:
+        rules.check_name(kind, namespace, name)
+        directory = self._root / kind.plural
+        if kind.namespaced:
+            directory = directory / str(namespace)
+        return directory / f"{name}{_SUFFIX}"
+
+    def _entries(self, directory: Path) -> list[Path]:
+        try:
+            return list(directory.iterdir())
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise ClusterError(
+                f"local cluster {self._root}: cannot list {directory}: {exc}"
+            ) from exc
+
+    def _read(self, kind: ResourceKind, path: Path) -> Obj:
+        """Parse one object file; FileNotFoundError passes through for the caller."""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ClusterError(f"{kind.kind} file {path}: cannot read it: {exc}") from exc
+        try:
+            obj = yaml.load(text, Loader=_Loader)
+        except yaml.YAMLError as exc:
+            raise ClusterError(f"{kind.kind} file {path}: not valid YAML: {exc}") from exc
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+            raise ClusterError(f"{kind.kind} file {path}: not an API object (no metadata)")
+        meta = obj["metadata"]
+        if obj.get("kind") != kind.kind or meta.get("name") != path.name[: -len(_SUFFIX)]:
+            raise ClusterError(
+                f"{kind.kind} file {path}: holds kind {obj.get('kind')!r} named "
+                f"{meta.get('name')!r}; expected a {kind.kind} named after the file"
+            )
+        if kind.namespaced and meta.get("namespace") != path.parent.name:
+            raise ClusterError(
+                f"{kind.kind} file {path}: metadata.namespace is {meta.get('namespace')!r}, "
+                f"expected {path.parent.name!r} (its directory)"
+            )
+        return obj
+
+    def _get(self, kind: ResourceKind, namespace: str | None, name: str) -> Obj:
+        try:
+            return self._read(kind, self._path(kind, namespace, name))
+        except FileNotFoundError:
+            raise rules.not_found(kind, namespace, name) from None
+
+    def _list_dir(self, kind: ResourceKind, namespace: str | None) -> list[Obj]:
+        directory = self._root / kind.plural
+        if namespace is not None:
+            directory = directory / namespace
+        out: list[Obj] = []
+        for path in sorted(self._entries(directory)):
+            if path.name.startswith(".") or path.suffix != _SUFFIX:  # .lock, temp files
+                continue
+            try:
+                out.append(self._read(kind, path))
+            except FileNotFoundError:
+                continue  # deleted between listing and reading: not part of the list
+        return out
+
+    @contextmanager
+    def _write_lock(self) -> Iterator[None]:
+        """Exclusive across processes and threads (each holder opens its own descriptor)."""
+        path = self._root / _LOCK_FILE
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise ClusterError(f"local cluster {self._root}: cannot open {path}: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing the last descriptor releases the flock
+
+    def _next_resource_version(self) -> int:
+        """Hand out the next resourceVersion; call with the write lock held."""
+        path = self._root / _VERSION_FILE
+        try:
+            text = path.read_text(encoding="ascii").strip()
+        except FileNotFoundError:
+            text = "0"
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ClusterError(f"local cluster file {path}: cannot read it: {exc}") from exc
+        if not text.isdigit():
+            raise ClusterError(f"local cluster file {path}: {text!r} is not a resourceVersion")
+        version = int(text) + 1
+        self._write_file(path, f"{version}\n")
+        return version
+
+    def _write_file(self, path: Path, text: str) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, text.encode("utf-8"))
+        except OSError as exc:
+            raise ClusterError(f"local cluster file {path}: cannot write it: {exc}") from exc
+
+    def _store_new(self, kind: ResourceKind, obj: Obj) -> Obj:
+        """Store `obj` under the next resourceVersion; call with the write lock held."""
+        meta = obj["metadata"]
+        meta["resourceVersion"] = str(self._next_resource_version())
+        self._write_file(self._path(kind, meta.get("namespace"), meta["name"]), dump_yaml(obj))
+        return obj
+
+    def _create(self, kind: ResourceKind, obj: Obj) -> Obj:
+        namespace, name = rules.object_key(kind, obj)
+        path = self._path(kind, namespace, name)
+        with self._write_lock():
+            if path.exists():
+                raise rules.already_exists(kind, namespace, name)
+            return self._store_new(
+                kind, rules.prepare_create(kind, obj, namespace=namespace, keep_uid=True)
+            )
+
+    def _update(self, kind: ResourceKind, obj: Obj, *, status_only: bool = False) -> Obj:
+        namespace, name = rules.object_key(kind, obj)
+        with self._write_lock():
+            stored = self._get(kind, namespace, name)
+            return self._update_locked(kind, stored, obj, status_only=status_only)
+
+    def _update_locked(
+        self, kind: ResourceKind, stored: Obj, obj: Obj, *, status_only: bool = False
+    ) -> Obj:
+        new = rules.prepare_update(kind, stored, obj, status_only=status_only)
+        if new is None:
+            return stored
+        return self._store_new(kind, new)
+
+    def _put(self, kind: ResourceKind, obj: Obj) -> Obj:
+        namespace, name = rules.object_key(kind, obj)
+        with self._write_lock():
+            try:
+                stored = self._get(kind, namespace, name)
+            except NotFoundError:
+                if obj["metadata"].get("resourceVersion") not in (None, ""):
+                    raise  # replacing a version of an object that is gone
+                new = rules.prepare_create(kind, obj, namespace=namespace, keep_uid=True)
+                return self._store_new(kind, new)
+            return self._update_locked(kind, stored, obj)
+
+    def _delete(self, kind: ResourceKind, namespace: str | None, name: str) -> None:
+        path = self._path(kind, namespace, name)
+        with self._write_lock():
+            try:
+                remove_file(path)
+            except OSError as exc:
+                raise ClusterError(
+                    f"{rules.describe(kind, namespace, name)}: cannot delete {path}: {exc}"
+                ) from exc
