@@ -1,0 +1,76 @@
+"""`dra-gpu inventory`: show what this node would publish, writing nothing.
+
+The admin's first check on a new node: which GPUs and MIG devices NVML sees,
+and the exact ResourceSlices the plugin would publish for them (`-o yaml`),
+or a one-line-per-device summary (`-o table`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from controller.slices import build_resource_slices
+from dra_driver.devices import AllocatableDevice, build_devices, inventory_warnings
+from dra_driver.inventory import discover
+from dra_driver.nvml.backend import open_hardware
+from dra_driver.quantity import format_quantity
+
+
+def print_inventory(
+    *,
+    node_name: str,
+    driver_name: str,
+    nvml: str,
+    sim_state: Path | None,
+    output: str,
+    out: TextIO = sys.stdout,
+) -> int:
+    hardware = open_hardware(nvml, sim_state=sim_state, node_name=node_name)
+    inventory = discover(hardware.nvml)
+    devices = build_devices(inventory)
+    slices = build_resource_slices(devices, driver=driver_name, node_name=node_name)
+    for warning in inventory_warnings(inventory):
+        print(f"warning: {warning}", file=sys.stderr)
+    if output == "yaml":
+        yaml.safe_dump_all(slices, out, sort_keys=False)
+    else:
+        out.write(render_table(devices, slice_count=len(slices)))
+    return 0
+
+
+def render_table(devices: list[AllocatableDevice], *, slice_count: int) -> str:
+    """One row per device: what an admin looks for first."""
+    header = ("DEVICE", "TYPE", "MODEL / PROFILE", "MEMORY", "UUID", "PCI BUS")
+    rows = [header]
+    for device in devices:
+        attrs = device.attributes
+        profile = _plain(attrs.get("profile"))
+        model = _plain(attrs.get("productName"))
+        rows.append(
+            (
+                device.name,
+                device.kind,
+                f"{model} {profile}".strip() if profile else model,
+                format_quantity(device.capacity.get("memory", 0)),
+                _plain(attrs.get("uuid")),
+                _plain(attrs.get("resource.kubernetes.io/pciBusID")),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    lines.append(f"{len(devices)} devices in {slice_count} ResourceSlice(s)")
+    return "\n".join(lines) + "\n"
+
+
+def _plain(value: Any) -> str:
+    if value is None:
+        return ""
+    inner = getattr(value, "value", value)
+    return str(inner)

@@ -1,0 +1,209 @@
+"""`dra-gpu demo` (`make demo`): the whole node path on a simulated DGX H100.
+
+It plays the parts a real cluster would: it starts the kubelet plugin as a
+real server process on a simulated `dgx-h100` node with a temporary local
+store and kubelet root, registers it as the kubelet does, lets it publish
+its ResourceSlices, writes allocated ResourceClaims, calls
+NodePrepareResources and NodeUnprepareResources over the real Unix socket,
+and shows the devices, CDI specs and checkpoint at each step. It finishes
+in seconds and removes everything it made (unless `--keep`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.testing import PluginProcess
+from kubelet_plugin.demo_allocation import allocate_demo_claims, demo_claims
+from kubelet_plugin.service import ClaimRef, PrepareResult
+
+NODE = "demo-node"
+SHAPE = "dgx-h100"
+DEPLOY_DIR = Path(__file__).resolve().parents[1] / "deploy"
+
+
+class _Printer:
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._step = 0
+
+    def step(self, title: str) -> None:
+        self._step += 1
+        self._out.write(f"\n\033[1m== {self._step}. {title}\033[0m\n")
+
+    def line(self, text: str = "", indent: int = 3) -> None:
+        for part in text.splitlines() or [""]:
+            self._out.write(" " * indent + part + "\n")
+        self._out.flush()
+
+
+def run_demo(*, keep: bool = False, out: TextIO = sys.stdout) -> int:
+    started = time.monotonic()
+    p = _Printer(out)
+    plugin = PluginProcess(
+        node_name=NODE, shape=SHAPE, prefix="dra-gpu-demo-", keep=keep, wait_for_ready=True
+    )
+    work = plugin.work
+    try:
+        cluster = plugin.cluster
+        for doc in yaml.safe_load_all((DEPLOY_DIR / "deviceclasses.yaml").read_text()):
+            cluster.put_device_class(doc)
+
+        p.step(f"Start the kubelet plugin on a simulated {SHAPE} node")
+        plugin.start()
+        p.line(f"pid {plugin.pid}; work dir {work}")
+        client = plugin.client
+        info = client.get_info()
+        version = client.register()
+        p.line(f"registration socket {client.registration_socket.relative_to(work)}")
+        p.line(
+            f"GetInfo: type={info.type} name={info.name} versions={list(info.supported_versions)}"
+        )
+        p.line(f"endpoint {Path(info.endpoint).relative_to(work)}; kubelet picks {version}")
+
+        p.step("ResourceSlices it published (dra-gpu inventory shows the same)")
+        plugin.wait_for(lambda: bool(cluster.list_resource_slices(node_name=NODE)), "slices")
+        slices = cluster.list_resource_slices(driver=DEFAULT_DRIVER_NAME, node_name=NODE)
+        for s in slices:
+            pool = s["spec"]["pool"]
+            p.line(
+                f"{s['metadata']['name']}: pool {pool['name']} generation {pool['generation']}, "
+                f"{len(s['spec']['devices'])} devices"
+            )
+        for device in slices[0]["spec"]["devices"][:3]:
+            attrs = device["attributes"]
+            p.line(
+                f"  {device['name']}: {attrs['productName']['string']}, "
+                f"{device['capacity']['memory']['value']}, {attrs['uuid']['string']}, "
+                f"pci {attrs['resource.kubernetes.io/pciBusID']['string']}"
+            )
+        p.line("  ...")
+
+        p.step("Allocate claims for two pods")
+        claims = demo_claims()
+        allocated, how = allocate_demo_claims(claims, slices, cluster.list_device_classes(), NODE)
+        p.line(how)
+        for claim in allocated:
+            plugin.store_claim(claim)
+            results = claim["status"]["allocation"]["devices"]["results"]
+            p.line(
+                f"{claim['metadata']['namespace']}/{claim['metadata']['name']} "
+                f"(uid {claim['metadata']['uid'][:8]}…): "
+                + ", ".join(f"{r['request']} -> {r['device']}" for r in results)
+            )
+        refs = [
+            ClaimRef(c["metadata"]["namespace"], c["metadata"]["uid"], c["metadata"]["name"])
+            for c in allocated
+        ]
+
+        p.step("NodePrepareResources over the DRA socket, one call per pod")
+        for ref in refs:
+            answer = client.prepare([ref], version=version)
+            _show_prepare(p, ref, answer[ref.uid])
+        spec_path = plugin.cdi_spec_path(refs[1].uid)
+        p.line(f"CDI spec {spec_path.name}:")
+        p.line(_abridged_yaml(spec_path.read_text()), indent=5)
+        _show_checkpoint(p, plugin)
+
+        p.step("Repeat the call, as a restarted kubelet would: same answer, no side effects")
+        before = spec_path.stat().st_mtime_ns
+        again = client.prepare([refs[1]], version=version)[refs[1].uid]
+        _show_prepare(p, refs[1], again)
+        p.line(f"CDI spec rewritten: {spec_path.stat().st_mtime_ns != before}")
+
+        p.step("A claim that names a GPU another claim holds is refused (overlap guard)")
+        taken = allocated[1]["status"]["allocation"]["devices"]["results"][0]["device"]
+        rogue = _rogue_claim(taken)
+        plugin.store_claim(rogue)
+        rogue_ref = ClaimRef("default", rogue["metadata"]["uid"], rogue["metadata"]["name"])
+        p.line("error: " + client.prepare([rogue_ref], version=version)[rogue_ref.uid].error)
+
+        p.step("NodeUnprepareResources for every claim")
+        answers = client.unprepare([*refs, rogue_ref], version=version)
+        for ref in (*refs, rogue_ref):
+            p.line(f"{ref.namespace}/{ref.name}: {answers[ref.uid].error or 'ok'}")
+        p.line(f"CDI specs left: {plugin.cdi_files()}")
+        _show_checkpoint(p, plugin)
+
+        p.step("SIGTERM: the plugin stops and removes its sockets")
+        code = plugin.terminate()
+        p.line(f"exit code {code}")
+        p.line(f"registration socket exists: {plugin.registration_socket.exists()}")
+        p.line(f"DRA socket exists: {plugin.dra_socket.exists()}")
+        p.line("")
+        p.line(f"demo finished in {time.monotonic() - started:.1f} s", indent=0)
+        return 0
+    finally:
+        plugin.close()
+        if keep:
+            out.write(f"kept {work}\n")
+
+
+def _show_prepare(p: _Printer, ref: ClaimRef, result: PrepareResult) -> None:
+    if result.error:
+        p.line(f"{ref.namespace}/{ref.name}: error: {result.error}")
+        return
+    for device in result.devices:
+        p.line(
+            f"{ref.namespace}/{ref.name}: request {','.join(device.request_names)} -> "
+            f"{device.pool_name}/{device.device_name}"
+        )
+        for cdi_id in device.cdi_device_ids:
+            p.line(f"    CDI {cdi_id}")
+
+
+def _show_checkpoint(p: _Printer, plugin: PluginProcess) -> None:
+    checkpoint = plugin.checkpoint()
+    claims = checkpoint.claims if checkpoint is not None else {}
+    p.line(f"checkpoint {plugin.checkpoint_path.name}: {len(claims)} claim(s)")
+    for entry in claims.values():
+        devices = ", ".join(d.device for d in entry.devices)
+        p.line(f"  {entry.namespace}/{entry.name}: {entry.state.value} [{devices}]")
+
+
+def _abridged_yaml(text: str, limit: int = 24) -> str:
+    lines = text.splitlines()
+    if len(lines) <= limit:
+        return text
+    return "\n".join([*lines[:limit], f"... ({len(lines) - limit} more lines)"])
+
+
+def _rogue_claim(device: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "namespace": "default",
+            "name": "rogue",
+            "uid": "9c1a7e52-5d0b-4f7e-8a43-2d1f0c9b6e11",
+        },
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+            }
+        },
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "gpu",
+                            "driver": DEFAULT_DRIVER_NAME,
+                            "pool": NODE,
+                            "device": device,
+                        }
+                    ]
+                }
+            }
+        },
+    }
+
+
+__all__: Sequence[str] = ["run_demo"]

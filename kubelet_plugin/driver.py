@@ -1,0 +1,451 @@
+"""The node's DRA service: Prepare and Unprepare of ResourceClaims.
+
+`GpuDriver` implements `kubelet_plugin.service.DraService`. Each claim goes
+through one transaction, recorded in the checkpoint so that a crash at any
+point is finished or rolled back later:
+
+    Prepare:   fetch the claim -> plan it (pure: our devices? held by another
+               claim?) -> checkpoint PrepareStarted (MIG devices as "planned")
+               -> create dynamic MIG devices, checkpointing each GI/CI id
+               -> write the CDI spec -> checkpoint PrepareCompleted -> answer
+    Unprepare: remove the CDI spec -> destroy the MIG devices we created
+               -> drop the checkpoint entry -> answer
+
+A repeated Prepare of a completed claim returns the recorded devices without
+side effects. A Prepare that finds the claim PrepareStarted (a crash or an
+error half-way) first undoes whatever exists, then starts over. Unprepare of
+an unknown claim succeeds. Every step is a failpoint for the crash tests.
+
+Locking: the checkpoint's read-modify-write runs under its file lock (plus a
+thread lock), held only for the short bookkeeping steps. Hardware work runs
+under per-GPU locks (`gpu_locks`), so claims on different GPUs, including the
+claims of one kubelet call, prepare in parallel while claims on one GPU are
+serialized. Claims are fetched from the API before any lock is taken.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from dra_driver import cdi, failpoints
+from dra_driver.cdi_store import CdiStore
+from dra_driver.checkpoint import Checkpoint, ClaimEntry, ClaimState, MigRecord, PreparedDevice
+from dra_driver.checkpoint_store import CheckpointStore
+from dra_driver.claims import AllocatedClaim, parse_allocated_claim
+from dra_driver.cluster.interface import Cluster
+from dra_driver.devices import AllocatableDevice
+from dra_driver.errors import ClaimError, DraGpuError, NotFoundError
+from dra_driver.host import HostInfo
+from dra_driver.nvml.interface import MigDeviceInfo, Placement
+from kubelet_plugin.gpu_locks import GpuLocks
+from kubelet_plugin.mig_lifecycle import MigLifecycle, MigTarget
+from kubelet_plugin.prepare_plan import PlannedDevice, plan_claim
+from kubelet_plugin.service import ClaimRef, PrepareResult, ResultDevice, UnprepareResult
+
+log = logging.getLogger(__name__)
+
+MAX_PARALLEL_CLAIMS = 16
+
+
+@dataclass
+class RecoveryReport:
+    """What `GpuDriver.recover` found and did at start-up."""
+
+    discarded_after_reboot: int = 0
+    quarantined: str | None = None
+    orphan_cdi_specs_removed: list[str] = field(default_factory=list)
+    rolled_back: list[str] = field(default_factory=list)
+    missing_mig_devices: list[str] = field(default_factory=list)
+
+
+class GpuDriver:
+    """Prepares and unprepares claims for the devices this node publishes."""
+
+    def __init__(
+        self,
+        *,
+        driver_name: str,
+        pool_name: str,
+        cluster: Cluster,
+        devices: Sequence[AllocatableDevice],
+        host: HostInfo,
+        checkpoints: CheckpointStore,
+        cdi_store: CdiStore,
+        mig: MigLifecycle,
+        gpu_locks: GpuLocks,
+    ) -> None:
+        self._driver_name = driver_name
+        self._pool_name = pool_name
+        self._cluster = cluster
+        self._devices = {device.name: device for device in devices}
+        self._host = host
+        self._checkpoints = checkpoints
+        self._cdi = cdi_store
+        self._mig = mig
+        self._gpu_locks = gpu_locks
+        self._thread_lock = threading.Lock()
+
+    def set_devices(self, devices: Sequence[AllocatableDevice]) -> None:
+        """Replace the devices Prepare accepts (after a re-discovery)."""
+        self._devices = {device.name: device for device in devices}
+
+    # -- start-up -----------------------------------------------------------------
+
+    def recover(self) -> RecoveryReport:
+        """Make the checkpoint, the hardware and the CDI directory agree before serving.
+
+        A corrupt checkpoint is moved aside (kept as evidence) and the node
+        starts empty; entries from an earlier boot are dropped; half-prepared
+        claims are rolled back (MIG devices they created are destroyed); CDI
+        specs that no entry owns are removed; completed claims whose MIG
+        devices vanished are reported.
+        """
+        report = RecoveryReport()
+        save = self._checkpoints.save
+        with self._thread_lock, self._checkpoints.lock():
+            try:
+                outcome = self._checkpoints.load_outcome()
+            except DraGpuError as exc:
+                quarantined = self._checkpoints.quarantine()
+                log.error(
+                    "checkpoint unreadable (%s); moved to %s, starting empty", exc, quarantined
+                )
+                report.quarantined = str(quarantined)
+                save(Checkpoint(boot_id=self._checkpoints.boot_id, claims={}))
+            else:
+                if outcome.rebooted:
+                    report.discarded_after_reboot = len(outcome.discarded_claims)
+                    log.warning(
+                        "node rebooted since the checkpoint was written (boot %s): "
+                        "discarded %d prepared claims",
+                        outcome.discarded_boot_id,
+                        report.discarded_after_reboot,
+                    )
+                    save(outcome.checkpoint)
+        checkpoint = self._load()
+        for entry in checkpoint.in_state(ClaimState.PrepareStarted):
+            log.warning("%s was left half-prepared; rolling it back", entry.ref)
+            self._roll_back(entry)
+            report.rolled_back.append(entry.uid)
+        with self._checkpoint() as (checkpoint, _save):
+            for uid in sorted(self._cdi.claim_uids() - set(checkpoint.claims)):
+                self._cdi.remove(uid)
+                report.orphan_cdi_specs_removed.append(uid)
+                log.warning("removed CDI spec of claim %s: no checkpoint entry owns it", uid)
+            for entry in checkpoint.in_state(ClaimState.PrepareCompleted):
+                for device in entry.devices:
+                    mig = device.mig
+                    if mig is not None and mig.created_by_us and not self._mig_exists(mig):
+                        report.missing_mig_devices.append(device.device)
+                        log.error(
+                            "%s: its MIG device %s (GI %s on %s) no longer exists",
+                            entry.ref,
+                            device.device,
+                            mig.gi_id,
+                            mig.parent_uuid,
+                        )
+        return report
+
+    def owned_instances(self) -> set[tuple[str, int]]:
+        """(parent UUID, GI id) of every MIG device a checkpointed claim created."""
+        return {
+            (device.mig.parent_uuid, device.mig.gi_id)
+            for entry in self._load().claims.values()
+            for device in entry.devices
+            if device.mig is not None and device.mig.created_by_us and device.mig.gi_id is not None
+        }
+
+    # -- DraService ---------------------------------------------------------------
+
+    def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
+        results: dict[str, PrepareResult] = {}
+        fetched: list[tuple[ClaimRef, AllocatedClaim]] = []
+        for ref in claims:
+            try:
+                fetched.append((ref, self._fetch(ref)))
+            except DraGpuError as exc:
+                log.warning("prepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
+                results[ref.uid] = PrepareResult(error=str(exc))
+        for ref, result in zip(
+            [ref for ref, _ in fetched],
+            self._in_parallel([claim for _, claim in fetched]),
+            strict=True,
+        ):
+            results[ref.uid] = result
+        return results
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, UnprepareResult]:
+        results: dict[str, UnprepareResult] = {}
+        for ref in claims:
+            try:
+                self._unprepare_one(ref.uid)
+                results[ref.uid] = UnprepareResult()
+            except DraGpuError as exc:
+                log.warning("unprepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
+                results[ref.uid] = UnprepareResult(error=str(exc))
+        return results
+
+    # -- Prepare of one claim -------------------------------------------------------
+
+    def _in_parallel(self, claims: Sequence[AllocatedClaim]) -> list[PrepareResult]:
+        if len(claims) <= 1:
+            return [self._prepare_guarded(claim) for claim in claims]
+        with ThreadPoolExecutor(max_workers=min(len(claims), MAX_PARALLEL_CLAIMS)) as pool:
+            return list(pool.map(self._prepare_guarded, claims))
+
+    def _prepare_guarded(self, claim: AllocatedClaim) -> PrepareResult:
+        try:
+            return PrepareResult(devices=self._prepare_one(claim))
+        except DraGpuError as exc:
+            log.warning("prepare %s (%s): %s", claim.ref, claim.uid, exc)
+            return PrepareResult(error=str(exc))
+
+    def _fetch(self, ref: ClaimRef) -> AllocatedClaim:
+        try:
+            obj = self._cluster.get_resource_claim(ref.namespace, ref.name)
+        except NotFoundError as exc:
+            raise ClaimError(
+                f"ResourceClaim {ref.namespace}/{ref.name} not found: it was deleted, "
+                "or the kubelet and the API disagree"
+            ) from exc
+        return parse_allocated_claim(
+            obj,
+            driver=self._driver_name,
+            expected_uid=ref.uid,
+            expected_namespace=ref.namespace,
+            expected_name=ref.name,
+        )
+
+    def _prepare_one(self, claim: AllocatedClaim) -> tuple[ResultDevice, ...]:
+        existing = self._load().claims.get(claim.uid)
+        if existing is not None and existing.state is ClaimState.PrepareCompleted:
+            return _result_devices(existing.devices)
+        if existing is not None:
+            log.info("%s was left half-prepared; rolling back first", existing.ref)
+            self._roll_back(existing)
+
+        with self._checkpoint() as (checkpoint, save):
+            entry = checkpoint.claims.get(claim.uid)
+            if entry is not None:
+                if entry.state is ClaimState.PrepareCompleted:
+                    return _result_devices(entry.devices)
+                raise ClaimError(f"{entry.ref} is being prepared by another call; retry")
+            planned = plan_claim(
+                claim, pool_name=self._pool_name, devices=self._devices, checkpoint=checkpoint
+            )
+            prepared = [self._prepared_device(claim.uid, item) for item in planned]
+            save(
+                checkpoint.start(
+                    ClaimEntry(
+                        uid=claim.uid,
+                        namespace=claim.namespace,
+                        name=claim.name,
+                        devices=tuple(prepared),
+                    )
+                )
+            )
+        failpoints.hit("prepare-after-checkpoint-started")
+
+        try:
+            created = self._create_mig_devices(claim.uid, planned)
+            spec = self._cdi_spec(claim.uid, planned, created)
+            with self._checkpoint() as (checkpoint, save):
+                self._cdi.write(claim.uid, spec)
+                failpoints.hit("prepare-after-cdi-written")
+                completed = checkpoint.claims[claim.uid].devices
+                save(checkpoint.complete(claim.uid, completed))
+        except DraGpuError:
+            self._roll_back(self._load().claims[claim.uid])
+            raise
+        failpoints.hit("prepare-after-checkpoint-completed")
+        log.info(
+            "prepared %s (%s): %s",
+            claim.ref,
+            claim.uid,
+            ", ".join(device.device for device in completed),
+        )
+        return _result_devices(completed)
+
+    def _create_mig_devices(
+        self,
+        uid: str,
+        planned: Sequence[PlannedDevice],
+    ) -> dict[str, MigDeviceInfo]:
+        """Create the dynamic MIG devices of a started claim, GPU by GPU in parallel."""
+        targets = [
+            (index, target)
+            for index, item in enumerate(planned)
+            if (target := mig_target(item.device)) is not None
+        ]
+        full_gpus = {
+            item.device.gpu.uuid
+            for item in planned
+            if item.device.kind == "gpu" and item.device.gpu.mig_capable
+        }
+        created: dict[str, MigDeviceInfo] = {}
+        for uuid in sorted(full_gpus):  # a whole GPU must not be left in MIG mode
+            with self._gpu_locks.hold([uuid]):
+                self._mig.ensure_mig_mode(uuid, enabled=False, where=f"GPU {uuid}")
+        by_gpu: dict[str, list[tuple[int, MigTarget]]] = {}
+        for index, target in targets:
+            by_gpu.setdefault(target.parent_uuid, []).append((index, target))
+
+        def on_gpu(items: list[tuple[int, MigTarget]]) -> None:
+            with self._gpu_locks.hold([items[0][1].parent_uuid]):
+                for index, target in items:
+
+                    def progress(record: MigRecord, index: int = index) -> None:
+                        self._record_progress(uid, index, record)
+
+                    _record, mig = self._mig.create(target, progress)
+                    created[target.device_name] = mig
+
+        if len(by_gpu) <= 1:
+            for items in by_gpu.values():
+                on_gpu(items)
+        else:
+            with ThreadPoolExecutor(max_workers=len(by_gpu)) as pool:
+                for future in [pool.submit(on_gpu, items) for items in by_gpu.values()]:
+                    future.result()
+        return created
+
+    def _record_progress(self, uid: str, index: int, record: MigRecord) -> None:
+        with self._checkpoint() as (checkpoint, save):
+            devices = list(checkpoint.claims[uid].devices)
+            devices[index] = dataclasses.replace(devices[index], mig=record)
+            save(checkpoint.update_devices(uid, devices))
+        failpoints.hit(f"mig-after-{record.stage}-recorded")
+
+    # -- rollback and Unprepare ---------------------------------------------------
+
+    def _roll_back(self, entry: ClaimEntry) -> None:
+        """Undo a half-done Prepare: destroy what it created, forget it."""
+        self._destroy_mig_devices(entry)
+        with self._checkpoint() as (checkpoint, save):
+            self._cdi.remove(entry.uid)
+            save(checkpoint.remove(entry.uid))
+
+    def _unprepare_one(self, uid: str) -> None:
+        entry = self._load().claims.get(uid)
+        if entry is None:
+            with self._checkpoint():
+                self._cdi.remove(uid)  # a spec without an entry is an orphan
+            return
+        self._cdi.remove(uid)
+        failpoints.hit("unprepare-after-cdi-removed")
+        self._destroy_mig_devices(entry)
+        with self._checkpoint() as (checkpoint, save):
+            save(checkpoint.remove(uid))
+        failpoints.hit("unprepare-after-checkpoint-removed")
+        log.info("unprepared %s", entry.ref)
+
+    def _destroy_mig_devices(self, entry: ClaimEntry) -> None:
+        records = [d.mig for d in entry.devices if d.mig is not None and d.mig.created_by_us]
+        for uuid in sorted({record.parent_uuid for record in records}):
+            with self._gpu_locks.hold([uuid]):
+                others = {
+                    (d.mig.parent_uuid, d.mig.gi_id)
+                    for other in self._load().claims.values()
+                    if other.uid != entry.uid
+                    for d in other.devices
+                    if d.mig is not None
+                }
+                for record in records:
+                    if record.parent_uuid != uuid:
+                        continue
+                    found = self._mig.find_unrecorded(record)
+                    if (found.parent_uuid, found.gi_id) in others:
+                        continue  # the id now belongs to another claim's instance
+                    self._mig.destroy(found)
+                self._mig.release_gpu(uuid)
+
+    def _mig_exists(self, record: MigRecord) -> bool:
+        found = self._mig.find_unrecorded(
+            dataclasses.replace(record, gi_id=None, ci_id=None, uuid=None)
+        )
+        return found.gi_id == record.gi_id
+
+    # -- helpers ------------------------------------------------------------------
+
+    @contextmanager
+    def _checkpoint(self) -> Iterator[tuple[Checkpoint, Callable[[Checkpoint], None]]]:
+        with self._thread_lock, self._checkpoints.lock():
+            yield self._checkpoints.load(), self._checkpoints.save
+
+    def _load(self) -> Checkpoint:
+        with self._checkpoint() as (checkpoint, _save):
+            return checkpoint
+
+    def _prepared_device(self, claim_uid: str, item: PlannedDevice) -> PreparedDevice:
+        target = mig_target(item.device)
+        return PreparedDevice(
+            request_names=(item.result.base_request,),
+            pool=item.result.pool,
+            device=item.result.device,
+            cdi_device_ids=(cdi.qualified_device_id(claim_uid, item.device.name),),
+            share_id=item.result.share_id,
+            admin_access=item.result.admin_access,
+            mig=None if target is None else target.planned_record(),
+        )
+
+    def _cdi_spec(
+        self,
+        claim_uid: str,
+        planned: Sequence[PlannedDevice],
+        created: Mapping[str, MigDeviceInfo],
+    ) -> dict[str, object]:
+        uvm_major = self._host.char_major("nvidia-uvm")
+        devices: dict[str, cdi.CdiDevice] = {}
+        for item in planned:
+            device = item.device
+            if device.name in devices:
+                continue
+            mig = created.get(device.name, device.mig)
+            if mig is None:
+                edits = cdi.gpu_edits(device.gpu.minor)
+            else:
+                edits = cdi.mig_edits(
+                    mig.parent_minor,
+                    caps_major=self._host.char_major("nvidia-caps"),
+                    gi_cap=self._host.mig_cap(mig.parent_minor, mig.gpu_instance_id),
+                    ci_cap=self._host.mig_cap(
+                        mig.parent_minor, mig.gpu_instance_id, mig.compute_instance_id
+                    ),
+                )
+            devices[device.name] = cdi.CdiDevice(name=device.name, edits=edits)
+        return cdi.claim_spec(claim_uid, list(devices.values()), cdi.common_edits(uvm_major))
+
+
+def mig_target(device: AllocatableDevice) -> MigTarget | None:
+    """What must be created for a dynamic MIG device; None for anything else."""
+    spec = getattr(device, "dynamic", None)  # set by the dynamic-MIG device model
+    if spec is None:
+        return None
+    return MigTarget(
+        device_name=device.name,
+        parent_uuid=device.gpu.uuid,
+        parent_minor=device.gpu.minor,
+        gi_profile_id=spec.profile.id,
+        ci_profile_id=spec.ci_profile_id,
+        placement=Placement(spec.placement.start, spec.placement.size),
+        profile_name=spec.profile.name,
+    )
+
+
+def _result_devices(devices: Sequence[PreparedDevice]) -> tuple[ResultDevice, ...]:
+    return tuple(
+        ResultDevice(
+            request_names=device.request_names,
+            pool_name=device.pool,
+            device_name=device.device,
+            cdi_device_ids=device.cdi_device_ids,
+            share_id=device.share_id,
+        )
+        for device in devices
+    )

@@ -1,0 +1,133 @@
+"""Wiring of the `dra-gpu kubelet-plugin` daemon.
+
+Opens the hardware and the cluster, discovers the devices, recovers the
+checkpoint, starts the gRPC servers (DRA socket first, then registration),
+keeps the node's ResourceSlices published, and shuts down cleanly on
+SIGTERM/SIGINT, removing its sockets. All logic lives in the modules it
+wires; this file only decides the order.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from controller.publisher import SlicePublisher
+from controller.slices import build_resource_slices
+from dra_driver.cdi_store import CdiStore
+from dra_driver.checkpoint_store import CheckpointStore
+from dra_driver.cluster import open_cluster
+from dra_driver.devices import build_devices, inventory_warnings
+from dra_driver.inventory import discover
+from dra_driver.nvml.backend import open_hardware
+from kubelet_plugin.driver import GpuDriver
+from kubelet_plugin.gpu_locks import GpuLocks
+from kubelet_plugin.mig_lifecycle import MigLifecycle
+from kubelet_plugin.server import PluginServer
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FILE = "checkpoint.json"
+
+
+@dataclass(frozen=True)
+class PluginOptions:
+    """The daemon's flags, already parsed."""
+
+    node_name: str
+    nvml: str
+    cluster: str
+    kubelet_root: Path
+    cdi_root: Path
+    driver_name: str
+    sim_state: Path | None = None
+    sim_latency: Mapping[str, float] | None = None
+    kubeconfig: str | None = None
+    publish_interval: float = 30.0
+
+
+def plugin_data_dir(kubelet_root: Path, driver_name: str) -> Path:
+    """Where the plugin keeps its socket and checkpoint, as the kubelet expects."""
+    return kubelet_root / "plugins" / driver_name
+
+
+def run(options: PluginOptions, stop: threading.Event | None = None) -> int:
+    """Run the daemon until `stop` is set or a SIGTERM/SIGINT arrives."""
+    stop = stop or threading.Event()
+    hardware = open_hardware(
+        options.nvml,
+        sim_state=options.sim_state,
+        node_name=options.node_name,
+        latency=options.sim_latency,
+    )
+    inventory = discover(hardware.nvml)
+    for warning in inventory_warnings(inventory):
+        log.warning("%s", warning)
+    devices = build_devices(inventory)
+    cluster = open_cluster(options.cluster, kubeconfig=options.kubeconfig)
+
+    data_dir = plugin_data_dir(options.kubelet_root, options.driver_name)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    options.cdi_root.mkdir(parents=True, exist_ok=True)
+    driver = GpuDriver(
+        driver_name=options.driver_name,
+        pool_name=options.node_name,
+        cluster=cluster,
+        devices=devices,
+        host=hardware.host,
+        checkpoints=CheckpointStore(data_dir / CHECKPOINT_FILE, hardware.host.boot_id()),
+        cdi_store=CdiStore(options.cdi_root),
+        mig=MigLifecycle(hardware.nvml),
+        gpu_locks=GpuLocks(data_dir / "locks"),
+    )
+    report = driver.recover()
+    log.info(
+        "recovered: %d half-prepared claims rolled back, %d orphan CDI specs removed",
+        len(report.rolled_back),
+        len(report.orphan_cdi_specs_removed),
+    )
+
+    slices = build_resource_slices(devices, driver=options.driver_name, node_name=options.node_name)
+    publisher = SlicePublisher(cluster, driver=options.driver_name, node_name=options.node_name)
+    result = publisher.publish(slices)
+    log.info(
+        "published %d devices in %d ResourceSlices (created %s, updated %s, deleted %s)",
+        len(devices),
+        len(slices),
+        result.created,
+        result.updated,
+        result.deleted,
+    )
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received signal %d: shutting down", signum)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    server = PluginServer(
+        driver, driver_name=options.driver_name, kubelet_root=options.kubelet_root
+    )
+    server.start()
+    republisher = threading.Thread(
+        target=publisher.run_forever,
+        args=(lambda: slices, stop, options.publish_interval),
+        name="slice-publisher",
+        daemon=True,
+    )
+    republisher.start()
+    log.info("serving %s on node %s", options.driver_name, options.node_name)
+    try:
+        stop.wait()
+    finally:
+        server.stop()
+        republisher.join(timeout=5)
+    log.info("stopped")
+    return 0
