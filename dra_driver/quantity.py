@@ -62,6 +62,7 @@ _QUANTITY_RE: Final = re.compile(
 )
 _EXPONENT_RE: Final = re.compile(r"[eE](?P<exp>[-+]?[0-9]+)")
 _NANO: Final = Fraction(1, 10**9)
+MAX_DECIMAL_EXPONENT: Final = 1000
 
 
 def format_quantity(n: int) -> str:
@@ -124,8 +125,12 @@ def parse_quantity(text: str) -> Fraction:
         if exponent is None:
             raise ConfigError(f"quantity {text!r}: unknown suffix {suffix!r}")
         power = int(exponent["exp"])
-        if abs(power) > 2**31 - 1:
-            raise ConfigError(f"quantity {text!r}: exponent out of range")
+        if abs(power) > MAX_DECIMAL_EXPONENT:
+            # The exact value of 1e999999999 would take gigabytes to build; no
+            # device or request needs more than a few hundred decimal digits.
+            raise ConfigError(
+                f"quantity {text!r}: exponent out of range (|exponent| <= {MAX_DECIMAL_EXPONENT})"
+            )
         multiplier = Fraction(10) ** power
     magnitude = (Fraction(int(whole or "0")) + _fraction_digits(frac)) * multiplier
     if magnitude:

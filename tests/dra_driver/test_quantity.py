@@ -144,3 +144,8 @@ def test_formatted_integers_parse_back_to_themselves(value: int) -> None:
 def test_format_is_a_fixed_point_of_the_round_trip(value: int, scale: int) -> None:
     text = format_quantity(value * scale)
     assert format_quantity(int(parse_quantity(text))) == text
+
+
+def test_huge_exponent_is_refused_quickly() -> None:
+    with pytest.raises(ConfigError, match="exponent out of range"):
+        parse_quantity("1e999999999")

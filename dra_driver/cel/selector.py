@@ -1,0 +1,184 @@
+"""Compiling and evaluating DRA device selectors: the package's public entry point.
+
+`compile_selector` does what the scheduler's CEL cache does: length check,
+parse, type check against the `device` declaration (with or without
+`allowMultipleAllocations`, the DRAConsumableCapacity field), the bool
+result check, planning; compiled selectors are kept in an LRU cache keyed by
+expression and feature flags, failures included. `CompiledSelector.matches`
+evaluates against one device under the runtime cost limit. Every failure is
+a `dra_driver.errors.CelError` naming the expression and position.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Final
+
+from dra_driver.cel import library  # noqa: F401 - registers all functions
+from dra_driver.cel.checker import Checker, device_fields
+from dra_driver.cel.cost import (
+    CEL_SELECTOR_EXPRESSION_MAX_COST,
+    COST_LIMIT_MESSAGE,
+    CostLimitExceeded,
+)
+from dra_driver.cel.device import DeviceView
+from dra_driver.cel.diagnostics import CompileError, EvalError, to_cel_error
+from dra_driver.cel.interpreter import Activation, Fn, Planner
+from dra_driver.cel.parser import parse
+from dra_driver.cel.types import BOOL, DEVICE, CelType
+from dra_driver.cel.values import kind_of
+from dra_driver.errors import CelError
+
+CACHE_SIZE: Final = 1024
+# k8s.io/api/resource/v1 CELSelectorExpressionMaxLength
+CEL_SELECTOR_EXPRESSION_MAX_LENGTH: Final = 10 * 1024
+
+
+class CompiledSelector:
+    """A selector ready to evaluate; obtain one from `compile_selector`."""
+
+    __slots__ = ("_program", "consumable_capacity", "cost_limit", "expression", "output_type")
+
+    def __init__(
+        self,
+        expression: str,
+        program: Fn,
+        output_type: CelType,
+        *,
+        consumable_capacity: bool,
+        cost_limit: int = CEL_SELECTOR_EXPRESSION_MAX_COST,
+    ) -> None:
+        self.expression = expression
+        self.output_type = output_type
+        self.consumable_capacity = consumable_capacity
+        self.cost_limit = cost_limit
+        self._program = program
+
+    def __repr__(self) -> str:
+        return f"CompiledSelector({self.expression!r})"
+
+    def matches(self, device: DeviceView) -> bool:
+        """Whether `device` satisfies the selector.
+
+        Raises CelError on run-time errors (a missing attribute, a type
+        mismatch, the cost limit) and when the result is not a bool.
+        """
+        act = Activation(device.cel_value(), self.cost_limit)
+        try:
+            result = self._program(act)
+        except EvalError as exc:
+            raise to_cel_error(self.expression, exc.message, exc.pos) from None
+        except CostLimitExceeded:
+            raise to_cel_error(self.expression, COST_LIMIT_MESSAGE, None) from None
+        except RecursionError:
+            raise to_cel_error(self.expression, "expression nests too deeply", None) from None
+        if result is True or result is False:
+            if act.cost > self.cost_limit:
+                raise to_cel_error(self.expression, COST_LIMIT_MESSAGE, None)
+            return result
+        raise to_cel_error(self.expression, f"must evaluate to bool, not {kind_of(result)}", None)
+
+    def matches_with_cost(self, device: DeviceView) -> tuple[bool, int]:
+        """`matches`, plus the cost the evaluation was charged."""
+        act = Activation(device.cel_value(), self.cost_limit)
+        try:
+            result = self._program(act)
+        except EvalError as exc:
+            raise to_cel_error(self.expression, exc.message, exc.pos) from None
+        except CostLimitExceeded:
+            raise to_cel_error(self.expression, COST_LIMIT_MESSAGE, None) from None
+        except RecursionError:
+            raise to_cel_error(self.expression, "expression nests too deeply", None) from None
+        if act.cost > self.cost_limit:
+            raise to_cel_error(self.expression, COST_LIMIT_MESSAGE, None)
+        if result is True or result is False:
+            return result, act.cost
+        raise to_cel_error(self.expression, f"must evaluate to bool, not {kind_of(result)}", None)
+
+
+class _Failure:
+    """A cached compile error (re-raised as a fresh CelError on every lookup)."""
+
+    __slots__ = ("expression", "message", "position")
+
+    def __init__(self, error: CelError) -> None:
+        self.message = str(error)
+        self.position = error.position
+        self.expression = error.expression
+
+    def error(self) -> CelError:
+        return CelError(self.message, expression=self.expression, position=self.position)
+
+
+_cache: OrderedDict[tuple[str, bool], CompiledSelector | _Failure] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def compile_selector(expression: str, *, consumable_capacity: bool = False) -> CompiledSelector:
+    """Compiles a device selector (cached); raises CelError if it is not a valid selector.
+
+    `consumable_capacity` declares `device.allowMultipleAllocations`, as the
+    DRAConsumableCapacity feature gate does; without it using that field is
+    a compile error ("undefined field").
+    """
+    if not isinstance(expression, str):
+        raise CelError(
+            f"selector {expression!r}: expression must be a string, not {type(expression).__name__}"
+        )
+    key = (expression, bool(consumable_capacity))
+    with _cache_lock:
+        cached = _cache.get(key)
+        if cached is not None:
+            _cache.move_to_end(key)
+    if cached is None:
+        try:
+            cached = _compile(expression, consumable_capacity=bool(consumable_capacity))
+        except CelError as exc:
+            cached = _Failure(exc)
+        with _cache_lock:
+            existing = _cache.get(key)
+            if existing is not None:
+                cached = existing
+            else:
+                _cache[key] = cached
+                if len(_cache) > CACHE_SIZE:
+                    _cache.popitem(last=False)
+    if isinstance(cached, _Failure):
+        raise cached.error()
+    return cached
+
+
+def clear_cache() -> None:
+    """Forgets all compiled selectors."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def _compile(expression: str, *, consumable_capacity: bool) -> CompiledSelector:
+    # The apiserver measures Go string length, i.e. UTF-8 bytes.
+    length = len(expression.encode("utf-8", errors="surrogatepass"))
+    if length > CEL_SELECTOR_EXPRESSION_MAX_LENGTH:
+        raise to_cel_error(
+            expression,
+            f"expression is {length} bytes long, "
+            f"longer than the maximum of {CEL_SELECTOR_EXPRESSION_MAX_LENGTH}",
+            None,
+        )
+    try:
+        tree = parse(expression)
+        output_type = Checker(DEVICE, device_fields(consumable_capacity)).check(tree)
+        program = Planner().plan(tree)
+    except CompileError as exc:
+        raise to_cel_error(expression, f"compilation failed: {exc.message}", exc.pos) from None
+    except RecursionError:
+        raise to_cel_error(
+            expression, "compilation failed: expression nests too deeply", None
+        ) from None
+    if not (output_type == BOOL or output_type.is_dynamic):
+        raise to_cel_error(
+            expression, f"must evaluate to bool or the unknown type, not {output_type}", None
+        )
+    return CompiledSelector(
+        expression, program, output_type, consumable_capacity=consumable_capacity
+    )

@@ -1,0 +1,191 @@
+"""Run-time CEL values as plain Python objects, and CEL's equality on them.
+
+The interpreter works on native values for speed: `int`, `float`, `str`,
+`bytes`, `bool`, `None`, `list`, `dict`, plus `Uint` (CEL's uint), `TypeValue`
+(what `type(x)` returns), `Semver`, `Quantity`, and cel-python's
+`DurationType`/`TimestampType`. `kind_of` names a value's CEL type in the
+terms overloads are declared with. Because Python's `True == 1` and
+`1 == 1.0`, equality is reimplemented with CEL's heterogeneous rules:
+values of different types are unequal, except numbers, which compare by
+value across int, uint and double.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Final
+
+from celpy.celtypes import DurationType, TimestampType
+
+from dra_driver.cel.quantity import Quantity
+from dra_driver.cel.semver import Semver
+
+
+class Uint(int):
+    """CEL's 64-bit unsigned integer; distinct from `int` in overload resolution."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"{int(self)}u"
+
+
+class TypeValue:
+    """A CEL type as a value (`type(1) == int`)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TypeValue) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class DefaultingMap(dict[str, Any]):
+    """A string-keyed map whose lookups of absent keys yield an empty map.
+
+    This is `device.attributes` and `device.capacity`: indexing an unknown
+    domain gives `{}` instead of an error, while `in`, `size()` and iteration
+    see only the domains that exist.
+    """
+
+    __slots__ = ()
+
+    def __missing__(self, key: str) -> dict[str, Any]:
+        return EMPTY_MAP
+
+
+EMPTY_MAP: Final[dict[str, Any]] = {}
+
+NULL_TYPE: Final = type(None)
+
+_KINDS: Final[dict[type, str]] = {
+    bool: "bool",
+    int: "int",
+    Uint: "uint",
+    float: "double",
+    str: "string",
+    bytes: "bytes",
+    NULL_TYPE: "null_type",
+    list: "list",
+    dict: "map",
+    DefaultingMap: "map",
+    Semver: "kubernetes.Semver",
+    Quantity: "kubernetes.Quantity",
+    DurationType: "google.protobuf.Duration",
+    TimestampType: "google.protobuf.Timestamp",
+    TypeValue: "type",
+}
+
+NUMERIC_KINDS: Final = frozenset({"int", "uint", "double"})
+
+
+def register_kind(cls: type, kind: str) -> None:
+    """Lets another module's value class take part in overload resolution."""
+    _KINDS[cls] = kind
+
+
+def kind_of(value: Any) -> str:
+    """The CEL type name of a run-time value (the kind overloads are declared with)."""
+    kind = _KINDS.get(type(value))
+    if kind is not None:
+        return kind
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, Uint):
+        return "uint"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bytes):
+        return "bytes"
+    if isinstance(value, list | tuple):
+        return "list"
+    if isinstance(value, Mapping):
+        return "map"
+    return type(value).__name__
+
+
+def type_value_of(value: Any) -> TypeValue:
+    return TypeValue(kind_of(value))
+
+
+def cel_equal(a: Any, b: Any) -> bool:
+    """CEL's `==`: heterogeneous, never an error."""
+    ta = type(a)
+    if ta is type(b):
+        if ta is list:
+            return len(a) == len(b) and all(cel_equal(x, y) for x, y in zip(a, b, strict=True))
+        if ta is dict or ta is DefaultingMap:
+            return _map_equal(a, b)
+        return bool(a == b)
+    ka = kind_of(a)
+    kb = kind_of(b)
+    if ka in NUMERIC_KINDS and kb in NUMERIC_KINDS:
+        return bool(a == b)
+    if ka != kb:
+        return False
+    if ka == "map":
+        return _map_equal(a, b)
+    if ka == "list":
+        return len(a) == len(b) and all(cel_equal(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def _map_equal(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> bool:
+    if len(a) != len(b):
+        return False
+    for key, value in a.items():
+        found, other = map_lookup(b, key)
+        if not found or not cel_equal(value, other):
+            return False
+    return True
+
+
+def map_lookup(m: Mapping[Any, Any], key: Any) -> tuple[bool, Any]:
+    """Looks `key` up with CEL's key rules; `(found, value)`.
+
+    Numeric keys match across int, uint and integral doubles; a bool key
+    never matches a number (Python would say `True == 1`).
+    """
+    kind = kind_of(key)
+    if kind == "string":
+        if key in m:
+            return True, dict.get(m, key) if isinstance(m, dict) else m[key]
+        return False, None
+    if kind == "double":
+        if not math.isfinite(key) or key != int(key):  # no int/uint key can match
+            return False, None
+        key = int(key)
+        kind = "int"
+    if kind in NUMERIC_KINDS:
+        for k, v in m.items():
+            if kind_of(k) in NUMERIC_KINDS and k == key:
+                return True, v
+        return False, None
+    for k, v in m.items():
+        if kind_of(k) == kind and k == key:
+            return True, v
+    return False, None
+
+
+def display(value: Any) -> str:
+    """A value as cel-go prints it in error messages (`no such key: x`)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, bytes):
+        return repr(value)[1:]
+    if value is None:
+        return "null"
+    return str(value)
