@@ -10,20 +10,35 @@ CEL selectors written for `gpu.nvidia.com` keep working unchanged:
 * a GPU with MIG on and no MIG devices advertises nothing (see
   `inventory_warnings`).
 
+With `dynamic_mig=True`, GPUs that can be partitioned on demand (see
+`dra_driver.dynamic_mig`) instead publish one device per MIG placement, named
+like static MIG devices (`gpu-<minor>-mig-<profile>-<giProfileId>-<start>`),
+plus the full GPU on Hopper and newer; these devices consume the GPU's shared
+counters so that overlapping ones exclude each other.
+
 Everything here is pure: the same inventory always gives the same devices.
-`AllocatableDevice.to_api()` renders one resource.k8s.io/v1 `Device`. The
-model already carries `consumes_counters`, which dynamic MIG (partitionable
-devices) will fill in; static devices leave it empty.
+`AllocatableDevice.to_api()` renders one resource.k8s.io/v1 `Device`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
+from dra_driver.dynamic_mig import (
+    CounterSet,
+    DynamicMigMode,
+    DynamicMigSpec,
+    GpuPartitioning,
+    consumption,
+    dynamic_mig_mode,
+    partition_gpu,
+    profile_capacity,
+)
 from dra_driver.errors import InventoryError
 from dra_driver.inventory import GpuInventory, NodeInventory
 from dra_driver.nvml import codes
@@ -148,9 +163,13 @@ class AllocatableDevice:
     """One device as a ResourceSlice lists it.
 
     `gpu` is the physical GPU (the parent, for a MIG device); `mig` is set for
-    MIG devices. `capacity` values are integers (bytes for `memory`, counts
-    otherwise). `consumes_counters` maps a counter-set name to the counters the
-    device uses from it; empty for static devices.
+    MIG devices that exist (static MIG). `dynamic` is set for dynamic MIG
+    devices: what the kubelet plugin must create at Prepare (`mig` stays None
+    for them, even when the plugin's own instance already exists).
+    `capacity` values are integers (bytes for `memory`, counts otherwise).
+    `consumes_counters` maps a counter-set name to the counters the device uses
+    from it, and `counter_sets` carries those sets' definitions, so slices can
+    be built from devices alone; both empty for static devices.
     """
 
     name: str
@@ -162,6 +181,8 @@ class AllocatableDevice:
     consumes_counters: Mapping[str, Mapping[str, int]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    dynamic: DynamicMigSpec | None = None
+    counter_sets: tuple[CounterSet, ...] = ()
 
     def __hash__(self) -> int:
         # Names are unique per node; equal devices always share name and GPU.
@@ -221,22 +242,50 @@ def mig_device_name(mig: MigDeviceInfo) -> str:
     GI, which NVIDIA's driver does not tell apart) gets `-ci<id>` appended, so
     every MIG device keeps a unique name.
     """
-    profile = _rfc1123(mig_profile_name(mig).replace(".", ""))
-    name = f"gpu-{mig.parent_minor}-mig-{profile}-{mig.gi_profile.id}-{mig.placement.start}"
+    name = mig_placement_name(
+        mig.parent_minor, mig_profile_name(mig), mig.gi_profile.id, mig.placement.start
+    )
     if _shares_gpu_instance(mig):
         name += f"-ci{mig.compute_instance_id}"
     return name
 
 
-def build_devices(inventory: NodeInventory) -> list[AllocatableDevice]:
-    """Every device the node publishes, GPUs in PCI bus order, MIG devices by name.
+def mig_placement_name(
+    parent_minor: int, profile_name: str, gi_profile_id: int, placement_start: int
+) -> str:
+    """`gpu-<minor>-mig-<profile>-<giProfileId>-<start>`, shared by static and dynamic MIG.
+
+    The profile loses its dots and is made RFC 1123 (see `mig_device_name`).
+    """
+    profile = _rfc1123(profile_name.replace(".", ""))
+    return f"gpu-{parent_minor}-mig-{profile}-{gi_profile_id}-{placement_start}"
+
+
+def build_devices(
+    inventory: NodeInventory,
+    *,
+    dynamic_mig: bool = False,
+    owned_instances: Collection[tuple[str, int]] = (),
+) -> list[AllocatableDevice]:
+    """Every device the node publishes, GPUs in PCI bus order.
+
+    Static GPUs: the full GPU, or its MIG devices by name. With `dynamic_mig`,
+    each eligible GPU (`dra_driver.dynamic_mig.dynamic_mig_mode`) gives its
+    foreign MIG devices (static, by name), its dynamic MIG devices in profile
+    and placement order, then the full GPU where offered; the slice builder
+    publishes them in `dra_driver.placement_order` order. `owned_instances`
+    holds (parent GPU UUID, GPU-instance id) of the MIG instances the plugin
+    created itself (its checkpoint); they stay published as dynamic devices.
 
     Raises InventoryError if two devices would share a name (for example two
     GPUs reporting the same minor number) or a name is not a DNS label.
     """
     devices: list[AllocatableDevice] = []
     for gpu in inventory.gpus:
-        if gpu.info.mig_enabled:
+        partitioning = partition_gpu(gpu, owned_instances) if dynamic_mig else None
+        if partitioning is not None:
+            devices.extend(_partitioned_devices(inventory, gpu, partitioning))
+        elif gpu.info.mig_enabled:
             migs = [_mig_device(inventory, gpu, mig) for mig in gpu.mig_devices]
             devices.extend(sorted(migs, key=lambda device: device.name))
         else:
@@ -257,16 +306,36 @@ def build_devices(inventory: NodeInventory) -> list[AllocatableDevice]:
     return devices
 
 
-def inventory_warnings(inventory: NodeInventory) -> list[str]:
+def inventory_warnings(
+    inventory: NodeInventory,
+    *,
+    dynamic_mig: bool = False,
+    owned_instances: Collection[tuple[str, int]] = (),
+) -> list[str]:
     """Things an admin should know about the node, one sentence each.
 
-    Nothing here stops publishing; each line says what is (not) published and why.
+    Nothing here stops publishing; each line says what is (not) published and
+    why. Pass the same `dynamic_mig` and `owned_instances` as to `build_devices`.
     """
     warnings: list[str] = []
     for gpu in inventory.gpus:
         info = gpu.info
         label = f"GPU {gpu_device_name(info)} ({info.uuid})"
-        if info.mig_enabled and not gpu.mig_devices:
+        mode = dynamic_mig_mode(gpu) if dynamic_mig else DynamicMigMode.STATIC
+        if mode is not DynamicMigMode.STATIC:
+            warnings.extend(_dynamic_warnings(label, gpu, mode, owned_instances))
+        elif (
+            dynamic_mig
+            and info.mig_capable
+            and not info.mig_toggle_supported
+            and not info.mig_enabled
+        ):
+            warnings.append(
+                f"{label} is {info.architecture}: dynamic MIG needs MIG mode on before "
+                "the plugin starts (changing it needs a GPU reset), so it is published "
+                "as a full GPU"
+            )
+        if mode is DynamicMigMode.STATIC and info.mig_enabled and not gpu.mig_devices:
             warnings.append(
                 f"{label} has MIG enabled but no MIG devices: nothing is published for it"
             )
@@ -286,6 +355,79 @@ def inventory_warnings(inventory: NodeInventory) -> list[str]:
                 "they share that instance's memory and engines"
             )
     return warnings
+
+
+def _dynamic_warnings(
+    label: str,
+    gpu: GpuInventory,
+    mode: DynamicMigMode,
+    owned_instances: Collection[tuple[str, int]],
+) -> list[str]:
+    owned = {gi for parent, gi in owned_instances if parent == gpu.info.uuid}
+    foreign = sorted(
+        mig_device_name(mig) for mig in gpu.mig_devices if mig.gpu_instance_id not in owned
+    )
+    if not foreign:
+        return []
+    what = "MIG placements overlapping them are withdrawn"
+    if mode is DynamicMigMode.GPU_AND_MIG:
+        what += " and the full GPU is not offered while they exist"
+    return [
+        f"{label} has MIG devices dra-gpu did not create ({', '.join(foreign)}): they are "
+        f"published as static MIG devices and never destroyed; {what}"
+    ]
+
+
+def _partitioned_devices(
+    inventory: NodeInventory, gpu: GpuInventory, partitioning: GpuPartitioning
+) -> list[AllocatableDevice]:
+    """A dynamic-MIG GPU's devices: foreign MIG devices, dynamic MIG devices, full GPU."""
+    counter_set = partitioning.counter_set
+    foreign = sorted(
+        (_mig_device(inventory, gpu, mig) for mig in partitioning.foreign),
+        key=lambda device: device.name,
+    )
+    devices = list(foreign)
+    for spec in partitioning.dynamic:
+        devices.append(_dynamic_mig_device(inventory, gpu, spec, counter_set))
+    if partitioning.full_gpu_counters is not None:
+        full = _gpu_device(inventory, gpu)
+        devices.append(
+            dataclasses.replace(
+                full,
+                consumes_counters=MappingProxyType(
+                    {counter_set.name: partitioning.full_gpu_counters}
+                ),
+                counter_sets=(counter_set,),
+            )
+        )
+    return devices
+
+
+def _dynamic_mig_device(
+    inventory: NodeInventory, gpu: GpuInventory, spec: DynamicMigSpec, counter_set: CounterSet
+) -> AllocatableDevice:
+    info = gpu.info
+    attributes = {
+        "type": AttributeValue.of_string("mig"),
+        "parentUUID": AttributeValue.of_string(info.uuid),
+        "profile": AttributeValue.of_string(spec.profile_name),
+        **_common_attributes(inventory, info),
+    }
+    used = consumption(spec.gi_profile, spec.placement)
+    return AllocatableDevice(
+        name=mig_placement_name(
+            info.minor, spec.profile_name, spec.gi_profile.id, spec.placement.start
+        ),
+        kind="mig",
+        gpu=info,
+        mig=None,
+        attributes=MappingProxyType(attributes),
+        capacity=MappingProxyType(profile_capacity(spec.gi_profile)),
+        consumes_counters=MappingProxyType({counter_set.name: MappingProxyType(used)}),
+        dynamic=spec,
+        counter_sets=(counter_set,),
+    )
 
 
 def _gpu_device(inventory: NodeInventory, gpu: GpuInventory) -> AllocatableDevice:

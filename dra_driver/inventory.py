@@ -10,10 +10,13 @@ off the bus).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from dra_driver.errors import InventoryError
 from dra_driver.nvml.interface import (
+    ComputeInstanceProfile,
     GpuInfo,
     GpuInstanceProfile,
     MigDeviceInfo,
@@ -29,11 +32,20 @@ _BDF_RE = re.compile(
 @dataclass(frozen=True)
 class GpuInventory:
     """One GPU with its MIG profiles (empty unless MIG-capable) and MIG devices (empty
-    unless MIG is on)."""
+    unless MIG is on).
+
+    `ci_profiles` maps a GI profile id to the compute-instance profiles a GPU
+    instance of that profile offers (read for every GI profile of a MIG-capable
+    GPU); dynamic MIG uses it to pick the CI that fills a GI. Inventories built
+    by hand may leave it empty.
+    """
 
     info: GpuInfo
     gi_profiles: tuple[GpuInstanceProfile, ...]
     mig_devices: tuple[MigDeviceInfo, ...]
+    ci_profiles: Mapping[int, tuple[ComputeInstanceProfile, ...]] = field(
+        default_factory=lambda: MappingProxyType({}), hash=False
+    )
 
 
 @dataclass(frozen=True)
@@ -72,13 +84,20 @@ def pci_sort_key(pci_bus_id: str) -> tuple[int, int, int, int, str]:
 def discover(nvml: Nvml) -> NodeInventory:
     """Read the node's GPUs, their MIG profiles and MIG devices from NVML.
 
-    MIG profiles are read only for MIG-capable GPUs, MIG devices only for GPUs
-    with MIG on. NVML failures propagate as `NvmlError`.
+    MIG profiles (GI profiles and the CI profiles of each) are read only for
+    MIG-capable GPUs, MIG devices only for GPUs with MIG on. NVML failures
+    propagate as `NvmlError`.
     """
     system = nvml.system()
     gpus: list[GpuInventory] = []
     for info in nvml.gpus():
         profiles = tuple(nvml.gpu_instance_profiles(info.uuid)) if info.mig_capable else ()
+        ci_profiles = MappingProxyType(
+            {
+                profile.id: tuple(nvml.compute_instance_profiles(info.uuid, profile.id))
+                for profile in profiles
+            }
+        )
         migs = tuple(nvml.mig_devices(info.uuid)) if info.mig_enabled else ()
         ordered_migs = tuple(
             sorted(
@@ -91,6 +110,13 @@ def discover(nvml: Nvml) -> NodeInventory:
                 ),
             )
         )
-        gpus.append(GpuInventory(info=info, gi_profiles=profiles, mig_devices=ordered_migs))
+        gpus.append(
+            GpuInventory(
+                info=info,
+                gi_profiles=profiles,
+                mig_devices=ordered_migs,
+                ci_profiles=ci_profiles,
+            )
+        )
     gpus.sort(key=lambda gpu: pci_sort_key(gpu.info.pci_bus_id))
     return NodeInventory(system=system, gpus=tuple(gpus))

@@ -17,12 +17,13 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
+import yaml
 
 from controller.limits import validate_pool, validate_resource_slice, validate_schema
-from controller.slices import build_resource_slices, resource_slice_name
+from controller.slices import Layout, build_resource_slices, choose_layout, resource_slice_name
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.devices import AllocatableDevice, build_devices, inventory_warnings
-from dra_driver.errors import SliceError
+from dra_driver.errors import ConfigError, SliceError
 from dra_driver.inventory import NodeInventory, discover
 from dra_driver.nvml.backend import open_hardware
 from dra_driver.nvml.interface import Placement
@@ -321,3 +322,277 @@ def test_simulated_dgx_a100_with_mig_on_publishes_its_mig_devices() -> None:
     warnings = inventory_warnings(inventory)
     assert len(warnings) == 7  # GPUs 2..7: MIG on without MIG devices; GPU 1: shared GI
     assert sum("nothing is published" in w for w in warnings) == 6
+
+
+# --- dynamic MIG: partitionable devices in both layouts -------------------------------
+
+
+def _dynamic_slices(
+    spec: str, layout: Layout, **kwargs: Any
+) -> tuple[list[AllocatableDevice], list[dict[str, Any]]]:
+    """Publish a simulated node with dynamic MIG. `build_resource_slices` has run every
+    per-slice limit check of the layout's version; the pool-wide rules are checked here,
+    the schema in `test_every_dynamic_slice_passes_the_schema_and_the_limits`."""
+    devices = build_devices(discover(open_hardware(spec).nvml), dynamic_mig=True)
+    slices = build_resource_slices(
+        devices, driver=DEFAULT_DRIVER_NAME, node_name="node-a", layout=layout, **kwargs
+    )
+    assert validate_pool(slices, version=layout.removeprefix("v")) == []
+    assert {obj["spec"]["pool"]["resourceSliceCount"] for obj in slices} == {len(slices)}
+    assert len({obj["spec"]["pool"]["generation"] for obj in slices}) == 1
+    assert [obj["metadata"]["name"] for obj in slices] == [
+        f"node-a-gpu.nvidia.com-{i}" for i in range(len(slices))
+    ]
+    return devices, slices
+
+
+MIXED_NODE: list[dict[str, object]] = [
+    {"model": "H100-SXM5-80GB", "count": 9},
+    {"model": "L4", "count": 2},
+    {"model": "A100-SXM4-40GB", "migEnabled": False},
+    {"model": "A100-SXM4-40GB", "migEnabled": True},
+]
+
+
+@pytest.mark.parametrize("layout", ["v1.34", "v1.35"])
+@pytest.mark.parametrize("node", ["sim:dgx-h100", "sim:dgx-a100-40gb", "sim:a30-node", "mixed"])
+def test_every_dynamic_slice_passes_the_schema_and_the_limits(
+    tmp_path: Path, node: str, layout: Layout
+) -> None:
+    """Limits of the layout's version on the full slices; the strict OpenAPI schema
+    (1.35, and 1.34 for the v1.34 layout) on each slice cut to one device per kind
+    (full GPU, each MIG profile): the schema only checks field shapes, and a full
+    64-device slice takes a second to validate."""
+    spec = _shape(tmp_path, *MIXED_NODE) if node == "mixed" else node
+    _, slices = _dynamic_slices(spec, layout)
+    version = layout.removeprefix("v")
+    for obj in slices:
+        assert validate_resource_slice(obj, version=version) == []
+        sample = _one_device_per_kind(obj)
+        for schema in sorted({"1.35", version}):
+            validate_schema(sample, schema)
+
+
+def _one_device_per_kind(obj: dict[str, Any]) -> dict[str, Any]:
+    if "devices" not in obj["spec"]:
+        return obj
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for device in obj["spec"]["devices"]:
+        attributes = device["attributes"]
+        kind = (attributes["type"]["string"], attributes.get("profile", {}).get("string", ""))
+        if kind not in seen:
+            seen.add(kind)
+            kept.append(device)
+    return {**obj, "spec": {**obj["spec"], "devices": kept}}
+
+
+def _shape(tmp_path: Path, *gpus: dict[str, object]) -> str:
+    path = tmp_path / "shape.yaml"
+    path.write_text(yaml.safe_dump({"gpus": list(gpus)}))
+    return f"sim:{path}"
+
+
+def _counters_in(obj: dict[str, Any]) -> int:
+    return sum(len(s["counters"]) for s in obj["spec"].get("sharedCounters", []))
+
+
+def _set_names(obj: dict[str, Any]) -> list[str]:
+    return [s["name"] for s in obj["spec"].get("sharedCounters", [])]
+
+
+def _consumed_sets(obj: dict[str, Any]) -> set[str]:
+    return {
+        use["counterSet"]
+        for device in obj["spec"].get("devices", [])
+        for use in device.get("consumesCounters", [])
+    }
+
+
+def test_dgx_h100_v134_layout_keeps_each_gpu_with_its_counter_set() -> None:
+    devices, slices = _dynamic_slices("sim:dgx-h100", "v1.34")
+    assert len(devices) == 8 * 26
+    assert [len(obj["spec"]["devices"]) for obj in slices] == [52, 52, 52, 52]
+    assert [_set_names(obj) for obj in slices] == [
+        [f"gpu-{i}-counter-set", f"gpu-{i + 1}-counter-set"] for i in (0, 2, 4, 6)
+    ]
+    for obj in slices:
+        assert _counters_in(obj) == 30  # two sets of 15: the 1.34 limit is 32
+        assert _consumed_sets(obj) == set(_set_names(obj))
+    # A 1.35 apiserver refuses these: devices and sharedCounters share a slice.
+    assert any(
+        "only one of `sharedCounters` or `devices`" in message
+        for message in validate_resource_slice(slices[0], version="1.35")
+    )
+
+
+def test_dgx_h100_v135_layout_has_a_counter_slice_and_profile_major_device_slices() -> None:
+    _, slices = _dynamic_slices("sim:dgx-h100", "v1.35")
+    counter_slice, *device_slices = slices
+    assert "devices" not in counter_slice["spec"]
+    assert _set_names(counter_slice) == [f"gpu-{i}-counter-set" for i in range(8)]
+    assert all("sharedCounters" not in obj["spec"] for obj in device_slices)
+    assert [len(obj["spec"]["devices"]) for obj in device_slices] == [56, 56, 56, 40]
+    profiles = [
+        sorted(
+            {
+                d["attributes"].get("profile", {"string": "gpu"})["string"]
+                for d in obj["spec"]["devices"]
+            }
+        )
+        for obj in device_slices
+    ]
+    assert profiles == [
+        ["1g.10gb"],
+        ["1g.10gb+me"],
+        ["1g.20gb", "2g.20gb"],
+        ["3g.40gb", "4g.40gb", "7g.80gb", "gpu"],
+    ]
+    first = [d["name"] for d in device_slices[0]["spec"]["devices"]]
+    assert first[:8] == [
+        *(f"gpu-0-mig-1g10gb-19-{s}" for s in (6, 5, 4, 3, 2, 1, 0)),
+        "gpu-1-mig-1g10gb-19-6",
+    ]
+    # A 1.34 apiserver refuses device slices whose counter sets live elsewhere.
+    assert any(
+        "must reference a counterSet defined in the ResourceSlice" in message
+        for message in validate_resource_slice(device_slices[0], version="1.34")
+    )
+
+
+@pytest.mark.parametrize("layout", ["v1.34", "v1.35"])
+def test_dgx_a100_with_mig_on_publishes_only_mig_placements(layout: Layout) -> None:
+    devices, slices = _dynamic_slices("sim:dgx-a100-40gb", layout)
+    assert len(devices) == 8 * 25
+    kinds = {
+        d["attributes"]["type"]["string"] for obj in slices for d in obj["spec"].get("devices", [])
+    }
+    assert kinds == {"mig"}
+    assert sum(len(obj["spec"].get("devices", [])) for obj in slices) == 200
+
+
+def test_a30_node_layouts() -> None:
+    _, v134 = _dynamic_slices("sim:a30-node", "v1.34")
+    assert [(len(obj["spec"]["devices"]), _counters_in(obj)) for obj in v134] == [
+        (26, 22),
+        (26, 22),
+    ]
+    _, v135 = _dynamic_slices("sim:a30-node", "v1.35")
+    assert [len(_set_names(obj)) for obj in v135] == [4, 0]
+    assert len(v135[1]["spec"]["devices"]) == 52
+
+
+@pytest.mark.parametrize("layout", ["v1.34", "v1.35"])
+def test_mixed_node_splits_counter_sets_and_lets_plain_gpus_share_slices(
+    tmp_path: Path, layout: Layout
+) -> None:
+    devices, slices = _dynamic_slices(_shape(tmp_path, *MIXED_NODE), layout)
+    assert len(devices) == 9 * 26 + 2 + 1 + 25
+    listed = [d["name"] for obj in slices for d in obj["spec"].get("devices", [])]
+    assert sorted(listed) == sorted(d.name for d in devices)
+    plain = {"gpu-9", "gpu-10", "gpu-11"}  # L4 x2 and the A100 with MIG off: no counters
+    for device in devices:
+        assert bool(device.consumes_counters) == (device.name not in plain)
+    sets = [name for obj in slices for name in _set_names(obj)]
+    assert sorted(sets) == sorted(
+        [f"gpu-{i}-counter-set" for i in range(9)] + ["gpu-12-counter-set"]
+    )
+    if layout == "v1.35":
+        assert [len(_set_names(obj)) for obj in slices[:2]] == [8, 2]  # at most 8 sets per slice
+        assert all(len(obj["spec"].get("devices", [])) <= 64 for obj in slices)
+    else:
+        assert all(_counters_in(obj) <= 32 for obj in slices)
+        holding = [obj for obj in slices if plain & {d["name"] for d in obj["spec"]["devices"]}]
+        assert holding
+        assert all(_consumed_sets(obj) for obj in holding)  # shared with MIG GPUs
+
+
+def test_v134_cannot_split_a_gpu_but_v135_can() -> None:
+    devices = build_devices(discover(open_hardware("sim:dgx-h100").nvml), dynamic_mig=True)
+    with pytest.raises(SliceError, match=r"do not fit in one v1\.34 ResourceSlice"):
+        build_resource_slices(
+            devices,
+            driver=DEFAULT_DRIVER_NAME,
+            node_name="n",
+            layout="v1.34",
+            max_devices_per_slice=20,
+        )
+    slices = build_resource_slices(
+        devices,
+        driver=DEFAULT_DRIVER_NAME,
+        node_name="node-a",
+        layout="v1.35",
+        max_devices_per_slice=20,
+    )
+    assert validate_pool(slices, version="1.35") == []
+    assert max(len(obj["spec"].get("devices", [])) for obj in slices) == 20
+
+
+@pytest.mark.parametrize("layout", ["v1.34", "v1.35"])
+def test_dynamic_slices_do_not_depend_on_input_order(layout: Layout) -> None:
+    devices = build_devices(discover(open_hardware("sim:a30-node").nvml), dynamic_mig=True)
+    expected = build_resource_slices(
+        devices, driver=DEFAULT_DRIVER_NAME, node_name="n", layout=layout
+    )
+    shuffled = list(devices)
+    random.Random(7).shuffle(shuffled)
+    assert (
+        build_resource_slices(shuffled, driver=DEFAULT_DRIVER_NAME, node_name="n", layout=layout)
+        == expected
+    )
+
+
+def test_generation_is_carried_by_counter_and_device_slices() -> None:
+    devices = build_devices(discover(open_hardware("sim:a30-node").nvml), dynamic_mig=True)
+    slices = build_resource_slices(
+        devices, driver=DEFAULT_DRIVER_NAME, node_name="n", layout="v1.35", generation=9
+    )
+    assert {
+        (obj["spec"]["pool"]["generation"], obj["spec"]["pool"]["resourceSliceCount"])
+        for obj in slices
+    } == {(9, 2)}
+
+
+def test_layout_must_match_the_kubernetes_version() -> None:
+    with pytest.raises(SliceError, match=r"slice layout v1\.34 is for Kubernetes 1\.34"):
+        build_resource_slices(
+            [], driver=DEFAULT_DRIVER_NAME, node_name="n", version="1.35", layout="v1.34"
+        )
+    (only,) = build_resource_slices([], driver=DEFAULT_DRIVER_NAME, node_name="n", layout="v1.34")
+    assert only["spec"]["devices"] == []
+
+
+def test_counter_sets_defined_differently_are_refused() -> None:
+    devices = build_devices(discover(open_hardware("sim:dgx-h100").nvml), dynamic_mig=True)
+    full = next(d for d in devices if d.name == "gpu-0")
+    (counter_set,) = full.counter_sets
+    other = dataclasses.replace(
+        counter_set, counters=MappingProxyType({**counter_set.counters, "memory-slice-0": 2})
+    )
+    with pytest.raises(SliceError, match="counter set 'gpu-0-counter-set' is defined differently"):
+        build_resource_slices(
+            [*devices, dataclasses.replace(full, name="gpu-0-copy", counter_sets=(other,))],
+            driver=DEFAULT_DRIVER_NAME,
+            node_name="n",
+        )
+
+
+@pytest.mark.parametrize(
+    ("server", "requested", "expected"),
+    [
+        ((1, 34), "auto", "v1.34"),
+        ((1, 35), "auto", "v1.35"),
+        ((1, 36), "auto", "v1.35"),
+        ((2, 0), "auto", "v1.35"),
+        (None, "auto", "v1.35"),
+        ((1, 35), "v1.34", "v1.34"),
+        ((1, 34), "v1.35", "v1.35"),
+    ],
+)
+def test_choose_layout(server: tuple[int, int] | None, requested: str, expected: str) -> None:
+    assert choose_layout(server, requested) == expected
+
+
+def test_choose_layout_refuses_unknown_layouts() -> None:
+    with pytest.raises(ConfigError, match=r"partitionable layout 'v1\.36': must be one of auto"):
+        choose_layout((1, 36), "v1.36")
