@@ -1887,6 +1887,7 @@ class PluginProcess:
         <work>/cdi/                       the CDI spec directory
         <work>/plugin.log                 the plugin's stdout and stderr, all runs appended
 
+    `extra_args` are appended to the command line (e.g. a feature flag).
     `start()` returns once the registration socket of *this* run appears (the
     DRA socket is created before it), or raises `PluginError` with the tail of
     the log if the process exits first. `failpoints` are armed through
@@ -1907,6 +1908,7 @@ class PluginProcess:
         driver: str = DEFAULT_DRIVER_NAME,
         failpoints: Sequence[str] = (),
         publish_interval: float | None = None,
+        extra_args: Sequence[str] = (),
         prefix: str = "dra-gpu-plugin-",
         keep: bool = False,
         client_timeout: float = 20.0,
@@ -1916,6 +1918,7 @@ class PluginProcess:
         self.shape = shape
         self.driver = driver
         self.publish_interval = publish_interval
+        self.extra_args = tuple(extra_args)
         self.keep = keep
         self.work = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
         self.sim_state = self.work / "sim-state.json"
@@ -1970,6 +1973,7 @@ class PluginProcess:
         ]
         if self.publish_interval is not None:
             args.append(f"--publish-interval={self.publish_interval:g}")
+        args.extend(self.extra_args)
         with self.log_path.open("ab") as log:
             log.write(
                 f"--- run {self._runs}: failpoints {','.join(self._failpoints) or '-'}\n".encode()
@@ -2058,7 +2062,11 @@ class PluginProcess:
             shutil.rmtree(self.work, ignore_errors=True)
 
     def __enter__(self) -> Self:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
 
     def __exit__(self, *_exc: object) -> None:
         self.close()

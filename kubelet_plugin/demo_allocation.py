@@ -1,8 +1,10 @@
 """The claims `dra-gpu demo` schedules, and how they get allocated.
 
 Two pods' claims, written as an ML engineer would: a training job that
-wants two H100s, and a notebook that wants one GPU. In a cluster the
-scheduler fills `status.allocation`; the demo does it here.
+wants two H100s, and a notebook that wants one GPU. In a cluster
+kube-scheduler fills `status.allocation`; the demo runs the same algorithm,
+the project's port of the scheduler's structured allocator, against the
+ResourceSlices the plugin published and the DeviceClasses in the store.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from dra_driver import DEFAULT_DRIVER_NAME
+from controller.simulate.diagnosis import Diagnoser
+from dra_driver.allocator import AllocatedState, Allocator, Node, claim_key
+from dra_driver.errors import AllocationError
 
 Obj = dict[str, Any]
 
@@ -53,50 +57,36 @@ def demo_claims() -> list[Obj]:
 def allocate_demo_claims(
     claims: Sequence[Obj], slices: Sequence[Obj], classes: Sequence[Obj], node: str
 ) -> tuple[list[Obj], str]:
-    """Fill `status.allocation` of each claim with free whole GPUs, first fit.
+    """Allocate the claims one after another on `node`, as kube-scheduler would.
 
-    Returns the allocated claims and a sentence saying how it was done.
+    Uses `dra_driver.allocator` (the project's port of the scheduler's
+    structured allocator) over the published `slices` and the `classes` from the
+    store; each allocation is recorded before the next claim is tried, so no
+    device is handed out twice. Returns the claims with `status.allocation` and
+    a sentence saying how it was done. Raises AllocationError, with the reason
+    `dra-gpu explain` would give, if a claim does not fit.
     """
-    del classes  # the first-fit below only hands out whole GPUs of this node
-    free = [
-        (s["spec"]["pool"]["name"], device["name"])
-        for s in slices
-        for device in s["spec"]["devices"]
-        if device["attributes"].get("type", {}).get("string") == "gpu"
-    ]
+    state = AllocatedState()
+    allocator = Allocator(slices, classes, allocated=state)
+    target = Node(node, {"kubernetes.io/hostname": node})
     allocated: list[Obj] = []
     for claim in claims:
-        results = []
-        for request in claim["spec"]["devices"]["requests"]:
-            for _ in range(int(request["exactly"].get("count", 1))):
-                pool, device = free.pop(0)
-                results.append(
-                    {
-                        "request": request["name"],
-                        "driver": DEFAULT_DRIVER_NAME,
-                        "pool": pool,
-                        "device": device,
-                    }
-                )
+        results = allocator.allocate(target, [claim])
+        if results is None:
+            why = Diagnoser(allocator, classes, state).diagnose([claim], [target]).summary
+            raise AllocationError(
+                f"ResourceClaim {claim_key(claim)} does not fit on node {node}: {why}"
+            )
         done = copy.deepcopy(claim)
-        done["status"] = {
-            "allocation": {
-                "devices": {"results": results},
-                "nodeSelector": {
-                    "nodeSelectorTerms": [
-                        {
-                            "matchFields": [
-                                {"key": "metadata.name", "operator": "In", "values": [node]}
-                            ]
-                        }
-                    ]
-                },
-            }
-        }
+        done["status"] = {"allocation": results[0]}
+        state.add(done)
         allocated.append(done)
+    slice_count = f"{len(slices)} ResourceSlice{'' if len(slices) == 1 else 's'}"
+    class_count = f"{len(classes)} DeviceClass{'' if len(classes) == 1 else 'es'}"
     return allocated, (
-        "the demo picks free whole GPUs itself, first fit (the scheduler-compatible "
-        "allocator replaces this step once it exists)"
+        "kube-scheduler's structured allocator (dra_driver.allocator) places them one after "
+        f"the other, first fit, on the {slice_count} the plugin published and the "
+        f"{class_count} in the store"
     )
 
 

@@ -61,6 +61,7 @@ class RecoveryReport:
     quarantined: str | None = None
     orphan_cdi_specs_removed: list[str] = field(default_factory=list)
     rolled_back: list[str] = field(default_factory=list)
+    unprepare_finished: list[str] = field(default_factory=list)
     missing_mig_devices: list[str] = field(default_factory=list)
 
 
@@ -102,9 +103,11 @@ class GpuDriver:
 
         A corrupt checkpoint is moved aside (kept as evidence) and the node
         starts empty; entries from an earlier boot are dropped; half-prepared
-        claims are rolled back (MIG devices they created are destroyed); CDI
-        specs that no entry owns are removed; completed claims whose MIG
-        devices vanished are reported.
+        claims are rolled back (MIG devices they created are destroyed); a
+        completed claim without its CDI spec was being unprepared (Unprepare
+        removes the spec first), so that Unprepare is finished; CDI specs that
+        no entry owns are removed, and so are temp files of interrupted spec
+        writes; completed claims whose MIG devices vanished are reported.
         """
         report = RecoveryReport()
         save = self._checkpoints.save
@@ -133,7 +136,14 @@ class GpuDriver:
             log.warning("%s was left half-prepared; rolling it back", entry.ref)
             self._roll_back(entry)
             report.rolled_back.append(entry.uid)
+        for entry in checkpoint.in_state(ClaimState.PrepareCompleted):
+            if not self._cdi.path_for(entry.uid).exists():
+                log.warning("%s has no CDI spec: finishing its interrupted Unprepare", entry.ref)
+                self._roll_back(entry)
+                report.unprepare_finished.append(entry.uid)
         with self._checkpoint() as (checkpoint, _save):
+            for temp in self._cdi.remove_temp_files():
+                log.warning("removed %s, left by an interrupted CDI spec write", temp)
             for uid in sorted(self._cdi.claim_uids() - set(checkpoint.claims)):
                 self._cdi.remove(uid)
                 report.orphan_cdi_specs_removed.append(uid)

@@ -31,7 +31,9 @@ def test_manifest_validates_against_strict_1_35_schema(path: Path) -> None:
 
 
 def test_default_deviceclasses_match_nvidia_names_and_selectors() -> None:
-    classes = {doc["metadata"]["name"]: doc for doc in _documents(ROOT / "deploy/deviceclasses.yaml")}
+    classes = {
+        doc["metadata"]["name"]: doc for doc in _documents(ROOT / "deploy/deviceclasses.yaml")
+    }
     assert set(classes) == {"gpu.nvidia.com", "mig.nvidia.com"}
     for name, kind in (("gpu.nvidia.com", "gpu"), ("mig.nvidia.com", "mig")):
         expression = classes[name]["spec"]["selectors"][0]["cel"]["expression"]

@@ -1,0 +1,52 @@
+"""`python -m bench [NAME ...]`: run the registered benchmarks (all when none is named).
+
+Each result is printed as a table and written to `bench/results/<name>.json`.
+To add a benchmark, write a module with `NAME`, `DESCRIPTION` and
+`run(options: BenchOptions) -> BenchResult`, and list it in `BENCHMARKS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from bench import BenchOptions, render, write_json
+
+BENCHMARKS: dict[str, str] = {
+    "prepare": "bench.prepare_roundtrip",
+    "placement": "bench.placement",
+}
+"""Benchmark name -> module; modules are imported only when their benchmark runs."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help=f"benchmarks to run (default: all): {', '.join(BENCHMARKS)}",
+    )
+    parser.add_argument("--cycles", type=int, help="measured iterations (benchmark default)")
+    parser.add_argument("--warmup", type=int, help="warm-up iterations (benchmark default)")
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.names if name not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
+    for value, flag in ((args.cycles, "--cycles"), (args.warmup, "--warmup")):
+        if value is not None and value < (1 if flag == "--cycles" else 0):
+            parser.error(f"{flag} must be {'positive' if flag == '--cycles' else 'zero or more'}")
+    options = BenchOptions(cycles=args.cycles, warmup=args.warmup)
+    for name in args.names or list(BENCHMARKS):
+        module = importlib.import_module(BENCHMARKS[name])
+        print(f"running {name} ...", flush=True)
+        result = module.run(options)
+        print(render(result))
+        print(f"  written to {write_json(result)}\n", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
