@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from controller.slices import build_resource_slices
+from controller.slices import Layout, build_resource_slices
 from dra_driver.devices import AllocatableDevice, build_devices, inventory_warnings
 from dra_driver.inventory import discover
 from dra_driver.nvml.backend import open_hardware
@@ -27,13 +27,15 @@ def print_inventory(
     nvml: str,
     sim_state: Path | None,
     output: str,
+    dynamic_mig: bool = False,
+    layout: Layout = "v1.35",
     out: TextIO = sys.stdout,
 ) -> int:
     hardware = open_hardware(nvml, sim_state=sim_state, node_name=node_name)
     inventory = discover(hardware.nvml)
-    devices = build_devices(inventory)
-    slices = build_resource_slices(devices, driver=driver_name, node_name=node_name)
-    for warning in inventory_warnings(inventory):
+    devices = build_devices(inventory, dynamic_mig=dynamic_mig)
+    slices = build_resource_slices(devices, driver=driver_name, node_name=node_name, layout=layout)
+    for warning in inventory_warnings(inventory, dynamic_mig=dynamic_mig):
         print(f"warning: {warning}", file=sys.stderr)
     if output == "yaml":
         yaml.safe_dump_all(slices, out, sort_keys=False)
@@ -49,11 +51,12 @@ def render_table(devices: list[AllocatableDevice], *, slice_count: int) -> str:
     for device in devices:
         attrs = device.attributes
         profile = _plain(attrs.get("profile"))
+        kind = "mig (dynamic)" if device.dynamic is not None else device.kind
         model = _plain(attrs.get("productName"))
         rows.append(
             (
                 device.name,
-                device.kind,
+                kind,
                 f"{model} {profile}".strip() if profile else model,
                 format_quantity(device.capacity.get("memory", 0)),
                 _plain(attrs.get("uuid")),

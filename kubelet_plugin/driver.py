@@ -42,7 +42,7 @@ from dra_driver.cluster.interface import Cluster
 from dra_driver.devices import AllocatableDevice
 from dra_driver.errors import ClaimError, DraGpuError, NotFoundError
 from dra_driver.host import HostInfo
-from dra_driver.nvml.interface import MigDeviceInfo, Placement
+from dra_driver.nvml.interface import MigDeviceInfo
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle, MigTarget
 from kubelet_plugin.prepare_plan import PlannedDevice, plan_claim
@@ -161,6 +161,34 @@ class GpuDriver:
                             mig.parent_uuid,
                         )
         return report
+
+    def reconcile_mig(self, *, reclaim_unknown: bool) -> list[str]:
+        """Report MIG instances no claim owns; destroy them only if asked to.
+
+        Instances an admin created are published as static MIG devices and
+        left alone (NVIDIA's driver destroys them at start-up). With
+        `--mig-reclaim-unknown` they are destroyed. Returns one line each.
+        """
+        owned = self.owned_instances()
+        lines = []
+        for uuid, gi_id, profile in self._mig.instances():
+            if (uuid, gi_id) in owned:
+                continue
+            if reclaim_unknown:
+                with self._gpu_locks.hold([uuid]):
+                    self._mig.destroy_instance(uuid, gi_id)
+                    self._mig.release_gpu(uuid)
+                lines.append(
+                    f"destroyed MIG instance GI {gi_id} ({profile}) on {uuid}: no claim owns it"
+                )
+            else:
+                lines.append(
+                    f"MIG instance GI {gi_id} ({profile}) on {uuid} is not owned by any claim: "
+                    "published as a static MIG device; --mig-reclaim-unknown would destroy it"
+                )
+        for line in lines:
+            log.warning("%s", line)
+        return lines
 
     def owned_instances(self) -> set[tuple[str, int]]:
         """(parent UUID, GI id) of every MIG device a checkpointed claim created."""
@@ -416,7 +444,7 @@ class GpuDriver:
             device = item.device
             if device.name in devices:
                 continue
-            mig = created.get(device.name, device.mig)
+            mig = created[device.name] if device.dynamic is not None else device.mig
             if mig is None:
                 edits = cdi.gpu_edits(device.gpu.minor)
             else:
@@ -434,17 +462,17 @@ class GpuDriver:
 
 def mig_target(device: AllocatableDevice) -> MigTarget | None:
     """What must be created for a dynamic MIG device; None for anything else."""
-    spec = getattr(device, "dynamic", None)  # set by the dynamic-MIG device model
+    spec = device.dynamic
     if spec is None:
         return None
     return MigTarget(
         device_name=device.name,
-        parent_uuid=device.gpu.uuid,
-        parent_minor=device.gpu.minor,
-        gi_profile_id=spec.profile.id,
+        parent_uuid=spec.parent_uuid,
+        parent_minor=spec.parent_minor,
+        gi_profile_id=spec.gi_profile.id,
         ci_profile_id=spec.ci_profile_id,
-        placement=Placement(spec.placement.start, spec.placement.size),
-        profile_name=spec.profile.name,
+        placement=spec.placement,
+        profile_name=spec.profile_name,
     )
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 
 from controller.publisher import SlicePublisher
-from controller.slices import build_resource_slices
+from controller.slices import build_resource_slices, choose_layout
 from dra_driver.cdi_store import CdiStore
 from dra_driver.checkpoint_store import CheckpointStore
 from dra_driver.cluster import open_cluster
@@ -49,6 +49,10 @@ class PluginOptions:
     sim_latency: Mapping[str, float] | None = None
     kubeconfig: str | None = None
     publish_interval: float = 30.0
+    dynamic_mig: bool = False
+    partitionable_layout: str = "auto"
+    mig_reclaim_unknown: bool = False
+    keep_mig_enabled: bool = False
 
 
 def plugin_data_dir(kubelet_root: Path, driver_name: str) -> Path:
@@ -65,12 +69,7 @@ def run(options: PluginOptions, stop: threading.Event | None = None) -> int:
         node_name=options.node_name,
         latency=options.sim_latency,
     )
-    inventory = discover(hardware.nvml)
-    for warning in inventory_warnings(inventory):
-        log.warning("%s", warning)
-    devices = build_devices(inventory)
     cluster = open_cluster(options.cluster, kubeconfig=options.kubeconfig)
-
     data_dir = plugin_data_dir(options.kubelet_root, options.driver_name)
     data_dir.mkdir(parents=True, exist_ok=True)
     options.cdi_root.mkdir(parents=True, exist_ok=True)
@@ -78,27 +77,44 @@ def run(options: PluginOptions, stop: threading.Event | None = None) -> int:
         driver_name=options.driver_name,
         pool_name=options.node_name,
         cluster=cluster,
-        devices=devices,
+        devices=(),
         host=hardware.host,
         checkpoints=CheckpointStore(data_dir / CHECKPOINT_FILE, hardware.host.boot_id()),
         cdi_store=CdiStore(options.cdi_root),
-        mig=MigLifecycle(hardware.nvml),
+        mig=MigLifecycle(hardware.nvml, disable_mig_when_empty=not options.keep_mig_enabled),
         gpu_locks=GpuLocks(data_dir / "locks"),
     )
+
+    # 1. Make checkpoint, hardware and CDI agree; 2. deal with MIG instances
+    # nobody owns; 3. only then look at the hardware to decide what to publish.
     report = driver.recover()
     log.info(
         "recovered: %d half-prepared claims rolled back, %d orphan CDI specs removed",
         len(report.rolled_back),
         len(report.orphan_cdi_specs_removed),
     )
+    if options.dynamic_mig:
+        driver.reconcile_mig(reclaim_unknown=options.mig_reclaim_unknown)
+    owned = driver.owned_instances()
+    inventory = discover(hardware.nvml)
+    for warning in inventory_warnings(
+        inventory, dynamic_mig=options.dynamic_mig, owned_instances=owned
+    ):
+        log.warning("%s", warning)
+    devices = build_devices(inventory, dynamic_mig=options.dynamic_mig, owned_instances=owned)
+    driver.set_devices(devices)
 
-    slices = build_resource_slices(devices, driver=options.driver_name, node_name=options.node_name)
+    layout = choose_layout(cluster.server_version(), options.partitionable_layout)
+    slices = build_resource_slices(
+        devices, driver=options.driver_name, node_name=options.node_name, layout=layout
+    )
     publisher = SlicePublisher(cluster, driver=options.driver_name, node_name=options.node_name)
     result = publisher.publish(slices)
     log.info(
-        "published %d devices in %d ResourceSlices (created %s, updated %s, deleted %s)",
+        "published %d devices in %d ResourceSlices, layout %s (created %s, updated %s, deleted %s)",
         len(devices),
         len(slices),
+        layout,
         result.created,
         result.updated,
         result.deleted,

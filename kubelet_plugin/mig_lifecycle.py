@@ -181,6 +181,23 @@ class MigLifecycle:
         else:
             log.info("GPU %s: no MIG devices left, MIG mode off", uuid)
 
+    def instances(self) -> list[tuple[str, int, str]]:
+        """Every GPU instance on the node: (parent UUID, GI id, profile name)."""
+        found = []
+        for gpu in self._nvml.gpus():
+            if not gpu.mig_enabled:
+                continue
+            names = {p.id: p.name for p in self._nvml.gpu_instance_profiles(gpu.uuid)}
+            for gi in self._nvml.gpu_instances(gpu.uuid):
+                found.append((gpu.uuid, gi.id, names.get(gi.profile_id, str(gi.profile_id))))
+        return found
+
+    def destroy_instance(self, uuid: str, gi_id: int) -> None:
+        """Destroy a GPU instance and its compute instances, whoever made them."""
+        for ci in self._nvml.compute_instances(uuid, gi_id):
+            self._nvml.destroy_compute_instance(uuid, gi_id, ci.id)
+        self._destroy_gi(uuid, gi_id)
+
     def _destroy_gi(self, uuid: str, gi_id: int) -> None:
         try:
             self._nvml.destroy_gpu_instance(uuid, gi_id)
