@@ -466,92 +466,54 @@ class KubeletClient:
 
     def prepare(self, claims: Sequence[ClaimRef], version: str = "v1") -> dict[str, PrepareResult]:
         """Call DRAPlugin/NodePrepareResources of `version`; results keyed by claim UID."""
-        channel = self._channel(self.dra_socket)
-        if version == "v1":
-            v1 = dra_v1_pb2_grpc.DRAPluginStub(channel).NodePrepareResources(
-                dra_v1_pb2.NodePrepareResourcesRequest(
-                    claims=[
-                        dra_v1_pb2.Claim(namespace=c.namespace, uid=c.uid, name=c.name)
-                        for c in claims
-                    ]
+        pb2, pb2_grpc = self._dra_modules(version)
+        response = pb2_grpc.DRAPluginStub(self._channel(self.dra_socket)).NodePrepareResources(
+            pb2.NodePrepareResourcesRequest(claims=self._claims(pb2, claims)),
+            timeout=self.timeout,
+            wait_for_ready=self.wait_for_ready,
+        )
+        return {
+            uid: PrepareResult(
+                devices=tuple(
+                    ResultDevice(
+                        request_names=tuple(d.request_names),
+                        pool_name=d.pool_name,
+                        device_name=d.device_name,
+                        cdi_device_ids=tuple(d.cdi_device_ids),
+                        # share_id exists in v1 only
+                        share_id=d.share_id if version == "v1" and d.HasField("share_id") else None,
+                    )
+                    for d in entry.devices
                 ),
-                timeout=self.timeout,
-                wait_for_ready=self.wait_for_ready,
+                error=entry.error,
             )
-            return {
-                uid: PrepareResult(
-                    devices=tuple(
-                        ResultDevice(
-                            request_names=tuple(d.request_names),
-                            pool_name=d.pool_name,
-                            device_name=d.device_name,
-                            cdi_device_ids=tuple(d.cdi_device_ids),
-                            share_id=d.share_id if d.HasField("share_id") else None,
-                        )
-                        for d in entry.devices
-                    ),
-                    error=entry.error,
-                )
-                for uid, entry in v1.claims.items()
-            }
-        if version == "v1beta1":
-            beta = dra_v1beta1_pb2_grpc.DRAPluginStub(channel).NodePrepareResources(
-                dra_v1beta1_pb2.NodePrepareResourcesRequest(
-                    claims=[
-                        dra_v1beta1_pb2.Claim(namespace=c.namespace, uid=c.uid, name=c.name)
-                        for c in claims
-                    ]
-                ),
-                timeout=self.timeout,
-                wait_for_ready=self.wait_for_ready,
-            )
-            return {
-                uid: PrepareResult(
-                    devices=tuple(
-                        ResultDevice(
-                            request_names=tuple(d.request_names),
-                            pool_name=d.pool_name,
-                            device_name=d.device_name,
-                            cdi_device_ids=tuple(d.cdi_device_ids),
-                        )
-                        for d in entry.devices
-                    ),
-                    error=entry.error,
-                )
-                for uid, entry in beta.claims.items()
-            }
-        raise ValueError(f"unknown DRA API version {version!r}; use one of {DRA_API_VERSIONS}")
+            for uid, entry in response.claims.items()
+        }
 
     def unprepare(
         self, claims: Sequence[ClaimRef], version: str = "v1"
     ) -> dict[str, UnprepareResult]:
         """Call DRAPlugin/NodeUnprepareResources of `version`; results keyed by claim UID."""
-        channel = self._channel(self.dra_socket)
+        pb2, pb2_grpc = self._dra_modules(version)
+        response = pb2_grpc.DRAPluginStub(self._channel(self.dra_socket)).NodeUnprepareResources(
+            pb2.NodeUnprepareResourcesRequest(claims=self._claims(pb2, claims)),
+            timeout=self.timeout,
+            wait_for_ready=self.wait_for_ready,
+        )
+        return {uid: UnprepareResult(error=entry.error) for uid, entry in response.claims.items()}
+
+    @staticmethod
+    def _dra_modules(version: str) -> tuple[Any, Any]:
+        """The generated message and stub modules of one DRA API version."""
         if version == "v1":
-            v1 = dra_v1_pb2_grpc.DRAPluginStub(channel).NodeUnprepareResources(
-                dra_v1_pb2.NodeUnprepareResourcesRequest(
-                    claims=[
-                        dra_v1_pb2.Claim(namespace=c.namespace, uid=c.uid, name=c.name)
-                        for c in claims
-                    ]
-                ),
-                timeout=self.timeout,
-                wait_for_ready=self.wait_for_ready,
-            )
-            return {uid: UnprepareResult(error=entry.error) for uid, entry in v1.claims.items()}
+            return dra_v1_pb2, dra_v1_pb2_grpc
         if version == "v1beta1":
-            beta = dra_v1beta1_pb2_grpc.DRAPluginStub(channel).NodeUnprepareResources(
-                dra_v1beta1_pb2.NodeUnprepareResourcesRequest(
-                    claims=[
-                        dra_v1beta1_pb2.Claim(namespace=c.namespace, uid=c.uid, name=c.name)
-                        for c in claims
-                    ]
-                ),
-                timeout=self.timeout,
-                wait_for_ready=self.wait_for_ready,
-            )
-            return {uid: UnprepareResult(error=entry.error) for uid, entry in beta.claims.items()}
+            return dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
         raise ValueError(f"unknown DRA API version {version!r}; use one of {DRA_API_VERSIONS}")
+
+    @staticmethod
+    def _claims(pb2: Any, claims: Sequence[ClaimRef]) -> list[Any]:
+        return [pb2.Claim(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
 
     def close(self) -> None:
         """Close all channels; the client may be used again afterwards (it re-dials)."""
