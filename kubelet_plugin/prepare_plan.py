@@ -2,8 +2,8 @@
 
 Given an allocated claim, the devices this node publishes and the current
 checkpoint, `plan_claim` checks that every result names a device we own,
-that no other prepared claim holds it (the overlap guard), and returns the
-devices to prepare. It is pure so every refusal can be tested directly; the
+that no other prepared claim holds it (the overlap guard), that its opaque
+configs decode and can be honoured, and returns the devices to prepare. It is pure so every refusal can be tested directly; the
 I/O (CDI files, checkpoint writes) happens in `kubelet_plugin.driver`.
 """
 
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from dra_driver.checkpoint import Checkpoint
 from dra_driver.claims import AllocatedClaim, DeviceResult
+from dra_driver.device_config import effective_configs, unsupported_sharing
 from dra_driver.devices import AllocatableDevice
 from dra_driver.errors import ClaimError
 
@@ -59,6 +60,10 @@ def plan_claim(
                     f"{_describe_owner(checkpoint, owner)}; refusing to hand it out twice"
                 )
         planned.append(PlannedDevice(result=result, device=device))
+    configs = effective_configs(claim, {item.device.name: item.device.kind for item in planned})
+    problem = unsupported_sharing(claim, configs)
+    if problem is not None:
+        raise ClaimError(problem)
     return planned
 
 

@@ -24,7 +24,7 @@ from dra_driver.errors import PluginError
 from dra_driver.host import HostInfo
 from dra_driver.nvml.backend import sim_proc_root
 from dra_driver.sim.hardware import SimHardware
-from dra_driver.testing import TEST_POOL, PluginProcess, make_allocated_claim
+from dra_driver.testing import TEST_POOL, PluginProcess, make_allocated_claim, make_opaque_config
 from kubelet_plugin.registration import SUPPORTED_VERSIONS
 from kubelet_plugin.service import ClaimRef, PrepareResult
 
@@ -422,6 +422,41 @@ def test_device_this_node_does_not_publish_is_an_error(
     assert answer.error.startswith(expected)
     plugin.cluster.delete_resource_claim("default", "wrong-device")
     # the autouse fixture checks that nothing was written
+
+
+@pytest.mark.parametrize(
+    ("parameters", "expected"),
+    [
+        (
+            {
+                "apiVersion": "resource.nvidia.com/v1beta1",
+                "kind": "GpuConfig",
+                "sharing": {"strategy": "MPS"},
+            },
+            "asks for MPS sharing of gpu-2",
+        ),
+        (
+            {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "sharingg": {}},
+            "sharingg: Extra inputs are not permitted",
+        ),
+    ],
+)
+def test_opaque_config_problems_are_per_claim_errors(
+    plugin: PluginProcess, parameters: dict[str, Any], expected: str
+) -> None:
+    uid = "a5000000-0000-4000-8000-000000000001"
+    claim = make_allocated_claim(
+        "configured", uid=uid, results=[("gpu", "gpu-2")], configs=[make_opaque_config(parameters)]
+    )
+    plugin.store_claim(claim)
+    ref = ClaimRef("default", uid, "configured")
+
+    answer = plugin.client.prepare([ref])[uid]
+
+    assert answer.devices == ()
+    assert expected in answer.error
+    assert "ResourceClaim default/configured" in answer.error
+    plugin.cluster.delete_resource_claim("default", "configured")
 
 
 # --------------------------------------------------------------------------- shutdown
