@@ -51,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     inventory.add_argument("--node-name", required=True)
     inventory.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
     inventory.add_argument("-o", "--output", choices=("yaml", "table"), default="table")
+    inventory.add_argument(
+        "--dynamic-mig",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="include partitionable MIG devices, as the plugin publishes them with --dynamic-mig",
+    )
+    inventory.add_argument("--partitionable-layout", choices=("v1.34", "v1.35"), default="v1.35")
     _add_hardware_flags(inventory)
 
     plugin = commands.add_parser("kubelet-plugin", help="run the node daemon")
@@ -71,6 +78,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between ResourceSlice re-syncs (the kubelet wipes slices when it restarts)",
     )
     _add_hardware_flags(plugin)
+    plugin.add_argument(
+        "--dynamic-mig",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="publish every MIG placement as a partitionable device and create MIG instances at "
+        "Prepare (needs the DRAPartitionableDevices feature gate on Kubernetes 1.34/1.35)",
+    )
+    plugin.add_argument(
+        "--partitionable-layout",
+        choices=("auto", "v1.34", "v1.35"),
+        default="auto",
+        help="slice layout of partitionable devices; auto reads the API server version",
+    )
+    plugin.add_argument(
+        "--mig-reclaim-unknown",
+        action="store_true",
+        help="destroy MIG instances no prepared claim owns at start-up (default: publish them "
+        "as static MIG devices and leave them alone)",
+    )
+    plugin.add_argument(
+        "--keep-mig-enabled",
+        action="store_true",
+        help="leave MIG mode on when the last dynamic MIG device of a Hopper+ GPU is gone",
+    )
 
     mig = commands.add_parser("mig", help="MIG tools")
     mig_commands = mig.add_subparsers(dest="mig_command", required=True, metavar="MIG_COMMAND")
@@ -80,7 +111,92 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="the whole path on a simulated dgx-h100 node")
     demo.add_argument("--keep", action="store_true", help="keep the temporary directory")
+
+    simulate = commands.add_parser(
+        "simulate",
+        help="place pods and claims from YAML files on simulated nodes with the scheduler's "
+        "allocator",
+        description="Place the Pods (and the pods of Deployments, ReplicaSets, StatefulSets "
+        "and Jobs) in the files, in order, first fit, allocating their ResourceClaims exactly "
+        "as kube-scheduler would. Exit status 1 if anything was not placed.",
+    )
+    _add_scenario_flags(simulate, files_required=True)
+    simulate.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "yaml"),
+        default="table",
+        help="table for people; yaml for tools: one list of {pod, placed, node, reason, "
+        "claims: [{claim, results: [{request, driver, pool, device}], config}]}",
+    )
+
+    explain = commands.add_parser(
+        "explain",
+        help="why a claim (or a pod's claims) does or does not fit, per node and device",
+        description="Explain a claim or a pod from the files (the simulation up to it) or "
+        "from a cluster. Without --claim/--pod, the first item simulate could not place. "
+        "Exit status 1 if it does not fit.",
+    )
+    _add_scenario_flags(explain, files_required=False)
+    explain.add_argument(
+        "--cluster",
+        help="read the cluster instead of files: 'kube' (kubeconfig / in-cluster) or 'local:DIR'",
+    )
+    explain.add_argument("--kubeconfig", help="kubeconfig path for --cluster kube")
+    explain.add_argument("--claim", help="the ResourceClaim to explain, NAMESPACE/NAME")
+    explain.add_argument("--pod", help="the pod whose claims to explain, NAMESPACE/NAME")
+    explain.add_argument("--node", help="only this node (default: every node the pod may use)")
+    explain.add_argument(
+        "--verbose",
+        dest="details",
+        action="store_true",
+        help="every node and every device, not a summary",
+    )
     return parser
+
+
+def _add_scenario_flags(parser: argparse.ArgumentParser, *, files_required: bool) -> None:
+    parser.add_argument(
+        "-f",
+        "--filename",
+        dest="files",
+        action="append",
+        required=files_required,
+        default=[],
+        metavar="FILE",
+        help="YAML with Pods, workloads, ResourceClaims(Templates), DeviceClasses, "
+        "ResourceSlices, Nodes ('-' for stdin); repeatable",
+    )
+    parser.add_argument(
+        "--nodes",
+        metavar="SPEC",
+        help="simulated nodes built with our inventory code, e.g. dgx-h100=2,dgx-a100-40gb=1 "
+        "(shapes: dgx-a100-40gb, dgx-a100-80gb, dgx-h100, dgx-h200, a30-node, l4-node, "
+        "h100-pcie-node, or a YAML shape file); default: the nodes the files name",
+    )
+    parser.add_argument(
+        "-n", "--namespace", default="default", help="namespace of objects that name none"
+    )
+    parser.add_argument(
+        "--kubernetes",
+        dest="release",
+        choices=("1.34", "1.35"),
+        default="1.35",
+        help="Kubernetes release whose allocator and slice layout to follow",
+    )
+    parser.add_argument(
+        "--mig",
+        choices=("dynamic", "static"),
+        default="dynamic",
+        help="how --nodes publish MIG-capable GPUs: dynamic = the kubelet plugin with "
+        "--dynamic-mig (every MIG placement, partitionable); static = without it",
+    )
+    parser.add_argument(
+        "--feature-gates",
+        default="",
+        metavar="GATES",
+        help="scheduler DRA gates, e.g. DRAConsumableCapacity=true,DRADeviceTaints=false",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -107,6 +223,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             nvml=args.nvml,
             sim_state=args.sim_state,
             output=args.output,
+            dynamic_mig=args.dynamic_mig,
+            layout=args.partitionable_layout,
         )
     if args.command == "kubelet-plugin":
         from dra_driver.sim.hardware import parse_latency
@@ -124,6 +242,10 @@ def _dispatch(args: argparse.Namespace) -> int:
                 sim_latency=parse_latency(args.sim_latency) if args.sim_latency else None,
                 kubeconfig=args.kubeconfig,
                 publish_interval=args.publish_interval,
+                dynamic_mig=args.dynamic_mig,
+                partitionable_layout=args.partitionable_layout,
+                mig_reclaim_unknown=args.mig_reclaim_unknown,
+                keep_mig_enabled=args.keep_mig_enabled,
             )
         )
     if args.command == "mig":
@@ -137,6 +259,35 @@ def _dispatch(args: argparse.Namespace) -> int:
         from kubelet_plugin.demo import run_demo
 
         return run_demo(keep=args.keep)
+    if args.command == "simulate":
+        from controller.simulate.command import run_simulate
+
+        return run_simulate(
+            files=args.files,
+            nodes=args.nodes,
+            output=args.output,
+            namespace=args.namespace,
+            release=args.release,
+            mig=args.mig,
+            feature_gates=args.feature_gates,
+        )
+    if args.command == "explain":
+        from controller.simulate.command import run_explain
+
+        return run_explain(
+            files=args.files,
+            nodes=args.nodes,
+            cluster=args.cluster,
+            kubeconfig=args.kubeconfig,
+            claim=args.claim,
+            pod=args.pod,
+            node=args.node,
+            verbose=args.details,
+            namespace=args.namespace,
+            release=args.release,
+            mig=args.mig,
+            feature_gates=args.feature_gates,
+        )
     raise AssertionError(f"unhandled command {args.command}")
 
 
