@@ -17,6 +17,7 @@ from bench import BenchOptions, render, write_json
 BENCHMARKS: dict[str, str] = {
     "prepare": "bench.prepare_roundtrip",
     "placement": "bench.placement",
+    "allocator": "bench.allocator",
 }
 """Benchmark name -> module; modules are imported only when their benchmark runs."""
 

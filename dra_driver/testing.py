@@ -2262,3 +2262,160 @@ class PythonSelectors:
         if predicate is None:
             raise CelError(f"undeclared reference in {expression!r}", expression=expression)
         return predicate(device)
+
+
+# ---------------------------------------------------------------------------
+# Dynamic MIG (owner: dynamic-MIG acceptance tests; used by the MIG plugin and
+# crash tests and the mig-parallel benchmark): what MIG instances a plugin's
+# simulated node holds, and claims that ask for MIG profiles by attribute.
+# ---------------------------------------------------------------------------
+
+MIG_DEVICE_CLASS = "mig.nvidia.com"
+PARENT_UUID_ATTRIBUTE = f"{DEFAULT_DRIVER_NAME}/parentUUID"
+
+
+@dataclass(frozen=True)
+class LiveMigInstance:
+    """A GPU instance that exists on the hardware, with its compute instances.
+
+    `compute_instances` holds `(CI id, CI profile id, MIG UUID)` per CI.
+    """
+
+    parent_uuid: str
+    gi_id: int
+    profile_id: int
+    placement: Placement
+    compute_instances: tuple[tuple[int, int, str], ...]
+
+
+def plugin_hardware(plugin: PluginProcess) -> Any:
+    """The simulated node of `plugin` (a `dra_driver.nvml.backend.Hardware`), shared via
+    its state file: what `dra-gpu mig status --sim-state` would open."""
+    from dra_driver.nvml.backend import open_hardware
+
+    return open_hardware(
+        f"sim:{plugin.shape}", sim_state=plugin.sim_state, node_name=plugin.node_name
+    )
+
+
+def live_mig_instances(hardware: SimHardware) -> dict[tuple[str, int], LiveMigInstance]:
+    """Every GPU instance on the node, keyed by (parent UUID, GI id), read in one snapshot."""
+    snapshot = hardware.snapshot()
+    found: dict[tuple[str, int], LiveMigInstance] = {}
+    for gi in snapshot.gpu_instances:
+        cis = tuple(
+            sorted(
+                (ci.id, ci.profile_id, ci.uuid)
+                for ci in snapshot.compute_instances
+                if ci.gpu_uuid == gi.gpu_uuid and ci.gpu_instance_id == gi.id
+            )
+        )
+        found[(gi.gpu_uuid, gi.id)] = LiveMigInstance(
+            gi.gpu_uuid, gi.id, gi.profile_id, gi.placement, cis
+        )
+    return found
+
+
+def make_mig_profile_claim(
+    name: str,
+    uid: str,
+    profiles: Sequence[str],
+    *,
+    namespace: str = "default",
+    same_gpu: bool = True,
+) -> dict[str, Any]:
+    """An unallocated ResourceClaim with one `mig.nvidia.com` request per entry of
+    `profiles` (named `mig-<i>`), each selecting
+    `device.attributes['gpu.nvidia.com'].profile == '<profile>'`; with `same_gpu`
+    a `matchAttribute: gpu.nvidia.com/parentUUID` constraint puts them on one GPU."""
+    requests = [
+        {
+            "name": f"mig-{index}",
+            "exactly": {
+                "deviceClassName": MIG_DEVICE_CLASS,
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": f"device.attributes['{DEFAULT_DRIVER_NAME}']"
+                            f".profile == '{profile}'"
+                        }
+                    }
+                ],
+            },
+        }
+        for index, profile in enumerate(profiles)
+    ]
+    devices: dict[str, Any] = {"requests": requests}
+    if same_gpu:
+        devices["constraints"] = [{"matchAttribute": PARENT_UUID_ATTRIBUTE}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "spec": {"devices": devices},
+    }
+
+
+# ---------------------------------------------------------------------------
+# Simulator fakes (owner: `dra-gpu simulate`/`explain`, controller/simulate/):
+# `FakeClusterApiServer`, the fake apiserver plus the read-only core objects
+# `explain --cluster kube` reads (Nodes, Pods, ResourceClaimTemplates).
+# ---------------------------------------------------------------------------
+
+
+class FakeClusterApiServer(FakeApiServer):
+    """`FakeApiServer` that also answers GETs for Nodes (list), Pods and
+    ResourceClaimTemplates (get), which tests add with `add_object`."""
+
+    def __init__(self, *, version: tuple[str, str] = ("1", "34")) -> None:
+        super().__init__(version=version)
+        self._core: dict[tuple[str, str, str], dict[str, Any]] = {}
+
+    def add_object(self, obj: Mapping[str, Any]) -> None:
+        """Store a Node, Pod or ResourceClaimTemplate (as the apiserver would return it)."""
+        meta = obj.get("metadata") or {}
+        key = (str(obj["kind"]), str(meta.get("namespace") or ""), str(meta["name"]))
+        with self._lock:
+            self._core[key] = json.loads(json.dumps(obj))
+
+    def _route(
+        self, method: str, path: str, query: dict[str, list[str]], raw_body: bytes
+    ) -> tuple[int, dict[str, Any]]:
+        parts = [unquote(part) for part in path.strip("/").split("/")]
+        if method == "GET" and parts == ["api", "v1", "nodes"]:
+            items = [obj for (kind, _, _), obj in sorted(self._core.items()) if kind == "Node"]
+            return 200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": items}
+        found: tuple[str, str, str] | None = None
+        if (
+            method == "GET"
+            and len(parts) == 6
+            and parts[:3] == ["api", "v1", "namespaces"]
+            and parts[4] == "pods"
+        ):
+            found = ("Pod", parts[3], parts[5])
+        if (
+            method == "GET"
+            and len(parts) == 7
+            and parts[:4] == ["apis", "resource.k8s.io", "v1", "namespaces"]
+            and parts[5] == "resourceclaimtemplates"
+        ):
+            found = ("ResourceClaimTemplate", parts[4], parts[6])
+        if found is not None:
+            obj = self._core.get(found)
+            if obj is None:
+                raise _ApiFailure(404, "NotFound", f'{found[0]} "{found[2]}" not found')
+            return 200, obj
+        return super()._route(method, path, query, raw_body)
+
+    def kubeconfig(self, path: Path) -> Path:
+        """Write a kubeconfig pointing at this server (no auth) and return its path."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": {}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+            "current-context": "fake",
+        }
+        path.write_text(json.dumps(config), encoding="utf-8")
+        return path
