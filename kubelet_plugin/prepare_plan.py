@@ -3,8 +3,9 @@
 Given an allocated claim, the devices this node publishes and the current
 checkpoint, `plan_claim` checks that every result names a device we own,
 that no other prepared claim holds it (the overlap guard), that its opaque
-configs decode and can be honoured, and returns the devices to prepare. It is pure so every refusal can be tested directly; the
-I/O (CDI files, checkpoint writes) happens in `kubelet_plugin.driver`.
+configs decode and can be honoured, and returns the devices to prepare. It
+is pure so every refusal can be tested directly; the I/O (CDI files,
+checkpoint writes) happens in `kubelet_plugin.driver`.
 """
 
 from __future__ import annotations

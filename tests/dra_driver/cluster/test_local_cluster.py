@@ -165,7 +165,7 @@ def test_two_processes_lose_no_update(tmp_path: Path) -> None:
     claim["metadata"]["annotations"] = {"count": "0"}
     cluster.put_resource_claim(claim)
     rounds = 25
-    with multiprocessing.get_context("spawn").Pool(2) as pool:
+    with multiprocessing.get_context("fork").Pool(2) as pool:
         pool.starmap(_increment_annotation, [(str(tmp_path), rounds)] * 2)
     final = cluster.get_resource_claim("gpu-test", "claim-1")
     assert final["metadata"]["annotations"]["count"] == str(2 * rounds)
