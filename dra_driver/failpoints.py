@@ -7,7 +7,9 @@ separated list), the process kills itself with SIGKILL right there, the way
 an OOM kill or a node crash would stop it. The crash tests start the real
 plugin process with each point in turn and check that a restart recovers
 without leaking anything. `PREPARE_STEPS` and `UNPREPARE_STEPS` list every
-point, so a new step cannot be added without the tests covering it.
+point of the claim transaction, `MIG_PREPARE_STEPS` and `MIG_UNPREPARE_STEPS`
+every point of dynamic MIG creation and destruction, so a new step cannot be
+added without the tests covering it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,26 @@ PREPARE_STEPS: Final[tuple[str, ...]] = (
 UNPREPARE_STEPS: Final[tuple[str, ...]] = (
     "unprepare-after-cdi-removed",
     "unprepare-after-checkpoint-removed",
+)
+
+# Dynamic MIG, per device, in execution order: they run between
+# "prepare-after-checkpoint-started" and "prepare-after-cdi-written" (MIG mode
+# is switched on only on a Hopper+ GPU that has it off; the GI id is
+# checkpointed, then the CI id with the MIG UUID) ...
+MIG_PREPARE_STEPS: Final[tuple[str, ...]] = (
+    "mig-after-mig-enabled",
+    "mig-after-gi-created",
+    "mig-after-gi-created-recorded",
+    "mig-after-ci-created",
+    "mig-after-complete-recorded",
+)
+# ... and between "unprepare-after-cdi-removed" and
+# "unprepare-after-checkpoint-removed" (MIG mode goes off only on a Hopper+
+# GPU left without GPU instances).
+MIG_UNPREPARE_STEPS: Final[tuple[str, ...]] = (
+    "mig-after-ci-destroyed",
+    "mig-after-gi-destroyed",
+    "mig-after-mig-disabled",
 )
 
 _armed: frozenset[str] = frozenset(

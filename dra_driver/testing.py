@@ -40,7 +40,7 @@ from dra_driver.cluster.local import LocalCluster
 from dra_driver.errors import CelError, ClusterError, NvmlError, PluginError
 from dra_driver.inventory import GpuInventory, NodeInventory
 from dra_driver.nvml import codes as nvml_codes
-from dra_driver.nvml.backend import sim_proc_root
+from dra_driver.nvml.backend import Hardware, open_hardware, sim_proc_root
 from dra_driver.nvml.interface import (
     ComputeInstanceInfo,
     ComputeInstanceProfile,
@@ -2288,14 +2288,20 @@ class LiveMigInstance:
     compute_instances: tuple[tuple[int, int, str], ...]
 
 
-def plugin_hardware(plugin: PluginProcess) -> Any:
-    """The simulated node of `plugin` (a `dra_driver.nvml.backend.Hardware`), shared via
-    its state file: what `dra-gpu mig status --sim-state` would open."""
-    from dra_driver.nvml.backend import open_hardware
-
+def plugin_hardware(plugin: PluginProcess) -> Hardware:
+    """The simulated node of `plugin`, shared via its state file: what
+    `dra-gpu mig status --sim-state` would open (`.sim` is always set)."""
     return open_hardware(
         f"sim:{plugin.shape}", sim_state=plugin.sim_state, node_name=plugin.node_name
     )
+
+
+def plugin_sim(plugin: PluginProcess) -> SimHardware:
+    """The `SimHardware` of `plugin_hardware(plugin)`, to read or change the node directly."""
+    sim = plugin_hardware(plugin).sim
+    if sim is None:
+        raise PluginError(f"plugin on {plugin.shape} has no simulated hardware")
+    return sim
 
 
 def live_mig_instances(hardware: SimHardware) -> dict[tuple[str, int], LiveMigInstance]:

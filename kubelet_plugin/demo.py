@@ -5,8 +5,10 @@ real server process on a simulated `dgx-h100` node with a temporary local
 store and kubelet root, registers it as the kubelet does, lets it publish
 its ResourceSlices, writes allocated ResourceClaims, calls
 NodePrepareResources and NodeUnprepareResources over the real Unix socket,
-and shows the devices, CDI specs and checkpoint at each step. It finishes
-in seconds and removes everything it made (unless `--keep`).
+and shows the devices, CDI specs and checkpoint at each step. The plugin
+runs with `--dynamic-mig`, so one step asks for MIG slices by profile and
+shows them created at Prepare and gone at Unprepare. It finishes in seconds
+and removes everything it made (unless `--keep`).
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from typing import Any, TextIO
 
 import yaml
 
-from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.testing import PluginProcess
+from dra_driver import DEFAULT_DRIVER_NAME, mig_status
+from dra_driver.testing import PluginProcess, make_mig_profile_claim, plugin_hardware
 from kubelet_plugin.demo_allocation import allocate_demo_claims, demo_claims
 from kubelet_plugin.service import ClaimRef, PrepareResult
 
@@ -48,7 +50,12 @@ def run_demo(*, keep: bool = False, out: TextIO = sys.stdout) -> int:
     started = time.monotonic()
     p = _Printer(out)
     plugin = PluginProcess(
-        node_name=NODE, shape=SHAPE, prefix="dra-gpu-demo-", keep=keep, wait_for_ready=True
+        node_name=NODE,
+        shape=SHAPE,
+        prefix="dra-gpu-demo-",
+        keep=keep,
+        wait_for_ready=True,
+        extra_args=["--dynamic-mig"],
     )
     work = plugin.work
     try:
@@ -75,9 +82,12 @@ def run_demo(*, keep: bool = False, out: TextIO = sys.stdout) -> int:
             pool = s["spec"]["pool"]
             p.line(
                 f"{s['metadata']['name']}: pool {pool['name']} generation {pool['generation']}, "
-                f"{len(s['spec']['devices'])} devices"
+                f"{len(s['spec'].get('devices', []))} devices, "
+                f"{len(s['spec'].get('sharedCounters', []))} counter sets"
             )
-        for device in slices[0]["spec"]["devices"][:3]:
+        devices = [d for s in slices for d in s["spec"].get("devices", [])]
+        whole = [d for d in devices if d["attributes"]["type"]["string"] == "gpu"]
+        for device in whole[:3]:
             attrs = device["attributes"]
             p.line(
                 f"  {device['name']}: {attrs['productName']['string']}, "
@@ -85,6 +95,10 @@ def run_demo(*, keep: bool = False, out: TextIO = sys.stdout) -> int:
                 f"pci {attrs['resource.kubernetes.io/pciBusID']['string']}"
             )
         p.line("  ...")
+        p.line(
+            f"plus {len(devices) - len(whole)} MIG devices, one per profile and placement, "
+            "created on demand; per-GPU counters keep overlapping ones apart"
+        )
 
         p.step("Allocate claims for two pods")
         claims = demo_claims()
@@ -132,6 +146,28 @@ def run_demo(*, keep: bool = False, out: TextIO = sys.stdout) -> int:
         p.line(f"CDI specs left: {plugin.cdi_files()}")
         _show_checkpoint(p, plugin)
 
+        p.step("Dynamic MIG: three 1g.10gb slices on one GPU, created at Prepare, gone after")
+        mig_claim = make_mig_profile_claim(
+            "inference-slices", "5e1f0c2a-7b3d-4e9a-8c61-0d2b4f6a8e13", ["1g.10gb"] * 3
+        )
+        p.line("requests: 3 x mig.nvidia.com with profile == '1g.10gb', matchAttribute parentUUID")
+        (mig_allocated,), _how = allocate_demo_claims(
+            [mig_claim], slices, cluster.list_device_classes(), NODE
+        )
+        plugin.store_claim(mig_allocated)
+        mig_ref = ClaimRef("default", mig_claim["metadata"]["uid"], "inference-slices")
+        mig_devices = [
+            r["device"] for r in mig_allocated["status"]["allocation"]["devices"]["results"]
+        ]
+        p.line(f"allocated: {', '.join(mig_devices)}")
+        _show_prepare(p, mig_ref, client.prepare([mig_ref], version=version)[mig_ref.uid])
+        minor = int(mig_devices[0].split("-")[1])
+        _show_mig_status(p, plugin, minor, "dra-gpu mig status, after Prepare:")
+        p.line(
+            f"unprepare: {client.unprepare([mig_ref], version=version)[mig_ref.uid].error or 'ok'}"
+        )
+        _show_mig_status(p, plugin, minor, "after Unprepare:")
+
         p.step("SIGTERM: the plugin stops and removes its sockets")
         code = plugin.terminate()
         p.line(f"exit code {code}")
@@ -157,6 +193,13 @@ def _show_prepare(p: _Printer, ref: ClaimRef, result: PrepareResult) -> None:
         )
         for cdi_id in device.cdi_device_ids:
             p.line(f"    CDI {cdi_id}")
+
+
+def _show_mig_status(p: _Printer, plugin: PluginProcess, minor: int, title: str) -> None:
+    """The `dra-gpu mig status` block of GPU `minor`."""
+    layouts = mig_status.collect(plugin_hardware(plugin).nvml)
+    p.line(title)
+    p.line(mig_status.render([g for g in layouts if g.gpu.minor == minor]).rstrip(), indent=5)
 
 
 def _show_checkpoint(p: _Printer, plugin: PluginProcess) -> None:

@@ -19,8 +19,15 @@ an unknown claim succeeds. Every step is a failpoint for the crash tests.
 Locking: the checkpoint's read-modify-write runs under its file lock (plus a
 thread lock), held only for the short bookkeeping steps. Hardware work runs
 under per-GPU locks (`gpu_locks`), so claims on different GPUs, including the
-claims of one kubelet call, prepare in parallel while claims on one GPU are
-serialized. Claims are fetched from the API before any lock is taken.
+claims of one kubelet call, prepare and unprepare in parallel while claims on
+one GPU are serialized. One claim is handled by one call at a time (a kubelet
+that retries while its first call still runs waits for it instead of rolling
+back under it). Claims are fetched from the API before any lock is taken.
+
+Overlap guard: a dynamic MIG device whose memory slices overlap another
+prepared (or half-prepared) claim's, or a whole GPU and a MIG device of it,
+are refused before anything is touched; the scheduler's counters should have
+prevented such an allocation, so it names both devices and claims.
 """
 
 from __future__ import annotations
@@ -28,10 +35,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from dra_driver import cdi, failpoints
 from dra_driver.cdi_store import CdiStore
@@ -42,7 +50,7 @@ from dra_driver.cluster.interface import Cluster
 from dra_driver.devices import AllocatableDevice
 from dra_driver.errors import ClaimError, DraGpuError, NotFoundError
 from dra_driver.host import HostInfo
-from dra_driver.nvml.interface import MigDeviceInfo
+from dra_driver.nvml.interface import MigDeviceInfo, Placement
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle, MigTarget
 from kubelet_plugin.prepare_plan import PlannedDevice, plan_claim
@@ -51,6 +59,9 @@ from kubelet_plugin.service import ClaimRef, PrepareResult, ResultDevice, Unprep
 log = logging.getLogger(__name__)
 
 MAX_PARALLEL_CLAIMS = 16
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 @dataclass
@@ -91,6 +102,7 @@ class GpuDriver:
         self._mig = mig
         self._gpu_locks = gpu_locks
         self._thread_lock = threading.Lock()
+        self._claim_locks = _KeyedLocks()
 
     def set_devices(self, devices: Sequence[AllocatableDevice]) -> None:
         """Replace the devices Prepare accepts (after a re-discovery)."""
@@ -212,37 +224,38 @@ class GpuDriver:
                 results[ref.uid] = PrepareResult(error=str(exc))
         for ref, result in zip(
             [ref for ref, _ in fetched],
-            self._in_parallel([claim for _, claim in fetched]),
+            _in_parallel(self._prepare_guarded, [claim for _, claim in fetched]),
             strict=True,
         ):
             results[ref.uid] = result
         return results
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, UnprepareResult]:
-        results: dict[str, UnprepareResult] = {}
-        for ref in claims:
-            try:
-                self._unprepare_one(ref.uid)
-                results[ref.uid] = UnprepareResult()
-            except DraGpuError as exc:
-                log.warning("unprepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
-                results[ref.uid] = UnprepareResult(error=str(exc))
-        return results
+        return {
+            ref.uid: result
+            for ref, result in zip(
+                claims, _in_parallel(self._unprepare_guarded, claims), strict=True
+            )
+        }
 
     # -- Prepare of one claim -------------------------------------------------------
 
-    def _in_parallel(self, claims: Sequence[AllocatedClaim]) -> list[PrepareResult]:
-        if len(claims) <= 1:
-            return [self._prepare_guarded(claim) for claim in claims]
-        with ThreadPoolExecutor(max_workers=min(len(claims), MAX_PARALLEL_CLAIMS)) as pool:
-            return list(pool.map(self._prepare_guarded, claims))
-
     def _prepare_guarded(self, claim: AllocatedClaim) -> PrepareResult:
         try:
-            return PrepareResult(devices=self._prepare_one(claim))
+            with self._claim_locks.hold(claim.uid):
+                return PrepareResult(devices=self._prepare_one(claim))
         except DraGpuError as exc:
             log.warning("prepare %s (%s): %s", claim.ref, claim.uid, exc)
             return PrepareResult(error=str(exc))
+
+    def _unprepare_guarded(self, ref: ClaimRef) -> UnprepareResult:
+        try:
+            with self._claim_locks.hold(ref.uid):
+                self._unprepare_one(ref.uid)
+            return UnprepareResult()
+        except DraGpuError as exc:
+            log.warning("unprepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
+            return UnprepareResult(error=str(exc))
 
     def _fetch(self, ref: ClaimRef) -> AllocatedClaim:
         try:
@@ -277,6 +290,7 @@ class GpuDriver:
             planned = plan_claim(
                 claim, pool_name=self._pool_name, devices=self._devices, checkpoint=checkpoint
             )
+            self._refuse_overlaps(claim, planned, checkpoint)
             prepared = [self._prepared_device(claim.uid, item) for item in planned]
             save(
                 checkpoint.start(
@@ -299,7 +313,7 @@ class GpuDriver:
                 completed = checkpoint.claims[claim.uid].devices
                 save(checkpoint.complete(claim.uid, completed))
         except DraGpuError:
-            self._roll_back(self._load().claims[claim.uid])
+            self._roll_back(self._load().claims[claim.uid], search_unrecorded=False)
             raise
         failpoints.hit("prepare-after-checkpoint-completed")
         log.info(
@@ -344,13 +358,7 @@ class GpuDriver:
                     _record, mig = self._mig.create(target, progress)
                     created[target.device_name] = mig
 
-        if len(by_gpu) <= 1:
-            for items in by_gpu.values():
-                on_gpu(items)
-        else:
-            with ThreadPoolExecutor(max_workers=len(by_gpu)) as pool:
-                for future in [pool.submit(on_gpu, items) for items in by_gpu.values()]:
-                    future.result()
+        _run_all(on_gpu, list(by_gpu.values()))
         return created
 
     def _record_progress(self, uid: str, index: int, record: MigRecord) -> None:
@@ -360,11 +368,64 @@ class GpuDriver:
             save(checkpoint.update_devices(uid, devices))
         failpoints.hit(f"mig-after-{record.stage}-recorded")
 
+    def _refuse_overlaps(
+        self, claim: AllocatedClaim, planned: Sequence[PlannedDevice], checkpoint: Checkpoint
+    ) -> None:
+        """Refuse a claim whose MIG slices or whole GPUs collide with another claim's or
+        its own (see the module docstring); nothing has been touched yet."""
+        held: list[tuple[_Footprint, str, str]] = []  # footprint, device name, holder
+        for entry in checkpoint.claims.values():
+            if entry.uid == claim.uid:
+                continue
+            for prepared in entry.devices:
+                footprint = None if prepared.admin_access else self._prepared_footprint(prepared)
+                if footprint is not None:
+                    held.append(
+                        (
+                            footprint,
+                            prepared.device,
+                            f"prepared for claim {entry.namespace}/{entry.name} (uid {entry.uid})",
+                        )
+                    )
+        where = f"ResourceClaim {claim.namespace}/{claim.name}: status.allocation.devices.results"
+        for index, item in enumerate(planned):
+            footprint = None if item.result.admin_access else _footprint(item.device)
+            if footprint is None:
+                continue
+            for other, name, holder in held:
+                # The same device twice is plan_claim's business (shared or refused there).
+                if name != item.device.name and footprint.collides(other):
+                    raise ClaimError(
+                        f"{where}[{index}]: device {item.device.name!r} ({footprint}) overlaps "
+                        f"device {name!r} ({other}) {holder}; the allocation is inconsistent, "
+                        "refusing to prepare it"
+                    )
+            held.append((footprint, item.device.name, "of the same claim"))
+
+    def _prepared_footprint(self, prepared: PreparedDevice) -> _Footprint | None:
+        mig = prepared.mig
+        if mig is not None:
+            if not mig.created_by_us:
+                return None  # an existing (static) MIG device: nothing is created for it
+            placement = Placement(mig.placement_start, mig.placement_size)
+            return _Footprint(mig.parent_uuid, placement)
+        device = self._devices.get(prepared.device)
+        return None if device is None else _footprint(device)
+
     # -- rollback and Unprepare ---------------------------------------------------
 
-    def _roll_back(self, entry: ClaimEntry) -> None:
-        """Undo a half-done Prepare: destroy what it created, forget it."""
-        self._destroy_mig_devices(entry)
+    def _roll_back(self, entry: ClaimEntry, *, search_unrecorded: bool = True) -> None:
+        """Undo a half-done Prepare: destroy what it created, forget it.
+
+        After a crash, a GPU instance may exist that was created but not yet
+        recorded; it is found by profile and placement (`search_unrecorded`).
+        A Prepare that failed in this process recorded everything it created
+        (MigLifecycle.create undoes a GI it could not report), so it skips that
+        search: an instance at that place is someone else's, typically an
+        admin's made after the devices were published, which is why creating
+        ours failed. It must survive the rollback.
+        """
+        self._destroy_mig_devices(entry, search_unrecorded=search_unrecorded)
         with self._checkpoint() as (checkpoint, save):
             self._cdi.remove(entry.uid)
             save(checkpoint.remove(entry.uid))
@@ -383,9 +444,11 @@ class GpuDriver:
         failpoints.hit("unprepare-after-checkpoint-removed")
         log.info("unprepared %s", entry.ref)
 
-    def _destroy_mig_devices(self, entry: ClaimEntry) -> None:
+    def _destroy_mig_devices(self, entry: ClaimEntry, *, search_unrecorded: bool = True) -> None:
+        """Destroy the MIG devices `entry` created, GPU by GPU in parallel."""
         records = [d.mig for d in entry.devices if d.mig is not None and d.mig.created_by_us]
-        for uuid in sorted({record.parent_uuid for record in records}):
+
+        def on_gpu(uuid: str) -> None:
             with self._gpu_locks.hold([uuid]):
                 others = {
                     (d.mig.parent_uuid, d.mig.gi_id)
@@ -397,11 +460,13 @@ class GpuDriver:
                 for record in records:
                     if record.parent_uuid != uuid:
                         continue
-                    found = self._mig.find_unrecorded(record)
+                    found = self._mig.find_unrecorded(record) if search_unrecorded else record
                     if (found.parent_uuid, found.gi_id) in others:
                         continue  # the id now belongs to another claim's instance
                     self._mig.destroy(found)
                 self._mig.release_gpu(uuid)
+
+        _run_all(on_gpu, sorted({record.parent_uuid for record in records}))
 
     def _mig_exists(self, record: MigRecord) -> bool:
         found = self._mig.find_unrecorded(
@@ -487,3 +552,79 @@ def _result_devices(devices: Sequence[PreparedDevice]) -> tuple[ResultDevice, ..
         )
         for device in devices
     )
+
+
+@dataclass(frozen=True)
+class _Footprint:
+    """What a device takes of its GPU: some memory slices, or (placement None) all of it."""
+
+    gpu_uuid: str
+    placement: Placement | None
+
+    def collides(self, other: _Footprint) -> bool:
+        if self.gpu_uuid != other.gpu_uuid:
+            return False
+        if self.placement is None or other.placement is None:
+            return True
+        return self.placement.overlaps(other.placement)
+
+    def __str__(self) -> str:
+        if self.placement is None:
+            return f"the whole GPU {self.gpu_uuid}"
+        last = self.placement.start + self.placement.size - 1
+        return f"memory slices {self.placement.start}..{last} of GPU {self.gpu_uuid}"
+
+
+def _footprint(device: AllocatableDevice) -> _Footprint | None:
+    """A dynamic MIG device's slices or a whole GPU; None for existing MIG devices."""
+    if device.dynamic is not None:
+        return _Footprint(device.dynamic.parent_uuid, device.dynamic.placement)
+    if device.kind == "gpu":
+        return _Footprint(device.gpu.uuid, None)
+    return None
+
+
+class _KeyedLocks:
+    """One lock per key (a claim UID), forgotten when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, tuple[threading.Lock, int]] = {}
+
+    @contextmanager
+    def hold(self, key: str) -> Iterator[None]:
+        with self._guard:
+            lock, users = self._locks.get(key, (threading.Lock(), 0))
+            self._locks[key] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._guard:
+                lock, users = self._locks[key]
+                if users == 1:
+                    del self._locks[key]
+                else:
+                    self._locks[key] = (lock, users - 1)
+
+
+def _in_parallel(work: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
+    """`work` over `items` on up to MAX_PARALLEL_CLAIMS threads, results in order."""
+    if len(items) <= 1:
+        return [work(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(len(items), MAX_PARALLEL_CLAIMS)) as pool:
+        return list(pool.map(work, items))
+
+
+def _run_all(work: Callable[[_T], None], items: Iterable[_T]) -> None:
+    """`work` over `items` in parallel; every item runs to its end even when another
+    fails (so nothing is left half-done), then the first error is raised."""
+    jobs = list(items)
+    if len(jobs) <= 1:
+        for job in jobs:
+            work(job)
+        return
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        futures = [pool.submit(work, job) for job in jobs]
+    for future in futures:
+        future.result()

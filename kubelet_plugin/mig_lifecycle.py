@@ -86,7 +86,11 @@ class MigLifecycle:
             raise ClaimError(f"{where}: creating the GPU instance failed: {exc}") from exc
         failpoints.hit("mig-after-gi-created")
         record = record.with_gpu_instance(gi.id)
-        progress(record)
+        try:
+            progress(record)
+        except Exception:
+            self._destroy_gi(target.parent_uuid, gi.id)  # unrecorded: nobody else could find it
+            raise
         try:
             mig = self._nvml.create_compute_instance(
                 target.parent_uuid, gi.id, target.ci_profile_id
@@ -119,11 +123,14 @@ class MigLifecycle:
     def destroy(self, record: MigRecord) -> None:
         """Destroy what `record` says we created: every CI of its GI, then the GI.
 
-        Missing instances count as destroyed, so repeating it is harmless.
+        Missing instances count as destroyed, so repeating it is harmless. A GI
+        whose id now names another profile or placement is not ours: it stays.
         """
         if not record.created_by_us or record.gi_id is None:
             return
         uuid, gi_id = record.parent_uuid, record.gi_id
+        if not self._is_recorded_instance(record):
+            return
         try:
             cis = self._nvml.compute_instances(uuid, gi_id)
         except NvmlError as exc:
@@ -160,6 +167,8 @@ class MigLifecycle:
                 f"{codes.ERROR_STRINGS.get(status, str(status))} ({status})"
             )
         log.info("GPU %s: MIG mode %s", uuid, action)
+        if enabled:
+            failpoints.hit("mig-after-mig-enabled")
 
     def release_gpu(self, uuid: str) -> None:
         """After the last dynamic MIG device of a GPU is gone, turn MIG off (Hopper+)."""
@@ -180,6 +189,7 @@ class MigLifecycle:
             )
         else:
             log.info("GPU %s: no MIG devices left, MIG mode off", uuid)
+            failpoints.hit("mig-after-mig-disabled")
 
     def instances(self) -> list[tuple[str, int, str]]:
         """Every GPU instance on the node: (parent UUID, GI id, profile name)."""
@@ -197,6 +207,39 @@ class MigLifecycle:
         for ci in self._nvml.compute_instances(uuid, gi_id):
             self._nvml.destroy_compute_instance(uuid, gi_id, ci.id)
         self._destroy_gi(uuid, gi_id)
+
+    def _is_recorded_instance(self, record: MigRecord) -> bool:
+        """Whether the GI `record` names still exists and is the one we created.
+
+        A GI id is reused once its instance is gone: if someone else destroyed
+        ours, the id may now name another profile or placement (an admin's
+        instance), which must be left alone.
+        """
+        try:
+            instances = self._nvml.gpu_instances(record.parent_uuid)
+        except NvmlError as exc:
+            if exc.code in (codes.ERROR_NOT_FOUND, codes.ERROR_NOT_SUPPORTED):
+                return False  # MIG mode (and with it every instance) is gone
+            raise
+        found = next((gi for gi in instances if gi.id == record.gi_id), None)
+        if found is None:
+            return False
+        placement = Placement(record.placement_start, record.placement_size)
+        if found.profile_id != record.profile_id or found.placement != placement:
+            log.warning(
+                "GPU %s: GI %d is now profile %d at slices %d+%d, not the instance we created "
+                "(profile %d at %d+%d); leaving it alone",
+                record.parent_uuid,
+                found.id,
+                found.profile_id,
+                found.placement.start,
+                found.placement.size,
+                record.profile_id,
+                record.placement_start,
+                record.placement_size,
+            )
+            return False
+        return True
 
     def _destroy_gi(self, uuid: str, gi_id: int) -> None:
         try:
