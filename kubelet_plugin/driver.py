@@ -50,7 +50,7 @@ from dra_driver.cluster.interface import Cluster
 from dra_driver.devices import AllocatableDevice
 from dra_driver.errors import ClaimError, DraGpuError, NotFoundError
 from dra_driver.host import HostInfo
-from dra_driver.nvml.interface import MigDeviceInfo, Placement
+from dra_driver.nvml.interface import MigDeviceInfo
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle, MigTarget
 from kubelet_plugin.prepare_plan import PlannedDevice, plan_claim
@@ -290,7 +290,6 @@ class GpuDriver:
             planned = plan_claim(
                 claim, pool_name=self._pool_name, devices=self._devices, checkpoint=checkpoint
             )
-            self._refuse_overlaps(claim, planned, checkpoint)
             prepared = [self._prepared_device(claim.uid, item) for item in planned]
             save(
                 checkpoint.start(
@@ -367,50 +366,6 @@ class GpuDriver:
             devices[index] = dataclasses.replace(devices[index], mig=record)
             save(checkpoint.update_devices(uid, devices))
         failpoints.hit(f"mig-after-{record.stage}-recorded")
-
-    def _refuse_overlaps(
-        self, claim: AllocatedClaim, planned: Sequence[PlannedDevice], checkpoint: Checkpoint
-    ) -> None:
-        """Refuse a claim whose MIG slices or whole GPUs collide with another claim's or
-        its own (see the module docstring); nothing has been touched yet."""
-        held: list[tuple[_Footprint, str, str]] = []  # footprint, device name, holder
-        for entry in checkpoint.claims.values():
-            if entry.uid == claim.uid:
-                continue
-            for prepared in entry.devices:
-                footprint = None if prepared.admin_access else self._prepared_footprint(prepared)
-                if footprint is not None:
-                    held.append(
-                        (
-                            footprint,
-                            prepared.device,
-                            f"prepared for claim {entry.namespace}/{entry.name} (uid {entry.uid})",
-                        )
-                    )
-        where = f"ResourceClaim {claim.namespace}/{claim.name}: status.allocation.devices.results"
-        for index, item in enumerate(planned):
-            footprint = None if item.result.admin_access else _footprint(item.device)
-            if footprint is None:
-                continue
-            for other, name, holder in held:
-                # The same device twice is plan_claim's business (shared or refused there).
-                if name != item.device.name and footprint.collides(other):
-                    raise ClaimError(
-                        f"{where}[{index}]: device {item.device.name!r} ({footprint}) overlaps "
-                        f"device {name!r} ({other}) {holder}; the allocation is inconsistent, "
-                        "refusing to prepare it"
-                    )
-            held.append((footprint, item.device.name, "of the same claim"))
-
-    def _prepared_footprint(self, prepared: PreparedDevice) -> _Footprint | None:
-        mig = prepared.mig
-        if mig is not None:
-            if not mig.created_by_us:
-                return None  # an existing (static) MIG device: nothing is created for it
-            placement = Placement(mig.placement_start, mig.placement_size)
-            return _Footprint(mig.parent_uuid, placement)
-        device = self._devices.get(prepared.device)
-        return None if device is None else _footprint(device)
 
     # -- rollback and Unprepare ---------------------------------------------------
 
@@ -552,36 +507,6 @@ def _result_devices(devices: Sequence[PreparedDevice]) -> tuple[ResultDevice, ..
         )
         for device in devices
     )
-
-
-@dataclass(frozen=True)
-class _Footprint:
-    """What a device takes of its GPU: some memory slices, or (placement None) all of it."""
-
-    gpu_uuid: str
-    placement: Placement | None
-
-    def collides(self, other: _Footprint) -> bool:
-        if self.gpu_uuid != other.gpu_uuid:
-            return False
-        if self.placement is None or other.placement is None:
-            return True
-        return self.placement.overlaps(other.placement)
-
-    def __str__(self) -> str:
-        if self.placement is None:
-            return f"the whole GPU {self.gpu_uuid}"
-        last = self.placement.start + self.placement.size - 1
-        return f"memory slices {self.placement.start}..{last} of GPU {self.gpu_uuid}"
-
-
-def _footprint(device: AllocatableDevice) -> _Footprint | None:
-    """A dynamic MIG device's slices or a whole GPU; None for existing MIG devices."""
-    if device.dynamic is not None:
-        return _Footprint(device.dynamic.parent_uuid, device.dynamic.placement)
-    if device.kind == "gpu":
-        return _Footprint(device.gpu.uuid, None)
-    return None
 
 
 class _KeyedLocks:

@@ -2,7 +2,8 @@
 
 Given an allocated claim, the devices this node publishes and the current
 checkpoint, `plan_claim` checks that every result names a device we own,
-that no other prepared claim holds it (the overlap guard), that its opaque
+that no other prepared claim holds it or overlaps it (a whole GPU and a
+MIG device on it, or two MIG placements sharing memory slices), that its opaque
 configs decode and can be honoured, and returns the devices to prepare. It
 is pure so every refusal can be tested directly; the I/O (CDI files,
 checkpoint writes) happens in `kubelet_plugin.driver`.
@@ -10,14 +11,15 @@ checkpoint writes) happens in `kubelet_plugin.driver`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from dra_driver.checkpoint import Checkpoint
+from dra_driver.checkpoint import Checkpoint, PreparedDevice
 from dra_driver.claims import AllocatedClaim, DeviceResult
 from dra_driver.device_config import effective_configs, unsupported_sharing
 from dra_driver.devices import AllocatableDevice
 from dra_driver.errors import ClaimError
+from dra_driver.nvml.interface import Placement
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ def plan_claim(
                     f"{_describe_owner(checkpoint, owner)}; refusing to hand it out twice"
                 )
         planned.append(PlannedDevice(result=result, device=device))
+    _refuse_overlaps(claim, planned, checkpoint, devices)
     configs = effective_configs(claim, {item.device.name: item.device.kind for item in planned})
     problem = unsupported_sharing(claim, configs)
     if problem is not None:
@@ -73,3 +76,84 @@ def _describe_owner(checkpoint: Checkpoint, uid: str) -> str:
     if entry is None:
         return uid
     return f"{entry.namespace}/{entry.name} (uid {uid})"
+
+
+def _refuse_overlaps(
+    claim: AllocatedClaim,
+    planned: Sequence[PlannedDevice],
+    checkpoint: Checkpoint,
+    devices: Mapping[str, AllocatableDevice],
+) -> None:
+    """Refuse a claim whose MIG slices or whole GPUs collide with another claim's or
+    its own (see the module docstring); nothing has been touched yet."""
+    held: list[tuple[_Footprint, str, str]] = []  # footprint, device name, holder
+    for entry in checkpoint.claims.values():
+        if entry.uid == claim.uid:
+            continue
+        for prepared in entry.devices:
+            footprint = None if prepared.admin_access else _prepared_footprint(prepared, devices)
+            if footprint is not None:
+                held.append(
+                    (
+                        footprint,
+                        prepared.device,
+                        f"prepared for claim {entry.namespace}/{entry.name} (uid {entry.uid})",
+                    )
+                )
+    where = f"ResourceClaim {claim.namespace}/{claim.name}: status.allocation.devices.results"
+    for index, item in enumerate(planned):
+        footprint = None if item.result.admin_access else _footprint(item.device)
+        if footprint is None:
+            continue
+        for other, name, holder in held:
+            # The same device twice is plan_claim's business (shared or refused there).
+            if name != item.device.name and footprint.collides(other):
+                raise ClaimError(
+                    f"{where}[{index}]: device {item.device.name!r} ({footprint}) overlaps "
+                    f"device {name!r} ({other}) {holder}; the allocation is inconsistent, "
+                    "refusing to prepare it"
+                )
+        held.append((footprint, item.device.name, "of the same claim"))
+
+
+def _prepared_footprint(
+    prepared: PreparedDevice, devices: Mapping[str, AllocatableDevice]
+) -> _Footprint | None:
+    mig = prepared.mig
+    if mig is not None:
+        if not mig.created_by_us:
+            return None  # an existing (static) MIG device: nothing is created for it
+        placement = Placement(mig.placement_start, mig.placement_size)
+        return _Footprint(mig.parent_uuid, placement)
+    device = devices.get(prepared.device)
+    return None if device is None else _footprint(device)
+
+
+@dataclass(frozen=True)
+class _Footprint:
+    """What a device takes of its GPU: some memory slices, or (placement None) all of it."""
+
+    gpu_uuid: str
+    placement: Placement | None
+
+    def collides(self, other: _Footprint) -> bool:
+        if self.gpu_uuid != other.gpu_uuid:
+            return False
+        if self.placement is None or other.placement is None:
+            return True
+        return self.placement.overlaps(other.placement)
+
+    def __str__(self) -> str:
+        if self.placement is None:
+            return f"the whole GPU {self.gpu_uuid}"
+        last = self.placement.start + self.placement.size - 1
+        return f"memory slices {self.placement.start}..{last} of GPU {self.gpu_uuid}"
+
+
+def _footprint(device: AllocatableDevice) -> _Footprint | None:
+    """A dynamic MIG device's slices or a whole GPU; None for existing MIG devices."""
+    if device.dynamic is not None:
+        return _Footprint(device.dynamic.parent_uuid, device.dynamic.placement)
+    if device.kind == "gpu":
+        return _Footprint(device.gpu.uuid, None)
+    return None
