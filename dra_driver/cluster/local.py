@@ -27,6 +27,11 @@ from typing import Any
 
 import yaml
 
+try:  # libyaml's C parser: several times faster, and the plugin reads a claim per Prepare
+    from yaml import CSafeLoader as _SafeLoader
+except ImportError:  # PyYAML built without libyaml
+    from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
+
 from dra_driver.cluster import apiserver_rules as rules
 from dra_driver.cluster.apiserver_rules import (
     DEVICE_CLASS,
@@ -45,7 +50,7 @@ _VERSION_FILE = ".resource-version"
 _SUFFIX = ".yaml"
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(_SafeLoader):
     """SafeLoader that keeps timestamps as strings, as they are in the API's JSON."""
 
 
