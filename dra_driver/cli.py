@@ -24,18 +24,32 @@ NVML_HELP = (
 )
 
 
-def _add_hardware_flags(parser: argparse.ArgumentParser) -> None:
+def _positive_seconds(text: str) -> float:
+    """An argparse type: seconds > 0 (0 or less would re-sync in a busy loop)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 seconds")
+    return value
+
+
+def _add_hardware_flags(parser: argparse.ArgumentParser, *, latency: bool = False) -> None:
+    """--nvml and --sim-state; --sim-latency only where operations run (the plugin)."""
     parser.add_argument("--nvml", required=True, help=NVML_HELP)
     parser.add_argument(
         "--sim-state",
         type=Path,
         help="state file of the simulated hardware (MIG mode, instances); shared across restarts",
     )
-    parser.add_argument(
-        "--sim-latency",
-        default="",
-        help="simulated operation latencies, e.g. gi-create=1,gi-destroy=1,ci-create=0.1 (seconds)",
-    )
+    if latency:
+        parser.add_argument(
+            "--sim-latency",
+            default="",
+            help="simulated operation latencies, e.g. gi-create=1,gi-destroy=1,ci-create=0.1 "
+            "(seconds)",
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,11 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     plugin.add_argument("--cdi-root", type=Path, default=Path("/var/run/cdi"))
     plugin.add_argument(
         "--publish-interval",
-        type=float,
+        type=_positive_seconds,
         default=30.0,
         help="seconds between ResourceSlice re-syncs (the kubelet wipes slices when it restarts)",
     )
-    _add_hardware_flags(plugin)
+    _add_hardware_flags(plugin, latency=True)
     plugin.add_argument(
         "--dynamic-mig",
         action=argparse.BooleanOptionalAction,
@@ -188,8 +202,8 @@ def _add_scenario_flags(parser: argparse.ArgumentParser, *, files_required: bool
         "--mig",
         choices=("dynamic", "static"),
         default="dynamic",
-        help="how --nodes publish MIG-capable GPUs: dynamic = the kubelet plugin with "
-        "--dynamic-mig (every MIG placement, partitionable); static = without it",
+        help="how --nodes publish MIG-capable GPUs: dynamic (the default) = the kubelet plugin "
+        "with --dynamic-mig (every MIG placement, partitionable); static = without it",
     )
     parser.add_argument(
         "--feature-gates",

@@ -22,7 +22,8 @@ because the person reading them is an admin looking at a pending pod.
     └── PluginError            the kubelet plugin cannot start or serve
 
 Third-party exceptions (pynvml, kubernetes ApiException, OSError, yaml) are
-wrapped with `raise ... from exc` at the I/O boundary so the cause is kept.
+wrapped with `raise ... from exc` at the I/O boundary so the cause is kept;
+`yaml_problem` puts a YAML parser error on the one line such a message needs.
 """
 
 from __future__ import annotations
@@ -106,3 +107,20 @@ class AllocationError(DraGpuError):
 
 class PluginError(DraGpuError):
     """The kubelet plugin cannot start or serve."""
+
+
+def yaml_problem(exc: Exception) -> str:
+    """A PyYAML error on one line: `line L, column C: <problem> (<context>)`.
+
+    PyYAML's own text spans several lines and quotes the source with a caret,
+    which reads badly after "dra-gpu simulate: <file>:". Duck-typed (the
+    `problem`/`problem_mark`/`context` of `yaml.MarkedYAMLError`) so this
+    module does not import yaml; other errors fall back to their text, joined.
+    """
+    problem = getattr(exc, "problem", None)
+    if not problem:
+        return " ".join(str(exc).split())
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    context = getattr(exc, "context", None)
+    return f"{where}{problem}" + (f" ({context})" if context else "")

@@ -35,10 +35,12 @@ class _Printer:
     def __init__(self, out: TextIO) -> None:
         self._out = out
         self._step = 0
+        # Bold step titles on a terminal only: piped or logged, escapes are noise.
+        self._bold, self._plain = ("\033[1m", "\033[0m") if out.isatty() else ("", "")
 
     def step(self, title: str) -> None:
         self._step += 1
-        self._out.write(f"\n\033[1m== {self._step}. {title}\033[0m\n")
+        self._out.write(f"\n{self._bold}== {self._step}. {title}{self._plain}\n")
 
     def line(self, text: str = "", indent: int = 3) -> None:
         for part in text.splitlines() or [""]:

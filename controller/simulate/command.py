@@ -172,14 +172,14 @@ def run_explain(
     out, err = out or sys.stdout, err or sys.stderr
     features = parse_features(feature_gates, release)
     if claim and pod:
-        raise ConfigError("explain: give --claim or --pod, not both")
+        raise ConfigError("give --claim or --pod, not both")
     if bool(files) == bool(cluster):
-        raise ConfigError("explain: give either -f FILE (a simulation) or --cluster")
+        raise ConfigError("give either -f FILE (a simulation) or --cluster")
     claim_key = _key(claim, namespace, "--claim") if claim else None
     pod_key = _key(pod, namespace, "--pod") if pod else None
     if cluster:
         if not claim_key and not pod_key:
-            raise ConfigError("explain --cluster: name the subject with --claim or --pod")
+            raise ConfigError("--cluster: name the subject with --claim or --pod")
         simulation, item = _from_cluster(cluster, kubeconfig, claim_key, pod_key, features)
     else:
         scenario = load_scenario(
@@ -216,7 +216,7 @@ def _replay(
         )
         if target is None:
             what = f"pod {pod_key}" if pod_key else f"ResourceClaim {claim_key}"
-            raise ConfigError(f"explain: no {what} in the files (after expanding workloads)")
+            raise ConfigError(f"no {what} in the files (after expanding workloads)")
     simulation = _simulation(scenario, workload, features)
     if target is not None:
         simulation.run(workload.items, stop_before=lambda item: item is target)
@@ -270,7 +270,7 @@ def _from_cluster(
         )
     assert claim_key is not None
     if claim_key not in claims:
-        raise ConfigError(f"explain: ResourceClaim {claim_key} not found in {spec}")
+        raise ConfigError(f"ResourceClaim {claim_key} not found in {spec}")
     namespace, name = claim_key.split("/", 1)
     return simulation, WorkItem(namespace, name, None)
 
@@ -302,7 +302,8 @@ def _explain(
         nodes = [n for n in simulation.nodes if n.name == node]
         if not nodes:
             names = ", ".join(n.name for n in simulation.nodes[:5])
-            raise ConfigError(f"explain --node {node}: no such node (nodes: {names}...)")
+            more = ", ..." if len(simulation.nodes) > 5 else ""
+            raise ConfigError(f"--node {node}: no such node (nodes: {names}{more})")
     elif not problem:
         nodes, problem = simulation.candidate_nodes(item)
     diagnosis = None

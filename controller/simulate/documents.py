@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from dra_driver.errors import ConfigError
+from dra_driver.errors import ConfigError, yaml_problem
 
 STDIN = "-"
 
@@ -66,7 +66,9 @@ def parse_documents(text: str, name: str) -> Iterator[SourcedObject]:
         except StopIteration:
             return
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{name}: document {index}: not valid YAML: {exc}") from exc
+            raise ConfigError(
+                f"{name}: document {index}: not valid YAML: {yaml_problem(exc)}"
+            ) from exc
         source = f"{name}#{index}"
         index += 1
         if document is None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from controller.simulate.claims import claim_from_template
@@ -105,6 +106,10 @@ def read_cluster(
 
         cluster: Any = KubeCluster(core.client)
     else:
+        directory = spec.removeprefix("local:")
+        if directory != spec and directory and not Path(directory).expanduser().is_dir():
+            # LocalCluster would create it: a typo would read as an empty cluster.
+            raise ConfigError(f"--cluster {spec}: {directory} is not a directory")
         cluster = open_cluster(spec, kubeconfig=kubeconfig)
     objects = ClusterObjects(
         slices=cluster.list_resource_slices(),

@@ -80,12 +80,13 @@ def parse_node_spec(spec: str) -> list[NodeRequest]:
         if not sep:
             shape, count_text = part, "1"
         shape = shape.strip()
+        where = f"--nodes {spec!r}" + (f": {part!r}" if part != spec.strip() else "")
         try:
             count = int(count_text)
         except ValueError as exc:
-            raise ConfigError(f"--nodes {spec!r}: {part!r}: the count must be an integer") from exc
+            raise ConfigError(f"{where}: the count must be an integer") from exc
         if not shape or count < 1:
-            raise ConfigError(f"--nodes {spec!r}: {part!r}: expected SHAPE=COUNT with COUNT >= 1")
+            raise ConfigError(f"{where}: expected SHAPE=COUNT with COUNT >= 1")
         requests.append(NodeRequest(shape, count))
     if not requests:
         raise ConfigError(f"--nodes {spec!r}: expected SHAPE=COUNT[,SHAPE=COUNT...]")

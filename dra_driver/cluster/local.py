@@ -40,7 +40,7 @@ from dra_driver.cluster.apiserver_rules import (
     ResourceKind,
 )
 from dra_driver.cluster.interface import Obj
-from dra_driver.errors import ClusterError, NotFoundError
+from dra_driver.errors import ClusterError, NotFoundError, yaml_problem
 from dra_driver.fsutil import atomic_write, remove_file
 
 __all__ = ["LocalCluster", "dump_yaml"]
@@ -204,7 +204,9 @@ class LocalCluster:
         try:
             obj = yaml.load(text, Loader=_Loader)
         except yaml.YAMLError as exc:
-            raise ClusterError(f"{kind.kind} file {path}: not valid YAML: {exc}") from exc
+            raise ClusterError(
+                f"{kind.kind} file {path}: not valid YAML: {yaml_problem(exc)}"
+            ) from exc
         if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
             raise ClusterError(f"{kind.kind} file {path}: not an API object (no metadata)")
         meta = obj["metadata"]

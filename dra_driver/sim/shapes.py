@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from dra_driver.errors import ConfigError
+from dra_driver.errors import ConfigError, yaml_problem
 from dra_driver.sim.models import MODELS, GpuModel, find_model
 
 MAX_GPUS = 32  # the MIG capability minors cover gpu0..gpu31 (§5)
@@ -138,7 +138,7 @@ def load_shape_file(path: Path) -> NodeShape:
     except OSError as exc:
         raise ConfigError(f"shape file {path}: cannot read: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"shape file {path}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"shape file {path}: not valid YAML: {yaml_problem(exc)}") from exc
     if not isinstance(doc, dict):
         raise ConfigError(f"shape file {path}: must be a mapping with a 'gpus' list")
     _no_unknown_keys(doc, _TOP_KEYS, f"shape file {path}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dra_driver.cli import main
 from dra_driver.mig_status import collect, render
 from dra_driver.nvml.backend import open_hardware
@@ -54,3 +56,11 @@ def test_cli_reads_a_shared_state_file(tmp_path, capsys) -> None:
     block = next(b for b in out.split("\n\n") if b.startswith("gpu-3"))
     assert "MIG on" in block
     assert "1g.10gb" in block
+
+
+def test_sim_latency_is_refused_where_it_would_do_nothing(capsys) -> None:
+    # mig status and inventory only read the hardware: a latency flag there was silently ignored.
+    with pytest.raises(SystemExit) as exited:
+        main(["mig", "status", "--nvml", "sim:dgx-h100", "--sim-latency", "gi-create=1"])
+    assert exited.value.code == 2
+    assert "unrecognized arguments: --sim-latency" in capsys.readouterr().err

@@ -200,8 +200,14 @@ def test_node_spec_parsing() -> None:
         NodeRequest("dgx-h100", 2),
         NodeRequest("l4-node", 1),
     ]
-    with pytest.raises(ConfigError, match="count must be an integer"):
+    with pytest.raises(ConfigError) as err:
         parse_node_spec("dgx-h100=two")
+    assert str(err.value) == "--nodes 'dgx-h100=two': the count must be an integer"
+    with pytest.raises(ConfigError) as err:
+        parse_node_spec("l4-node=1,dgx-h100=0")
+    assert str(err.value) == (
+        "--nodes 'l4-node=1,dgx-h100=0': 'dgx-h100=0': expected SHAPE=COUNT with COUNT >= 1"
+    )
     with pytest.raises(ConfigError, match="named twice"):
         parse_node_spec("l4-node=1,l4-node=2")
 

@@ -324,6 +324,33 @@ def test_explain_reads_a_local_cluster_store(
     assert "--pod needs --cluster kube" in err
 
 
+def test_an_unknown_node_lists_the_nodes_once_without_repeating_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "cluster.yaml"
+    claim = _claim("any", _request("gpu", "gpu.nvidia.com"))
+    path.write_text(yaml.safe_dump_all([*_cluster(), claim]), encoding="utf-8")
+
+    code = main(["explain", "-f", str(path), "--claim", "ml/any", "--node", "n9"])
+
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip() == "dra-gpu explain: --node n9: no such node (nodes: n1, n2)"
+
+
+def test_a_local_store_that_does_not_exist_is_an_error_not_an_empty_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "typo"
+
+    code = main(["explain", "--cluster", f"local:{missing}", "--claim", "ml/h100"])
+
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"{missing} is not a directory" in err
+    assert not missing.exists()
+
+
 def test_a_pods_claims_are_named_by_their_pod_claim_names(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -390,7 +390,8 @@ def test_bad_yaml_names_the_file_and_document(
 
     err = capsys.readouterr().err
     assert code == 2
-    assert f"{path}: document 1: not valid YAML" in err
+    assert f"{path}: document 1: not valid YAML: line 5, column 1: " in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_slices_from_files_define_the_nodes(
@@ -441,3 +442,9 @@ def test_the_shipped_examples_behave_as_their_comments_say(
     assert code == 1
     assert sum(1 for r in records if r["placed"]) == placed
     assert [r["pod"] for r in records if not r["placed"]] == unplaced
+
+
+def test_help_says_which_mig_mode_nodes_get_by_default(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    assert "dynamic (the default)" in " ".join(capsys.readouterr().out.split())

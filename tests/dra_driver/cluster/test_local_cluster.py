@@ -94,8 +94,11 @@ def test_corrupt_file_is_an_error_naming_the_file(tmp_path: Path) -> None:
     cluster.create_resource_slice(copy.deepcopy(SLICE))
     bad = tmp_path / "resourceslices" / "broken.yaml"
     bad.write_text("spec: [unclosed\n")
-    with pytest.raises(ClusterError, match=r"broken\.yaml.*not valid YAML"):
+    with pytest.raises(
+        ClusterError, match=r"broken\.yaml.*not valid YAML: line 2, column 1"
+    ) as err:
         cluster.list_resource_slices()
+    assert "\n" not in str(err.value)
     claim_file = tmp_path / "resourceclaims" / "gpu-test" / "claim-1.yaml"
     claim_file.parent.mkdir(parents=True)
     claim_file.write_text("- just\n- a list\n")

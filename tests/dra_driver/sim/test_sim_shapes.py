@@ -112,6 +112,16 @@ def test_bad_yaml_shapes_name_the_file_and_the_field(tmp_path: Path, text: str, 
     assert field in str(err.value)
 
 
+def test_a_yaml_syntax_error_is_one_line_with_its_position(tmp_path: Path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("gpus:\n  - model: L4\n    count: [\n")
+    with pytest.raises(ConfigError) as err:
+        load_shape(str(path))
+    message = str(err.value)
+    assert "\n" not in message
+    assert f"shape file {path}: not valid YAML: line 4, column 1: " in message
+
+
 def test_missing_shape_file(tmp_path: Path):
     path = tmp_path / "nope.yaml"
     with pytest.raises(ConfigError, match="cannot read"):
