@@ -74,6 +74,7 @@ class RecoveryReport:
     rolled_back: list[str] = field(default_factory=list)
     unprepare_finished: list[str] = field(default_factory=list)
     missing_mig_devices: list[str] = field(default_factory=list)
+    rollback_failed: list[str] = field(default_factory=list)
 
 
 class GpuDriver:
@@ -146,13 +147,13 @@ class GpuDriver:
         checkpoint = self._load()
         for entry in checkpoint.in_state(ClaimState.PrepareStarted):
             log.warning("%s was left half-prepared; rolling it back", entry.ref)
-            self._roll_back(entry)
-            report.rolled_back.append(entry.uid)
+            if self._recover_roll_back(entry, report):
+                report.rolled_back.append(entry.uid)
         for entry in checkpoint.in_state(ClaimState.PrepareCompleted):
             if not self._cdi.path_for(entry.uid).exists():
                 log.warning("%s has no CDI spec: finishing its interrupted Unprepare", entry.ref)
-                self._roll_back(entry)
-                report.unprepare_finished.append(entry.uid)
+                if self._recover_roll_back(entry, report):
+                    report.unprepare_finished.append(entry.uid)
         with self._checkpoint() as (checkpoint, _save):
             for temp in self._cdi.remove_temp_files():
                 log.warning("removed %s, left by an interrupted CDI spec write", temp)
@@ -174,6 +175,22 @@ class GpuDriver:
                         )
         return report
 
+    def _recover_roll_back(self, entry: ClaimEntry, report: RecoveryReport) -> bool:
+        """Roll `entry` back at start-up; on failure keep it for a later try and go on.
+
+        One instance the GPU will not let go of must not keep the plugin from
+        serving every other claim of the node (a crash loop would also block
+        every Unprepare). The entry stays, so its devices stay refused to other
+        claims, and the claim's next Prepare or Unprepare rolls it back again.
+        """
+        try:
+            self._roll_back(entry)
+        except DraGpuError as exc:
+            log.error("%s: rolling back failed, kept for a later retry: %s", entry.ref, exc)
+            report.rollback_failed.append(entry.uid)
+            return False
+        return True
+
     def reconcile_mig(self, *, reclaim_unknown: bool) -> list[str]:
         """Report MIG instances no claim owns; destroy them only if asked to.
 
@@ -187,9 +204,16 @@ class GpuDriver:
             if (uuid, gi_id) in owned:
                 continue
             if reclaim_unknown:
-                with self._gpu_locks.hold([uuid]):
-                    self._mig.destroy_instance(uuid, gi_id)
-                    self._mig.release_gpu(uuid)
+                try:
+                    with self._gpu_locks.hold([uuid]):
+                        self._mig.destroy_instance(uuid, gi_id)
+                        self._mig.release_gpu(uuid)
+                except DraGpuError as exc:  # one stuck instance must not stop the plugin
+                    lines.append(
+                        f"could not destroy MIG instance GI {gi_id} ({profile}) on {uuid}: {exc}; "
+                        "it stays published as a static MIG device"
+                    )
+                    continue
                 lines.append(
                     f"destroyed MIG instance GI {gi_id} ({profile}) on {uuid}: no claim owns it"
                 )
@@ -311,8 +335,15 @@ class GpuDriver:
                 failpoints.hit("prepare-after-cdi-written")
                 completed = checkpoint.claims[claim.uid].devices
                 save(checkpoint.complete(claim.uid, completed))
-        except DraGpuError:
-            self._roll_back(self._load().claims[claim.uid], search_unrecorded=False)
+        except DraGpuError as exc:
+            try:
+                self._roll_back(self._load().claims[claim.uid], search_unrecorded=False)
+            except DraGpuError as undo:
+                # The kubelet must learn why Prepare failed, not only why the undo did.
+                raise ClaimError(
+                    f"{exc}; undoing the partial Prepare also failed (it is retried on the "
+                    f"next Prepare or Unprepare of the claim): {undo}"
+                ) from exc
             raise
         failpoints.hit("prepare-after-checkpoint-completed")
         log.info(

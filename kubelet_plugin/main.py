@@ -9,7 +9,9 @@ wires; this file only decides the order.
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import signal
 import threading
 from collections.abc import Mapping
@@ -21,10 +23,11 @@ from controller.publisher import SlicePublisher
 from controller.slices import build_resource_slices, choose_layout
 from dra_driver.cdi_store import CdiStore
 from dra_driver.checkpoint_store import CheckpointStore
-from dra_driver.cluster import open_cluster
+from dra_driver.cluster import Cluster, open_cluster
 from dra_driver.devices import build_devices, inventory_warnings
+from dra_driver.errors import DraGpuError
 from dra_driver.inventory import discover
-from dra_driver.nvml.backend import open_hardware
+from dra_driver.nvml.backend import Hardware, open_hardware
 from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle
@@ -33,6 +36,7 @@ from kubelet_plugin.server import PluginServer
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "checkpoint.json"
+INSTANCE_LOCK_FILE = "plugin.lock"
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,15 @@ def plugin_data_dir(kubelet_root: Path, driver_name: str) -> Path:
 def run(options: PluginOptions, stop: threading.Event | None = None) -> int:
     """Run the daemon until `stop` is set or a SIGTERM/SIGINT arrives."""
     stop = stop or threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received signal %d: shutting down", signum)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
     hardware = open_hardware(
         options.nvml,
         sim_state=options.sim_state,
@@ -73,6 +86,22 @@ def run(options: PluginOptions, stop: threading.Event | None = None) -> int:
     data_dir = plugin_data_dir(options.kubelet_root, options.driver_name)
     data_dir.mkdir(parents=True, exist_ok=True)
     options.cdi_root.mkdir(parents=True, exist_ok=True)
+    lock_fd = _hold_instance_lock(data_dir / INSTANCE_LOCK_FILE, stop)
+    if lock_fd is None:
+        return 0
+    try:
+        return _serve(options, stop, hardware, cluster, data_dir)
+    finally:
+        os.close(lock_fd)  # releases the flock
+
+
+def _serve(
+    options: PluginOptions,
+    stop: threading.Event,
+    hardware: Hardware,
+    cluster: Cluster,
+    data_dir: Path,
+) -> int:
     driver = GpuDriver(
         driver_name=options.driver_name,
         pool_name=options.node_name,
@@ -103,34 +132,35 @@ def run(options: PluginOptions, stop: threading.Event | None = None) -> int:
         log.warning("%s", warning)
     devices = build_devices(inventory, dynamic_mig=options.dynamic_mig, owned_instances=owned)
     driver.set_devices(devices)
-
     layout = choose_layout(cluster.server_version(), options.partitionable_layout)
     slices = build_resource_slices(
         devices, driver=options.driver_name, node_name=options.node_name, layout=layout
     )
-    publisher = SlicePublisher(cluster, driver=options.driver_name, node_name=options.node_name)
-    result = publisher.publish(slices)
-    log.info(
-        "published %d devices in %d ResourceSlices, layout %s (created %s, updated %s, deleted %s)",
-        len(devices),
-        len(slices),
-        layout,
-        result.created,
-        result.updated,
-        result.deleted,
-    )
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("received signal %d: shutting down", signum)
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-
+    # The server is built (socket paths checked) before anything is published:
+    # devices must never be advertised by a plugin that cannot take calls. It
+    # starts serving once the slices are out, as the kubelet's first calls may
+    # come as soon as the registration socket appears.
     server = PluginServer(
         driver, driver_name=options.driver_name, kubelet_root=options.kubelet_root
     )
+    publisher = SlicePublisher(cluster, driver=options.driver_name, node_name=options.node_name)
+    try:
+        result = publisher.publish(slices)
+    except DraGpuError as exc:
+        # Serve anyway: Unprepare needs no API server, and the loop below retries.
+        log.error("publishing ResourceSlices failed, retrying in the background: %s", exc)
+    else:
+        log.info(
+            "published %d devices in %d ResourceSlices, layout %s "
+            "(created %s, updated %s, deleted %s)",
+            len(devices),
+            len(slices),
+            layout,
+            result.created,
+            result.updated,
+            result.deleted,
+        )
     server.start()
     republisher = threading.Thread(
         target=publisher.run_forever,
@@ -147,3 +177,26 @@ def run(options: PluginOptions, stop: threading.Event | None = None) -> int:
         republisher.join(timeout=5)
     log.info("stopped")
     return 0
+
+
+def _hold_instance_lock(path: Path, stop: threading.Event) -> int | None:
+    """Make this the only plugin process of the driver on the node.
+
+    Two instances would roll back each other's half-done claims at start-up,
+    so a new one waits (an exclusive flock held until the process exits)
+    until the old one is gone. Returns the locked descriptor, or None if told
+    to stop while waiting.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    waiting = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if not waiting:
+                log.warning("another plugin process holds %s; waiting for it to exit", path)
+                waiting = True
+            if stop.wait(0.2):
+                os.close(fd)
+                return None

@@ -96,8 +96,12 @@ class MigLifecycle:
                 target.parent_uuid, gi.id, target.ci_profile_id
             )
         except NvmlError as exc:
-            self._destroy_gi(target.parent_uuid, gi.id)
-            raise ClaimError(f"{where}: creating the compute instance failed: {exc}") from exc
+            error = ClaimError(f"{where}: creating the compute instance failed: {exc}")
+            try:
+                self._destroy_gi(target.parent_uuid, gi.id)
+            except NvmlError as undo:  # the GI is recorded: the caller's rollback retries it
+                log.error("%s: destroying GI %d after the failure failed: %s", where, gi.id, undo)
+            raise error from exc
         failpoints.hit("mig-after-ci-created")
         record = record.with_compute_instance(mig.compute_instance_id, mig.uuid)
         progress(record)

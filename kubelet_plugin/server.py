@@ -420,6 +420,8 @@ class PluginServer:
         self.kubelet_root = Path(os.path.abspath(kubelet_root))
         self.dra_socket = dra_socket_path(self.kubelet_root, driver_name)
         self.registration_socket = registration_socket_path(self.kubelet_root, driver_name)
+        for path in (self.dra_socket, self.registration_socket):
+            _check_socket_path_length(path)
         self._max_workers = max_workers
         self._caller = _ServiceCaller(service)
         self._registration = RegistrationState()
@@ -557,14 +559,18 @@ class PluginServer:
             _remove_own_socket(listener.socket, listener.identity)
 
 
-def _prepare_socket_path(path: Path) -> None:
-    """Make the parent directory and clear a stale socket; refuse to clobber anything else."""
+def _check_socket_path_length(path: Path) -> None:
     size = len(os.fsencode(path))
     if size > MAX_UNIX_SOCKET_PATH_BYTES:
         raise PluginError(
             f"{path}: socket path is {size} bytes long; Unix sockets allow at most "
             f"{MAX_UNIX_SOCKET_PATH_BYTES} (use a shorter kubelet root directory)"
         )
+
+
+def _prepare_socket_path(path: Path) -> None:
+    """Make the parent directory and clear a stale socket; refuse to clobber anything else."""
+    _check_socket_path_length(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         info = path.lstat()

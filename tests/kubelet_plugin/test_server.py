@@ -251,10 +251,10 @@ def test_graceful_stop_deregisters_first_and_lets_inflight_calls_finish(
 
 
 def test_socket_path_too_long_is_refused_clearly(service: FakeDraService) -> None:
+    """Refused when the server is built, before the plugin publishes any device."""
     root = Path("/tmp") / ("x" * 90)
-    plugin = PluginServer(service, driver_name=DRIVER, kubelet_root=root)
     with pytest.raises(PluginError, match="at most 107"):
-        plugin.start()
+        PluginServer(service, driver_name=DRIVER, kubelet_root=root)
     assert not root.exists()
 
 
