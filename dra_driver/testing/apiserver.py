@@ -1,0 +1,452 @@
+"""A small resource.k8s.io/v1 apiserver over real HTTP (for KubeCluster and the real client) and a
+recording Cluster wrapper.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from dra_driver.cluster import apiserver_rules as cluster_rules
+from dra_driver.cluster.interface import API_VERSION, Cluster, ConflictError
+from dra_driver.errors import ClusterError
+
+_FAKE_API_KINDS = {
+    kind.plural: kind
+    for kind in (
+        cluster_rules.RESOURCE_SLICE,
+        cluster_rules.DEVICE_CLASS,
+        cluster_rules.RESOURCE_CLAIM,
+    )
+}
+_FAKE_API_PREFIX = ("apis", "resource.k8s.io", "v1")
+
+
+class _ApiFailure(Exception):
+    """An HTTP error answer of the fake apiserver (a `Status` object)."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+
+
+class FakeApiServer:
+    """An in-memory kube-apiserver for the resource.k8s.io/v1 calls dra-gpu makes.
+
+    It serves `/version` and, for resourceslices and deviceclasses (cluster
+    scoped) and resourceclaims (namespaced, with `/status`), list (with
+    `fieldSelector`, `limit`/`continue`), get, create, replace and delete. It
+    listens on 127.0.0.1 on an ephemeral port, in a daemon thread. Writes
+    follow `dra_driver.cluster.apiserver_rules`, as in kube-apiserver: new UIDs on
+    create, resourceVersion preconditions (409 Conflict), 409 AlreadyExists,
+    status only through `/status`. Errors are `Status` objects worded like the
+    apiserver's, and list items carry no `apiVersion`/`kind`, as on a real
+    apiserver. `requests` records `(method, path?query)` of every request.
+
+        with FakeApiServer() as server:
+            cluster = KubeCluster(server.api_client())
+    """
+
+    def __init__(self, *, version: tuple[str, str] = ("1", "34")) -> None:
+        self.version = version
+        self.requests: list[tuple[str, str]] = []
+        self._objects: dict[tuple[str, str | None, str], dict[str, Any]] = {}
+        self._resource_version = 0
+        self._lock = threading.Lock()
+        self._failures: list[tuple[str, int, str]] = []
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """`http://127.0.0.1:<port>` of the running server."""
+        if self._httpd is None:
+            raise RuntimeError("FakeApiServer is not running")
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> FakeApiServer:
+        """Start serving (returns self)."""
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out in two writes
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Keep test output quiet."""
+
+            def do_GET(self) -> None:
+                server._handle(self, "GET")
+
+            def do_POST(self) -> None:
+                server._handle(self, "POST")
+
+            def do_PUT(self) -> None:
+                server._handle(self, "PUT")
+
+            def do_DELETE(self) -> None:
+                server._handle(self, "DELETE")
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fake-apiserver",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the listening socket."""
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> FakeApiServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def api_client(self) -> Any:
+        """A real `kubernetes.client.ApiClient` pointed at this server (close it after use)."""
+        import kubernetes.client
+
+        configuration = kubernetes.client.Configuration(host=self.url)
+        return kubernetes.client.ApiClient(configuration)
+
+    def fail_next(self, method: str, code: int, reason: str) -> None:
+        """Answer the next `method` request with HTTP `code` and Status reason `reason`."""
+        with self._lock:
+            self._failures.append((method, code, reason))
+
+    def objects(self, plural: str) -> list[dict[str, Any]]:
+        """Copies of the stored objects of one resource (e.g. "resourceslices")."""
+        with self._lock:
+            return [
+                json.loads(json.dumps(obj))
+                for (kind, _ns, _name), obj in sorted(self._objects.items(), key=_fake_key)
+                if kind == plural
+            ]
+
+    # Request handling
+
+    def _handle(self, handler: BaseHTTPRequestHandler, method: str) -> None:
+        url = urlsplit(handler.path)
+        self.requests.append((method, handler.path))
+        length = int(handler.headers.get("Content-Length") or 0)
+        raw_body = handler.rfile.read(length) if length else b""
+        try:
+            with self._lock:
+                code, payload = self._route(method, url.path, parse_qs(url.query), raw_body)
+        except _ApiFailure as failure:
+            code = failure.code
+            payload = {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": failure.message,
+                "reason": failure.reason,
+                "code": failure.code,
+            }
+        data = json.dumps(payload).encode()
+        handler.send_response(code)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def _route(
+        self, method: str, path: str, query: dict[str, list[str]], raw_body: bytes
+    ) -> tuple[int, dict[str, Any]]:
+        for index, (fail_method, code, reason) in enumerate(self._failures):
+            if fail_method == method:
+                del self._failures[index]
+                raise _ApiFailure(code, reason, f"injected failure: {reason}")
+        parts = [unquote(part) for part in path.strip("/").split("/")]
+        if parts == ["version"] and method == "GET":
+            major, minor = self.version
+            return 200, {
+                "major": major,
+                "minor": minor,
+                "gitVersion": f"v{major}.{minor.rstrip('+')}.0",
+                "platform": "linux/amd64",
+            }
+        if tuple(parts[:3]) != _FAKE_API_PREFIX:
+            raise _ApiFailure(404, "NotFound", "the server could not find the requested resource")
+        rest = parts[3:]
+        namespace: str | None = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        if not rest or rest[0] not in _FAKE_API_KINDS:
+            raise _ApiFailure(404, "NotFound", "the server could not find the requested resource")
+        kind = _FAKE_API_KINDS[rest[0]]
+        if kind.namespaced != (namespace is not None) and not (
+            kind.namespaced and len(rest) == 1 and method == "GET"
+        ):
+            raise _ApiFailure(404, "NotFound", "the server could not find the requested resource")
+        body = self._decode_body(raw_body) if method in ("POST", "PUT") else None
+        if len(rest) == 1:
+            if method == "GET":
+                return 200, self._list(kind, namespace, query)
+            if method == "POST":
+                return 201, self._create(kind, namespace, body)
+        elif len(rest) == 2:
+            name = rest[1]
+            if method == "GET":
+                return 200, self._get(kind, namespace, name)
+            if method == "PUT":
+                return 200, self._update(kind, namespace, name, body, status_only=False)
+            if method == "DELETE":
+                obj = self._get(kind, namespace, name)
+                del self._objects[(kind.plural, namespace, name)]
+                return 200, obj
+        elif len(rest) == 3 and rest[2] == "status" and kind.has_status:
+            name = rest[1]
+            if method == "GET":
+                return 200, self._get(kind, namespace, name)
+            if method == "PUT":
+                return 200, self._update(kind, namespace, name, body, status_only=True)
+        raise _ApiFailure(405, "MethodNotAllowed", f"{method} is not supported on {path}")
+
+    @staticmethod
+    def _decode_body(raw_body: bytes) -> dict[str, Any]:
+        try:
+            body = json.loads(raw_body)
+        except ValueError as exc:
+            raise _ApiFailure(400, "BadRequest", f"the body is not JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise _ApiFailure(400, "BadRequest", "the body is not a JSON object")
+        return body
+
+    def _get(
+        self, kind: cluster_rules.ResourceKind, namespace: str | None, name: str
+    ) -> dict[str, Any]:
+        obj = self._objects.get((kind.plural, namespace, name))
+        if obj is None:
+            raise _ApiFailure(404, "NotFound", f'{kind.plural}.resource.k8s.io "{name}" not found')
+        return obj
+
+    def _list(
+        self,
+        kind: cluster_rules.ResourceKind,
+        namespace: str | None,
+        query: dict[str, list[str]],
+    ) -> dict[str, Any]:
+        try:
+            wanted = cluster_rules.parse_field_selector(
+                ",".join(query.get("fieldSelector", [])), kind
+            )
+        except ClusterError as exc:
+            raise _ApiFailure(400, "BadRequest", str(exc)) from exc
+        matching = [
+            obj
+            for (plural, ns, _name), obj in sorted(self._objects.items(), key=_fake_key)
+            if plural == kind.plural
+            and namespace in (None, ns)
+            and cluster_rules.matches_field_selector(obj, wanted)
+        ]
+        start = int(query.get("continue", ["0"])[0])
+        limit = int(query.get("limit", ["0"])[0]) or len(matching)
+        page = matching[start : start + limit]
+        metadata: dict[str, Any] = {"resourceVersion": str(self._resource_version)}
+        if start + limit < len(matching):
+            metadata["continue"] = str(start + limit)
+        items = [{k: v for k, v in obj.items() if k not in ("apiVersion", "kind")} for obj in page]
+        return {
+            "kind": f"{kind.kind}List",
+            "apiVersion": API_VERSION,
+            "metadata": metadata,
+            "items": items,
+        }
+
+    def _create(
+        self, kind: cluster_rules.ResourceKind, namespace: str | None, body: Any
+    ) -> dict[str, Any]:
+        try:
+            ns, name = cluster_rules.object_key(kind, body, namespace)
+            if (kind.plural, ns, name) in self._objects:
+                raise _ApiFailure(
+                    409, "AlreadyExists", f'{kind.plural}.resource.k8s.io "{name}" already exists'
+                )
+            new = cluster_rules.prepare_create(kind, body, namespace=ns, keep_uid=False)
+        except ClusterError as exc:
+            raise _ApiFailure(422, "Invalid", str(exc)) from exc
+        self._resource_version += 1
+        new["metadata"]["resourceVersion"] = str(self._resource_version)
+        self._objects[(kind.plural, ns, name)] = new
+        return new
+
+    def _update(
+        self,
+        kind: cluster_rules.ResourceKind,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        *,
+        status_only: bool,
+    ) -> dict[str, Any]:
+        stored = self._get(kind, namespace, name)
+        try:
+            body_ns, body_name = cluster_rules.object_key(kind, body, namespace)
+            if body_name != name:
+                raise ClusterError(
+                    f"the name of the object ({body_name}) does not match the name on the URL "
+                    f"({name})"
+                )
+            new = cluster_rules.prepare_update(kind, stored, body, status_only=status_only)
+        except ConflictError as exc:
+            raise _ApiFailure(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {kind.plural}.resource.k8s.io "{name}": '
+                f"the object has been modified; please apply your changes to the latest "
+                f"version and try again ({exc})",
+            ) from exc
+        except ClusterError as exc:
+            raise _ApiFailure(422, "Invalid", str(exc)) from exc
+        if new is None:
+            return stored
+        self._resource_version += 1
+        new["metadata"]["resourceVersion"] = str(self._resource_version)
+        self._objects[(kind.plural, body_ns, name)] = new
+        return new
+
+
+def _fake_key(item: tuple[tuple[str, str | None, str], Any]) -> tuple[str, str, str]:
+    (plural, namespace, name), _obj = item
+    return plural, namespace or "", name
+
+
+class RecordingCluster:
+    """A `Cluster` that forwards to `inner` and records every write call.
+
+    `writes` lists `(method, object name)` in call order, so a test can assert
+    that a publish wrote nothing. `before_next(method, hook)` runs `hook` once,
+    just before the next call of `method` reaches `inner` (e.g. to change a
+    slice behind the caller's back and provoke a real conflict).
+    `after_each_write(hook)` runs `hook(method, name)` after every successful
+    write (to check what a consumer could see at that moment). `rewrite`, if
+    given, maps `(method, obj)` to the object actually forwarded (e.g. to drop
+    fields the way an apiserver with a feature gate off does).
+    """
+
+    def __init__(
+        self,
+        inner: Cluster,
+        *,
+        rewrite: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
+        self.inner = inner
+        self.writes: list[tuple[str, str]] = []
+        self._hooks: dict[str, list[Callable[[], None]]] = {}
+        self._after_write: list[Callable[[str, str], None]] = []
+        self._rewrite = rewrite
+
+    def before_next(self, method: str, hook: Callable[[], None]) -> None:
+        """Run `hook` right before the next call of `method`."""
+        self._hooks.setdefault(method, []).append(hook)
+
+    def after_each_write(self, hook: Callable[[str, str], None]) -> None:
+        """Run `hook(method, name)` after every write that succeeded."""
+        self._after_write.append(hook)
+
+    def _enter(self, method: str) -> None:
+        hooks = self._hooks.get(method)
+        if hooks:
+            hooks.pop(0)()
+
+    def _write(self, method: str, name: str, call: Callable[[], Any]) -> Any:
+        self._enter(method)
+        self.writes.append((method, name))
+        result = call()
+        for hook in self._after_write:
+            hook(method, name)
+        return result
+
+    def _obj(self, method: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._rewrite(method, obj) if self._rewrite is not None else obj
+
+    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        self._enter("get_resource_claim")
+        return self.inner.get_resource_claim(namespace, name)
+
+    def list_resource_claims(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        self._enter("list_resource_claims")
+        return self.inner.list_resource_claims(namespace)
+
+    def put_resource_claim(self, obj: dict[str, Any]) -> dict[str, Any]:
+        method = "put_resource_claim"
+        obj = self._obj(method, obj)
+        result: dict[str, Any] = self._write(
+            method, obj["metadata"]["name"], lambda: self.inner.put_resource_claim(obj)
+        )
+        return result
+
+    def update_resource_claim_status(self, obj: dict[str, Any]) -> dict[str, Any]:
+        method = "update_resource_claim_status"
+        obj = self._obj(method, obj)
+        result: dict[str, Any] = self._write(
+            method, obj["metadata"]["name"], lambda: self.inner.update_resource_claim_status(obj)
+        )
+        return result
+
+    def delete_resource_claim(self, namespace: str, name: str) -> None:
+        self._write(
+            "delete_resource_claim", name, lambda: self.inner.delete_resource_claim(namespace, name)
+        )
+
+    def list_resource_slices(
+        self, *, driver: str | None = None, node_name: str | None = None
+    ) -> list[dict[str, Any]]:
+        self._enter("list_resource_slices")
+        return self.inner.list_resource_slices(driver=driver, node_name=node_name)
+
+    def create_resource_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
+        method = "create_resource_slice"
+        obj = self._obj(method, obj)
+        result: dict[str, Any] = self._write(
+            method, obj["metadata"]["name"], lambda: self.inner.create_resource_slice(obj)
+        )
+        return result
+
+    def update_resource_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
+        method = "update_resource_slice"
+        obj = self._obj(method, obj)
+        result: dict[str, Any] = self._write(
+            method, obj["metadata"]["name"], lambda: self.inner.update_resource_slice(obj)
+        )
+        return result
+
+    def delete_resource_slice(self, name: str) -> None:
+        self._write("delete_resource_slice", name, lambda: self.inner.delete_resource_slice(name))
+
+    def list_device_classes(self) -> list[dict[str, Any]]:
+        self._enter("list_device_classes")
+        return self.inner.list_device_classes()
+
+    def put_device_class(self, obj: dict[str, Any]) -> dict[str, Any]:
+        method = "put_device_class"
+        obj = self._obj(method, obj)
+        result: dict[str, Any] = self._write(
+            method, obj["metadata"]["name"], lambda: self.inner.put_device_class(obj)
+        )
+        return result
+
+    def server_version(self) -> tuple[int, int] | None:
+        self._enter("server_version")
+        return self.inner.server_version()
