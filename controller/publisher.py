@@ -167,12 +167,18 @@ class SlicePublisher:
         build: Callable[[], list[Obj]],
         stop: threading.Event,
         interval: float = DEFAULT_INTERVAL,
+        *,
+        immediately: bool = True,
     ) -> None:
         """Publish `build()` now and every `interval` seconds until `stop` is set.
 
-        Errors are logged and the loop goes on: a slice the kubelet wiped, or
-        an apiserver that was down, is put right on a later round.
+        With `immediately=False` the first round waits one interval (the
+        caller has just published). Errors are logged and the loop goes on: a
+        slice the kubelet wiped, or an apiserver that was down, is put right
+        on a later round.
         """
+        if not immediately:
+            stop.wait(interval)
         while not stop.is_set():
             try:
                 result = self.publish(build())

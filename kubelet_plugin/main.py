@@ -162,9 +162,10 @@ def _serve(
             result.deleted,
         )
     server.start()
-    republisher = threading.Thread(
+    republisher = threading.Thread(  # the first round above is done: wait an interval
         target=publisher.run_forever,
         args=(lambda: slices, stop, options.publish_interval),
+        kwargs={"immediately": False},
         name="slice-publisher",
         daemon=True,
     )

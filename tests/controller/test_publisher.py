@@ -425,3 +425,20 @@ def test_run_forever_logs_cluster_errors_and_goes_on(
         publisher.run_forever(build, stop, interval=0.001)
     assert "cannot reach the apiserver" in caplog.text
     assert len(published(cluster)) == 1
+
+
+def test_run_forever_can_wait_an_interval_before_its_first_round(
+    publisher: SlicePublisher, cluster: RecordingCluster
+) -> None:
+    """The daemon has just published: the loop must not list and compare again at once."""
+    stop = threading.Event()
+    stop.set()  # stopped during the first wait: no round at all
+    built: list[int] = []
+
+    def build() -> list[dict[str, Any]]:
+        built.append(1)
+        return desired(["gpu-0"])
+
+    publisher.run_forever(build, stop, interval=0.001, immediately=False)
+    assert built == []
+    assert cluster.writes == []
