@@ -321,6 +321,22 @@ def _handle(
     _abort_internal(context, rid)
 
 
+_UnprepareResponse = TypeVar(
+    "_UnprepareResponse",
+    dra_v1.NodeUnprepareResourcesResponse,
+    dra_v1beta1.NodeUnprepareResourcesResponse,
+)
+
+
+def _unprepare_response(
+    response: _UnprepareResponse, results: Mapping[str, UnprepareResult]
+) -> _UnprepareResponse:
+    """Fill either API version's NodeUnprepareResourcesResponse (the same shape in both)."""
+    for uid, result in results.items():
+        response.claims[uid].error = result.error
+    return response
+
+
 class _DraV1Servicer(dra_v1_grpc.DRAPluginServicer):
     def __init__(self, caller: _ServiceCaller) -> None:
         self._caller = caller
@@ -339,10 +355,7 @@ class _DraV1Servicer(dra_v1_grpc.DRAPluginServicer):
     ) -> dra_v1.NodeUnprepareResourcesResponse:
         def handle(rid: int) -> dra_v1.NodeUnprepareResourcesResponse:
             results = self._caller.unprepare(rid, "v1", _claim_refs(request.claims))
-            response = dra_v1.NodeUnprepareResourcesResponse()
-            for uid, result in results.items():
-                response.claims[uid].error = result.error
-            return response
+            return _unprepare_response(dra_v1.NodeUnprepareResourcesResponse(), results)
 
         return _handle(self._caller, context, "NodeUnprepareResources[v1]", handle)
 
@@ -365,10 +378,7 @@ class _DraV1beta1Servicer(dra_v1beta1_grpc.DRAPluginServicer):
     ) -> dra_v1beta1.NodeUnprepareResourcesResponse:
         def handle(rid: int) -> dra_v1beta1.NodeUnprepareResourcesResponse:
             results = self._caller.unprepare(rid, "v1beta1", _claim_refs(request.claims))
-            response = dra_v1beta1.NodeUnprepareResourcesResponse()
-            for uid, result in results.items():
-                response.claims[uid].error = result.error
-            return response
+            return _unprepare_response(dra_v1beta1.NodeUnprepareResourcesResponse(), results)
 
         return _handle(self._caller, context, "NodeUnprepareResources[v1beta1]", handle)
 
