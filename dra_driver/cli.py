@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.errors import DraGpuError
+
+if TYPE_CHECKING:
+    from dra_driver.driver_root import DriverRoot
 
 NVML_HELP = (
     "'real' for the GPUs of this machine through NVML, or 'sim:<shape>' for a simulated node "
@@ -52,6 +57,56 @@ def _add_hardware_flags(parser: argparse.ArgumentParser, *, latency: bool = Fals
         )
 
 
+DRIVER_ROOT_ENV = ("NVIDIA_DRIVER_ROOT", "HOST_DRIVER_ROOT")  # NVIDIA's plugin reads both
+CONTAINER_DRIVER_ROOT_ENV = "DRIVER_ROOT_CTR_PATH"
+CDI_HOOK_PATH_ENV = "NVIDIA_CDI_HOOK_PATH"
+
+
+def _add_driver_root_flags(parser: argparse.ArgumentParser) -> None:
+    """--nvidia-driver-root, --container-driver-root, --nvidia-cdi-hook-path (NVIDIA's names)."""
+    env_root = next((os.environ[e] for e in DRIVER_ROOT_ENV if os.environ.get(e)), None)
+    parser.add_argument(
+        "--nvidia-driver-root",
+        metavar="HOST_PATH",
+        default=env_root,
+        help="root of the NVIDIA driver installation on the host: / for a host-installed "
+        "driver (the default with --nvml real), /run/nvidia/driver with the GPU Operator; "
+        "default with --nvml sim:... is a generated fake root "
+        f"(env {' or '.join(DRIVER_ROOT_ENV)})",
+    )
+    parser.add_argument(
+        "--container-driver-root",
+        metavar="PATH",
+        default=os.environ.get(CONTAINER_DRIVER_ROOT_ENV) or None,
+        help="where the driver root is mounted in this process's container; files are "
+        "found here, CDI hostPaths are written under --nvidia-driver-root "
+        f"(default: the same path; env {CONTAINER_DRIVER_ROOT_ENV})",
+    )
+    parser.add_argument(
+        "--nvidia-cdi-hook-path",
+        metavar="PATH",
+        default=os.environ.get(CDI_HOOK_PATH_ENV) or None,
+        help="nvidia-cdi-hook on the host: adds its create-symlinks and update-ldcache "
+        "hooks to CDI specs; without it no hook is used and libraries are also mounted at "
+        f"their soname paths (env {CDI_HOOK_PATH_ENV})",
+    )
+
+
+def _driver_root(args: argparse.Namespace) -> DriverRoot | None:
+    """The DriverRoot the flags name; None when none was given (the backend's default)."""
+    from dra_driver.driver_root import DriverRoot
+
+    host, container, hook = (
+        args.nvidia_driver_root,
+        args.container_driver_root,
+        args.nvidia_cdi_hook_path,
+    )
+    if host is None and container is None and hook is None:
+        return None
+    # host None: the backend's default root ("/", or a simulated node's fake root).
+    return DriverRoot(host_path=host, container_path=container, cdi_hook_path=hook)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dra-gpu", description="DRA driver for NVIDIA GPUs: node plugin and tools"
@@ -73,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inventory.add_argument("--partitionable-layout", choices=("v1.34", "v1.35"), default="v1.35")
     _add_hardware_flags(inventory)
+    _add_driver_root_flags(inventory)
 
     plugin = commands.add_parser("kubelet-plugin", help="run the node daemon")
     plugin.add_argument("--node-name", required=True)
@@ -92,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between ResourceSlice re-syncs (the kubelet wipes slices when it restarts)",
     )
     _add_hardware_flags(plugin, latency=True)
+    _add_driver_root_flags(plugin)
     plugin.add_argument(
         "--dynamic-mig",
         action=argparse.BooleanOptionalAction,
@@ -122,6 +179,23 @@ def build_parser() -> argparse.ArgumentParser:
     status = mig_commands.add_parser("status", help="print the live MIG layout of every GPU")
     status.add_argument("--node-name", default="sim-node", help="node name (simulated UUIDs)")
     _add_hardware_flags(status)
+    _add_driver_root_flags(status)
+
+    cdi = commands.add_parser(
+        "cdi",
+        help="print the CDI edits every claim's container gets on this node (driver files, "
+        "control devices, hooks)",
+        description="Discover the NVIDIA driver's files under the driver root for the driver "
+        "version NVML reports and print the common CDI containerEdits a prepared claim "
+        "carries, so an admin can check a node. Writes nothing.",
+    )
+    cdi.add_argument("--nvml", default="real", help=NVML_HELP + " (default: real)")
+    cdi.add_argument(
+        "--sim-state", type=Path, help="state file of the simulated hardware (with --nvml sim:)"
+    )
+    cdi.add_argument("--node-name", default="sim-node", help="node name (simulated UUIDs)")
+    cdi.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    _add_driver_root_flags(cdi)
 
     demo = commands.add_parser("demo", help="the whole path on a simulated dgx-h100 node")
     demo.add_argument("--keep", action="store_true", help="keep the temporary directory")
@@ -239,6 +313,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             output=args.output,
             dynamic_mig=args.dynamic_mig,
             layout=args.partitionable_layout,
+            driver_root=_driver_root(args),
         )
     if args.command == "kubelet-plugin":
         from dra_driver.sim.hardware import parse_latency
@@ -260,15 +335,31 @@ def _dispatch(args: argparse.Namespace) -> int:
                 partitionable_layout=args.partitionable_layout,
                 mig_reclaim_unknown=args.mig_reclaim_unknown,
                 keep_mig_enabled=args.keep_mig_enabled,
+                driver_root=_driver_root(args),
             )
         )
     if args.command == "mig":
         from dra_driver import mig_status
         from dra_driver.nvml.backend import open_hardware
 
-        hardware = open_hardware(args.nvml, sim_state=args.sim_state, node_name=args.node_name)
+        hardware = open_hardware(
+            args.nvml,
+            sim_state=args.sim_state,
+            node_name=args.node_name,
+            driver_root=_driver_root(args),
+        )
         print(mig_status.render(mig_status.collect(hardware.nvml)), end="")
         return 0
+    if args.command == "cdi":
+        from kubelet_plugin.cdi_command import print_common_edits
+
+        return print_common_edits(
+            nvml=args.nvml,
+            sim_state=args.sim_state,
+            node_name=args.node_name,
+            driver_root=_driver_root(args),
+            output=args.output,
+        )
     if args.command == "demo":
         from kubelet_plugin.demo import run_demo
 
