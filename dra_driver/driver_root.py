@@ -62,7 +62,7 @@ class DriverRoot:
             ("--nvidia-cdi-hook-path", self.cdi_hook_path),
         ):
             if value is not None and not value.startswith("/"):
-                raise DriverRootError(f"{flag} {value!r} must be an absolute path")
+                raise DriverRootError(f"{flag} {value!r} must be absolute")
 
     @property
     def host(self) -> str:

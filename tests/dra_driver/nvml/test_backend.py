@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from dra_driver.errors import ConfigError
-from dra_driver.nvml import backend
 from dra_driver.nvml.backend import open_hardware, sim_proc_root
 from dra_driver.nvml.interface import Placement
 from dra_driver.sim.nvml import SimNvml

@@ -8,7 +8,6 @@ without LD_LIBRARY_PATH. pynvml's own ctypes calls go into it.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
