@@ -150,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_hardware_flags(plugin, latency=True)
     _add_driver_root_flags(plugin)
     plugin.add_argument(
+        "--driver-retry-interval",
+        type=_positive_seconds,
+        default=10.0,
+        help="seconds between attempts to load NVML and find the driver's files while the "
+        "driver is missing (the GPU Operator installs it after the plugin starts)",
+    )
+    plugin.add_argument(
         "--dynamic-mig",
         action=argparse.BooleanOptionalAction,
         default=False,
@@ -336,6 +343,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                 mig_reclaim_unknown=args.mig_reclaim_unknown,
                 keep_mig_enabled=args.keep_mig_enabled,
                 driver_root=_driver_root(args),
+                driver_retry_interval=args.driver_retry_interval,
             )
         )
     if args.command == "mig":
