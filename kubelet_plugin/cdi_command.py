@@ -30,8 +30,9 @@ def print_common_edits(
     node_name: str,
     driver_root: DriverRoot | None,
     output: str,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
 ) -> int:
+    out = out or sys.stdout
     hardware = open_hardware(
         nvml, sim_state=sim_state, node_name=node_name, driver_root=driver_root
     )
