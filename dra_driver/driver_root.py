@@ -127,13 +127,19 @@ class RootFs:
             parts = [p for p in target.split("/") if p not in ("", ".")] + parts
         return current
 
-    def kind(self, path: str) -> FileKind | None:
+    def _mode(self, path: str) -> int | None:
+        """st_mode of what `path` resolves to inside the root; None if nothing."""
         resolved = self.resolve(path)
         if resolved is None:
             return None
         try:
-            mode = os.stat(self._real(resolved)).st_mode
+            return os.stat(self._real(resolved)).st_mode
         except OSError:
+            return None
+
+    def kind(self, path: str) -> FileKind | None:
+        mode = self._mode(path)
+        if mode is None:
             return None
         if stat.S_ISREG(mode):
             return "file"
@@ -144,14 +150,8 @@ class RootFs:
         return "other"
 
     def is_executable(self, path: str) -> bool:
-        resolved = self.resolve(path)
-        if resolved is None:
-            return False
-        try:
-            mode = os.stat(self._real(resolved)).st_mode
-        except OSError:
-            return False
-        return stat.S_ISREG(mode) and bool(mode & 0o111)
+        mode = self._mode(path)
+        return mode is not None and stat.S_ISREG(mode) and bool(mode & 0o111)
 
     def read_text(self, path: str) -> str | None:
         resolved = self.resolve(path)
