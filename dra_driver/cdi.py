@@ -336,10 +336,11 @@ def driver_edits(files: DriverFiles, *, host_root: str, hook_path: str | None) -
     """Edits that put the driver's user space into a container, as nvcdi's common edits.
 
     Every file is bind-mounted read-only from `host_root` + its path inside the
-    driver root to that path. `hook_path` (nvidia-cdi-hook on the host) adds
-    the `create-symlinks` hook (nvcdi's links: `libcuda.so`, and the soname
-    and `.so` links that exist next to each library on the host) and the
-    `update-ldcache` hook over the library folders. Without it no hook is
+    driver root (the file a symlink there resolves to) to that path.
+    `hook_path` (nvidia-cdi-hook on the host) adds the `create-symlinks`
+    hook (nvcdi's links: `libcuda.so`, and the soname and `.so` links that
+    exist next to each library on the host) and the `update-ldcache` hook
+    over the library folders. Without it no hook is
     emitted and each library is mounted again at every such link path.
     `NVIDIA_CTK_LIBCUDA_DIR` names the libcuda folders, as nvcdi sets it.
     """
@@ -347,7 +348,7 @@ def driver_edits(files: DriverFiles, *, host_root: str, hook_path: str | None) -
     def mount(path: str, at: str | None = None) -> Mount:
         options = DIR_MOUNT_OPTIONS if path == MPS_PIPE_DIR else FILE_MOUNT_OPTIONS
         return Mount(
-            host_path=posixpath.join(host_root, path.lstrip("/")),
+            host_path=posixpath.join(host_root, files.source(path).lstrip("/")),
             container_path=at or path,
             options=options,
         )

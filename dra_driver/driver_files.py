@@ -158,7 +158,15 @@ class DriverFiles:
     binaries: tuple[str, ...]
     firmware: tuple[str, ...]
     ipc: tuple[str, ...]
+    # (path, the file it resolves to inside the root) where a symlink lies between:
+    # the runtime opens hostPaths on the host, where an absolute link in a root
+    # mounted elsewhere would point outside it, so mounts name the file itself.
+    sources: tuple[tuple[str, str], ...] = ()
     warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    def source(self, path: str) -> str:
+        """The file inside the root that `path` resolves to (itself when no link)."""
+        return dict(self.sources).get(path, path)
 
     def binary(self, name: str) -> str | None:
         """The path of driver binary `name` (e.g. "nvidia-smi"), or None if absent."""
@@ -264,6 +272,11 @@ def discover_driver_files(
     if fs.kind(MPS_PIPE_DIR) == "dir":
         ipc.append(MPS_PIPE_DIR)
 
+    sources = []
+    for path in (*binaries, *firmware, *ipc):
+        real = fs.resolve(path)
+        if real is not None and real != path:
+            sources.append((path, real))
     return DriverFiles(
         version=version,
         library_dirs=tuple(lib_dirs),
@@ -271,6 +284,7 @@ def discover_driver_files(
         binaries=tuple(binaries),
         firmware=tuple(firmware),
         ipc=tuple(ipc),
+        sources=tuple(sources),
         warnings=tuple(warnings),
     )
 

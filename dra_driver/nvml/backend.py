@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.driver_root import DriverRoot, DriverUserSpace
+from dra_driver.driver_root import DriverBinaries, DriverRoot, DriverUserSpace
 from dra_driver.errors import ConfigError
 from dra_driver.host import HostInfo
 from dra_driver.nvml.interface import Nvml
@@ -49,6 +49,10 @@ class Hardware:
     def driver_version(self) -> str:
         """The driver version NVML reports (what the driver files must match)."""
         return self.nvml.system().driver_version
+
+    def driver_binaries(self) -> DriverBinaries:
+        """nvidia-smi and the MPS binaries of the running driver, as this process runs them."""
+        return self.driver.binaries(self.driver_version())
 
 
 def sim_proc_root(sim_state: Path) -> Path:

@@ -96,12 +96,16 @@ def test_libraries_are_found_through_the_roots_ld_so_conf(tmp_path: Path) -> Non
     libs = root / "opt/nvidia/lib"
     libs.mkdir(parents=True)
     (libs / f"libcuda.so.{VERSION}").write_bytes(b"")
+    (libs / "libnvidia-nvvm70.so.4").write_bytes(b"")  # nvcdi's legacy NVVM probe
     (root / "etc/ld.so.conf.d").mkdir(parents=True)
     (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
     (root / "etc/ld.so.conf.d/nvidia.conf").write_text("# driver\n/opt/nvidia/lib\n")
     files = discover_driver_files(RootFs(root), VERSION)
     assert files.library_dirs == ("/opt/nvidia/lib",)
-    assert [lib.path for lib in files.libraries] == [f"/opt/nvidia/lib/libcuda.so.{VERSION}"]
+    assert [lib.path for lib in files.libraries] == [
+        f"/opt/nvidia/lib/libcuda.so.{VERSION}",
+        "/opt/nvidia/lib/libnvidia-nvvm70.so.4",
+    ]
     assert "driver binary nvidia-smi not found" in files.warnings[0]
 
 
@@ -165,6 +169,17 @@ def test_edits_with_hook_path_add_nvcdis_hooks_and_no_soname_mounts(tmp_path: Pa
         f"{lib}/vdpau",
     )
     assert symlinks.env == ldcache.env == ("NVIDIA_CTK_DEBUG=false",)
+
+
+def test_symlinked_files_are_mounted_from_the_file_inside_the_root(tmp_path: Path) -> None:
+    root = build_root(tmp_path, "gpu-operator")
+    smi = root.container_root / "usr/bin/nvidia-smi"
+    (root.container_root / "opt/nvidia/bin").mkdir(parents=True)
+    smi.rename(root.container_root / "opt/nvidia/bin/nvidia-smi")
+    os.symlink("/opt/nvidia/bin/nvidia-smi", smi)  # absolute: means the root's /opt
+    files = discover_driver_files(RootFs(root.container_root), VERSION)
+    mounts = _mounts(cdi.driver_edits(files, host_root=root.host_root, hook_path=None))
+    assert mounts["/usr/bin/nvidia-smi"] == "/run/nvidia/driver/opt/nvidia/bin/nvidia-smi"
 
 
 def test_nvidia_ctk_as_hook_gets_its_hook_subcommand(tmp_path: Path) -> None:
