@@ -273,10 +273,10 @@ def discover_driver_files(
         ipc.append(MPS_PIPE_DIR)
 
     sources = []
-    for path in (*binaries, *firmware, *ipc):
-        real = fs.resolve(path)
-        if real is not None and real != path:
-            sources.append((path, real))
+    for found_path in (*binaries, *firmware, *ipc):
+        resolved = fs.resolve(found_path)
+        if resolved is not None and resolved != found_path:
+            sources.append((found_path, resolved))
     return DriverFiles(
         version=version,
         library_dirs=tuple(lib_dirs),
