@@ -21,7 +21,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check $(PACKAGES) tests bench
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy $(PACKAGES)
+	$(VENV)/bin/mypy $(PACKAGES) tests/fakes
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q

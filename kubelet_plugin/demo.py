@@ -22,8 +22,9 @@ from typing import Any, TextIO
 import yaml
 
 from dra_driver import DEFAULT_DRIVER_NAME, mig_status
-from dra_driver.testing import PluginProcess, make_mig_profile_claim, plugin_hardware
-from kubelet_plugin.demo_allocation import allocate_demo_claims, demo_claims
+from kubelet_plugin.demo_allocation import allocate_demo_claims
+from kubelet_plugin.demo_claims import demo_claims, mig_profile_claim
+from kubelet_plugin.plugin_process import PluginProcess
 from kubelet_plugin.service import ClaimRef, PrepareResult
 
 NODE = "demo-node"
@@ -149,7 +150,7 @@ def run_demo(*, keep: bool = False, out: TextIO = sys.stdout) -> int:
         _show_checkpoint(p, plugin)
 
         p.step("Dynamic MIG: three 1g.10gb slices on one GPU, created at Prepare, gone after")
-        mig_claim = make_mig_profile_claim(
+        mig_claim = mig_profile_claim(
             "inference-slices", "5e1f0c2a-7b3d-4e9a-8c61-0d2b4f6a8e13", ["1g.10gb"] * 3
         )
         p.line("requests: 3 x mig.nvidia.com with profile == '1g.10gb', matchAttribute parentUUID")
@@ -199,7 +200,7 @@ def _show_prepare(p: _Printer, ref: ClaimRef, result: PrepareResult) -> None:
 
 def _show_mig_status(p: _Printer, plugin: PluginProcess, minor: int, title: str) -> None:
     """The `dra-gpu mig status` block of GPU `minor`."""
-    layouts = mig_status.collect(plugin_hardware(plugin).nvml)
+    layouts = mig_status.collect(plugin.hardware().nvml)
     p.line(title)
     p.line(mig_status.render([g for g in layouts if g.gpu.minor == minor]).rstrip(), indent=5)
 

@@ -11,7 +11,8 @@ from dra_driver.errors import AllocationError
 from dra_driver.inventory import discover
 from dra_driver.nvml.backend import open_hardware
 from dra_driver.simulate.default_classes import default_device_classes
-from kubelet_plugin.demo_allocation import allocate_demo_claims, demo_claims
+from kubelet_plugin.demo_allocation import allocate_demo_claims
+from kubelet_plugin.demo_claims import demo_claims
 
 NODE = "demo-node"
 
