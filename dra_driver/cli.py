@@ -270,9 +270,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(mig_status.render(mig_status.collect(hardware.nvml)), end="")
         return 0
     if args.command == "demo":
+        from dra_driver.simulate.node_allocation import allocate_on_node
         from kubelet_plugin.demo import run_demo
 
-        return run_demo(keep=args.keep)
+        return run_demo(allocate=allocate_on_node, keep=args.keep)
     if args.command == "simulate":
         from controller.simulated_nodes import build_simulated_nodes
         from dra_driver.simulate.command import run_simulate

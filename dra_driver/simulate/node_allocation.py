@@ -1,8 +1,12 @@
-"""How the claims `dra-gpu demo` schedules get allocated.
+"""Allocate claims on one node, one after another, as kube-scheduler would.
 
-In a cluster kube-scheduler fills `status.allocation`; the demo runs the same algorithm,
-the project's port of the scheduler's structured allocator, against the
-ResourceSlices the plugin published and the DeviceClasses in the store.
+In a cluster kube-scheduler fills `status.allocation`; `dra-gpu demo` has no
+scheduler, so it runs the same algorithm, the project's port of the
+scheduler's structured allocator, against the ResourceSlices the plugin
+published and the DeviceClasses in the store. A claim that does not fit gets
+the reason `dra-gpu explain` would give (`diagnosis.Diagnoser`). It lives
+with the simulator because it is scheduling; the CLI hands it to the demo,
+so the daemon's package does not import the simulator.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from dra_driver.simulate.diagnosis import Diagnoser
 Obj = dict[str, Any]
 
 
-def allocate_demo_claims(
+def allocate_on_node(
     claims: Sequence[Obj], slices: Sequence[Obj], classes: Sequence[Obj], node: str
 ) -> tuple[list[Obj], str]:
     """Allocate the claims one after another on `node`, as kube-scheduler would.
