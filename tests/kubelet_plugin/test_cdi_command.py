@@ -75,10 +75,11 @@ def test_driver_root_flags_exist_where_nvidia_has_them(command: list[str]) -> No
 def test_demo_shows_the_mounts_a_claim_gets() -> None:
     import io
 
+    from dra_driver.simulate.node_allocation import allocate_on_node
     from kubelet_plugin.demo import run_demo
 
     out = io.StringIO()
-    assert run_demo(out=out) == 0
+    assert run_demo(allocate=allocate_on_node, out=out) == 0
     text = out.getvalue()
     assert "driver files mounted read-only into the claim's containers" in text
     assert "/usr/lib/x86_64-linux-gnu/libcuda.so.1  <-  <work dir>/" in text
