@@ -42,7 +42,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import re
 import secrets
 import stat
 import threading
@@ -58,6 +57,7 @@ from typing import NoReturn, Protocol, Self, TypeVar
 import grpc
 
 from dra_driver.errors import DraGpuError, PluginError
+from dra_driver.k8s_names import is_dns_subdomain
 from kubelet_plugin.gen.dra.v1 import api_pb2 as dra_v1
 from kubelet_plugin.gen.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from kubelet_plugin.gen.dra.v1beta1 import api_pb2 as dra_v1beta1
@@ -79,8 +79,6 @@ REGISTRATION_WORKERS = 2
 """Threads for the registration socket: the kubelet makes two short calls per registration."""
 
 NO_RESULT_ERROR = "internal error: no result"
-
-_DRIVER_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def dra_socket_path(kubelet_root: Path, driver_name: str) -> Path:
@@ -419,7 +417,7 @@ class PluginServer:
         kubelet_root: Path,
         max_workers: int = 16,
     ) -> None:
-        if len(driver_name) > 253 or not _DRIVER_NAME.fullmatch(driver_name):
+        if not is_dns_subdomain(driver_name):
             raise PluginError(
                 f"driver name {driver_name!r} is not a DNS subdomain "
                 "(lower-case alphanumerics, '-' and '.', at most 253 characters)"
