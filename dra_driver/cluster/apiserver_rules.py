@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
-from dra_driver.cluster.interface import API_VERSION, AlreadyExistsError, ConflictError, Obj
+from dra_driver.api_objects import Obj
+from dra_driver.cluster.interface import API_VERSION, AlreadyExistsError, ConflictError
 from dra_driver.errors import ClusterError, NotFoundError
 from dra_driver.k8s_names import DNS_SUBDOMAIN_MAX_LENGTH, is_dns_label, is_dns_subdomain
 

@@ -30,6 +30,7 @@ try:  # libyaml's C parser: several times faster, and the plugin reads a claim p
 except ImportError:  # PyYAML built without libyaml
     from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
 
+from dra_driver.api_objects import Obj
 from dra_driver.cluster import apiserver_rules as rules
 from dra_driver.cluster.apiserver_rules import (
     DEVICE_CLASS,
@@ -37,7 +38,6 @@ from dra_driver.cluster.apiserver_rules import (
     RESOURCE_SLICE,
     ResourceKind,
 )
-from dra_driver.cluster.interface import Obj
 from dra_driver.errors import ClusterError, NotFoundError, yaml_problem
 from dra_driver.flock import file_lock
 from dra_driver.fsutil import atomic_write, remove_file

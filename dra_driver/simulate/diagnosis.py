@@ -51,10 +51,10 @@ from dra_driver.allocator.trace import (
     PickedInThisAttempt,
     Reason,
 )
+from dra_driver.api_objects import AllocationResult, Obj
 from dra_driver.errors import AllocationError, CelError
 from dra_driver.simulate import selector_text
 
-Obj = dict[str, Any]
 Cause = Literal["allocated", "counters", "taint", "unusable"]
 
 _COUNTER_SET_SUFFIX = "-counter-set"
@@ -137,7 +137,7 @@ class NodeDiagnosis:
     fits: bool | None = None
     error: str = ""
     fatal: bool = False  # the error is not about this node (bad CEL, missing class)
-    results: list[Obj] | None = None
+    results: list[AllocationResult] | None = None
     trace: Explanation | None = None
 
     @property
