@@ -33,8 +33,8 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from decimal import Decimal, Inexact, localcontext
 from fractions import Fraction
 from typing import Final, Literal

@@ -17,20 +17,20 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 import yaml
 
 from dra_driver import DEFAULT_DRIVER_NAME, mig_status
+from dra_driver.api_objects import Obj
 from kubelet_plugin.demo_claims import demo_claims, mig_profile_claim
 from kubelet_plugin.plugin_process import PluginProcess
 from kubelet_plugin.service import ClaimRef, PrepareResult
 
 NODE = "demo-node"
 SHAPE = "dgx-h100"
-Obj = dict[str, Any]
 DEPLOY_DIR = Path(__file__).resolve().parents[1] / "deploy"
 
 
@@ -43,7 +43,11 @@ class NodeAllocator(Protocol):
     """
 
     def __call__(
-        self, claims: Sequence[Obj], slices: Sequence[Obj], classes: Sequence[Obj], node: str
+        self,
+        claims: Sequence[Mapping[str, Any]],
+        slices: Sequence[Obj],
+        classes: Sequence[Obj],
+        node: str,
     ) -> tuple[list[Obj], str]: ...
 
 
