@@ -28,6 +28,7 @@ from dra_driver.cel.ast import (
 )
 from dra_driver.cel.diagnostics import CompileError, FunctionError
 from dra_driver.cel.functions import FUNCTIONS, Overload
+from dra_driver.cel.parser import OPTIONAL_INDEX, OPTIONAL_SELECT
 from dra_driver.cel.types import (
     ANY,
     BOOL,
@@ -42,6 +43,7 @@ from dra_driver.cel.types import (
     join_types,
     list_of,
     map_of,
+    optional_of,
     substitute,
 )
 
@@ -113,23 +115,41 @@ class Checker:
 
     def select(self, node: Select) -> CelType:
         operand = self.check(node.operand)
+        if operand.kind == "optional_type":
+            # Optional chaining: `o.f` on an optional is an optional of the field.
+            field_type = self.field_type(operand.params[0], node.field, node.pos)
+            return BOOL if node.test_only else optional_of(_unwrap(field_type))
+        field_type = self.field_type(operand, node.field, node.pos)
+        return BOOL if node.test_only else field_type
+
+    def field_type(self, operand: CelType, field: str, pos: int) -> CelType:
+        """The type of `operand.field`."""
         if operand == self.device_type:
-            field_type = self.fields.get(node.field)
+            field_type = self.fields.get(field)
             if field_type is None:
-                raise CompileError(f"undefined field '{node.field}'", node.pos)
-            return BOOL if node.test_only else field_type
+                raise CompileError(f"undefined field '{field}'", pos)
+            return field_type
         if operand.kind == "map":
             key = operand.params[0]
             if not (key.is_dynamic or key.kind == "string"):
-                raise CompileError(f"type '{operand}' does not support field selection", node.pos)
-            return BOOL if node.test_only else operand.params[1]
+                raise CompileError(f"type '{operand}' does not support field selection", pos)
+            return operand.params[1]
         if operand.is_dynamic:
-            return BOOL if node.test_only else DYN
-        raise CompileError(f"type '{operand}' does not support field selection", node.pos)
+            return DYN
+        raise CompileError(f"type '{operand}' does not support field selection", pos)
 
     def index(self, node: Index) -> CelType:
         operand = self.check(node.operand)
         index = self.check(node.index)
+        if operand.kind == "optional_type":
+            return optional_of(_unwrap(self.element_type(operand.params[0], index, node.pos)))
+        return self.element_type(operand, index, node.pos)
+
+    @staticmethod
+    def element_type(
+        operand: CelType, index: CelType, pos: int, function: str = "_[_]"
+    ) -> CelType:
+        """The type of `operand[index]`."""
         if operand.kind == "list" and (index.is_dynamic or index.kind == "int"):
             return operand.params[0]
         if operand.kind == "map" and bind_params(operand.params[0], index, {}):
@@ -137,8 +157,20 @@ class Checker:
         if operand.is_dynamic and (index.is_dynamic or index.kind in _MAP_KEY_KINDS | {"double"}):
             return DYN
         raise CompileError(
-            f"found no matching overload for '_[_]' applied to '({operand}, {index})'", node.pos
+            f"found no matching overload for '{function}' applied to '({operand}, {index})'", pos
         )
+
+    def optional_access(self, node: Call) -> CelType:
+        """`a.?f` and `a[?k]`: an optional of the field or element, chaining through optionals."""
+        operand = self.check(node.args[0])
+        key = self.check(node.args[1])
+        if operand.kind == "optional_type":
+            operand = operand.params[0]
+        if node.function == OPTIONAL_SELECT:
+            field = node.args[1]
+            assert isinstance(field, Const)
+            return optional_of(_unwrap(self.field_type(operand, str(field.value), node.pos)))
+        return optional_of(_unwrap(self.element_type(operand, key, node.pos, node.function)))
 
     # -- calls ---------------------------------------------------------------
 
@@ -156,6 +188,8 @@ class Checker:
         return ".".join(reversed(parts))
 
     def call(self, node: Call) -> CelType:
+        if node.function in (OPTIONAL_SELECT, OPTIONAL_INDEX):
+            return self.optional_access(node)
         if node.target is not None:
             namespace = self._qualified_name(node.target)
             if namespace is not None and f"{namespace}.{node.function}" in FUNCTIONS:
@@ -210,17 +244,22 @@ class Checker:
 
     def list_lit(self, node: ListLit) -> CelType:
         types = [self.check(e) for e in node.elements]
+        for i in node.optional:
+            types[i] = _optional_element(types[i], node.elements[i])
         return list_of(self._homogeneous(types, node.elements))
 
     def map_lit(self, node: MapLit) -> CelType:
         key_types: list[CelType] = []
         value_types: list[CelType] = []
-        for key, value in node.entries:
+        for i, (key, value) in enumerate(node.entries):
             key_type = self.check(key)
             if not (key_type.is_dynamic or key_type.kind in _MAP_KEY_KINDS):
                 raise CompileError(f"unsupported map key type: {key_type}", key.pos)
             key_types.append(key_type)
-            value_types.append(self.check(value))
+            value_type = self.check(value)
+            if i in node.optional:
+                value_type = _optional_element(value_type, value)
+            value_types.append(value_type)
         keys = self._homogeneous(key_types, [k for k, _ in node.entries])
         values = self._homogeneous(value_types, [v for _, v in node.entries])
         return map_of(keys, values)
@@ -302,6 +341,20 @@ class Checker:
             return self.check(node.body)
         finally:
             self.locals = saved
+
+
+def _unwrap(t: CelType) -> CelType:
+    """`T` for `optional_type(T)`: chaining through an optional does not nest optionals."""
+    return t.params[0] if t.kind == "optional_type" else t
+
+
+def _optional_element(t: CelType, node: Node) -> CelType:
+    """The element type of an optional entry `?x` in a literal; `x` must be an optional."""
+    if t.kind == "optional_type":
+        return t.params[0]
+    if t.is_dynamic:
+        return DYN
+    raise CompileError(f"expected type '{optional_of(t)}' but found '{t}'", node.pos)
 
 
 def _signature(arg_types: list[CelType], is_member: bool) -> str:

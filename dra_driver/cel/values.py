@@ -49,6 +49,35 @@ class TypeValue:
         return self.name
 
 
+class Optional:
+    """A value of CEL's `optional_type`: `optional.of(x)` or `optional.none()` (`NONE`)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    @property
+    def has_value(self) -> bool:
+        return self.value is not _ABSENT
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Optional):
+            return False
+        if self.has_value and other.has_value:
+            return cel_equal(self.value, other.value)
+        return self.has_value == other.has_value
+
+    __hash__ = None  # type: ignore[assignment] - optionals are not map keys
+
+    def __repr__(self) -> str:
+        return f"optional.of({display(self.value)})" if self.has_value else "optional.none()"
+
+
+_ABSENT: Final = object()
+NONE: Final = Optional(_ABSENT)
+
+
 class DefaultingMap(dict[str, Any]):
     """A string-keyed map whose lookups of absent keys yield an empty map.
 
@@ -83,6 +112,7 @@ _KINDS: Final[dict[type, str]] = {
     DurationType: "google.protobuf.Duration",
     TimestampType: "google.protobuf.Timestamp",
     TypeValue: "type",
+    Optional: "optional_type",
 }
 
 NUMERIC_KINDS: Final = frozenset({"int", "uint", "double"})
