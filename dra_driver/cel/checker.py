@@ -146,9 +146,7 @@ class Checker:
         return self.element_type(operand, index, node.pos)
 
     @staticmethod
-    def element_type(
-        operand: CelType, index: CelType, pos: int, function: str = "_[_]"
-    ) -> CelType:
+    def element_type(operand: CelType, index: CelType, pos: int, function: str = "_[_]") -> CelType:
         """The type of `operand[index]`."""
         if operand.kind == "list" and (index.is_dynamic or index.kind == "int"):
             return operand.params[0]

@@ -413,9 +413,7 @@ class Planner:
         return list_lit
 
     def _list_with_optionals(self, node: ListLit) -> Fn:
-        elements = [
-            (self.plan(e), i in node.optional, e.pos) for i, e in enumerate(node.elements)
-        ]
+        elements = [(self.plan(e), i in node.optional, e.pos) for i, e in enumerate(node.elements)]
 
         def list_lit(act: Activation) -> Any:
             act.cost += costs.LIST_CREATE_COST

@@ -2,7 +2,8 @@
 
 The Lark grammar is cel-python's (`celpy`), vendored as `cel.lark` and
 extended with the optional syntax (`a.?b`, `a[?b]`, `[?x]`, `{?k: v}`) that
-Kubernetes enables; this module turns its rule-per-level parse tree into the small tree of `ast.py`, expands the
+Kubernetes enables; this module turns its rule-per-level parse tree into the
+small tree of `ast.py`, expands the
 macros Kubernetes enables (`has`, `all`, `exists`, `exists_one`, `map`,
 `filter`, the two-variable comprehensions, `cel.bind` and the optional
 `optMap`/`optFlatMap`), decodes literals (`literals.py`),
@@ -508,7 +509,6 @@ class _Converter:
                 )
             )
         return self.add(Call(pos, function, args, target))
-
 
     def optional_macro(self, pos: int, function: str, target: Node, var: Node, body: Node) -> Node:
         """cel-go's expansion of `o.optMap(x, e)` / `o.optFlatMap(x, e)`:
