@@ -444,12 +444,12 @@ class _Converter:
             return self.add(Const(pos, float(text), DOUBLE))
         if kind in ("STRING_LIT", "MLSTRING_LIT"):
             try:
-                value = decode(text)
+                decoded = decode(text)
             except LiteralError as exc:
                 raise CompileError(f"Syntax error: {exc.args[0]}: {text}", pos) from None
-            if isinstance(value, bytes):
-                return self.add(Const(pos, value, BYTES))
-            return self.add(Const(pos, value, STRING))
+            if isinstance(decoded, bytes):
+                return self.add(Const(pos, decoded, BYTES))
+            return self.add(Const(pos, decoded, STRING))
         if kind == "BOOL_LIT":
             return self.add(Const(pos, text == "true", BOOL))
         if kind == "NULL_LIT":

@@ -68,7 +68,8 @@ class Optional:
             return cel_equal(self.value, other.value)
         return self.has_value == other.has_value
 
-    __hash__ = None  # type: ignore[assignment] - optionals are not map keys
+    def __hash__(self) -> int:
+        raise TypeError("optional values cannot be map keys")
 
     def __repr__(self) -> str:
         return f"optional.of({display(self.value)})" if self.has_value else "optional.none()"
