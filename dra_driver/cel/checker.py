@@ -67,10 +67,17 @@ def device_fields(consumable_capacity: bool) -> dict[str, CelType]:
 class Checker:
     """Type-checks one tree against the device declaration."""
 
-    def __init__(self, device_type: CelType, fields: dict[str, CelType]) -> None:
+    def __init__(
+        self,
+        device_type: CelType,
+        fields: dict[str, CelType],
+        variables: dict[str, CelType] | None = None,
+    ) -> None:
         self.device_type = device_type
         self.fields = fields
-        self.locals: dict[str, CelType] = {}
+        # Variables declared besides `device` (none in Kubernetes' selector
+        # environment; `compile_expression` callers may add some).
+        self.locals: dict[str, CelType] = dict(variables or {})
 
     def check(self, node: Node) -> CelType:
         t = self._check(node)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 from dra_driver.cel import library  # noqa: F401 - registers all functions
 from dra_driver.cel.checker import Checker, device_fields
@@ -25,6 +26,7 @@ from dra_driver.cel.cost import (
 from dra_driver.cel.device import DeviceView
 from dra_driver.cel.diagnostics import CompileError, EvalError, to_cel_error
 from dra_driver.cel.interpreter import Activation, Fn, Planner
+from dra_driver.cel.ast import Node
 from dra_driver.cel.parser import parse
 from dra_driver.cel.types import BOOL, DEVICE, CelType
 from dra_driver.cel.values import kind_of
@@ -97,6 +99,57 @@ class CompiledSelector:
         raise to_cel_error(self.expression, f"must evaluate to bool, not {kind_of(result)}", None)
 
 
+class CompiledExpression:
+    """An expression of any result type in the selector environment (see `compile_expression`)."""
+
+    __slots__ = ("_program", "cost_limit", "expression", "output_type")
+
+    def __init__(self, expression: str, program: Fn, output_type: CelType, cost_limit: int) -> None:
+        self.expression = expression
+        self.output_type = output_type
+        self.cost_limit = cost_limit
+        self._program = program
+
+    def evaluate(
+        self, device: DeviceView, variables: Mapping[str, Any] | None = None
+    ) -> tuple[Any, int]:
+        """The expression's value for `device` (and the declared variables) and its cost."""
+        act = Activation(device.cel_value(), self.cost_limit)
+        if variables:
+            act.vars.update(variables)
+        try:
+            result = self._program(act)
+        except EvalError as exc:
+            raise to_cel_error(self.expression, exc.message, exc.pos) from None
+        except CostLimitExceeded:
+            raise to_cel_error(self.expression, COST_LIMIT_MESSAGE, None) from None
+        except RecursionError:
+            raise to_cel_error(self.expression, "expression nests too deeply", None) from None
+        if act.cost > self.cost_limit:
+            raise to_cel_error(self.expression, COST_LIMIT_MESSAGE, None)
+        return result, act.cost
+
+
+def compile_expression(
+    expression: str,
+    *,
+    consumable_capacity: bool = False,
+    variables: Mapping[str, CelType] | None = None,
+) -> CompiledExpression:
+    """Compiles `expression` like a selector, but for any result type (not cached).
+
+    This is the selector environment (the `device` variable, the same
+    libraries and limits) without the bool result check; `variables`
+    declares further variables, which Kubernetes' selectors do not have.
+    """
+    tree, output_type = _check(expression, consumable_capacity, dict(variables or {}))
+    try:
+        program = Planner().plan(tree)
+    except CompileError as exc:
+        raise to_cel_error(expression, f"compilation failed: {exc.message}", exc.pos) from None
+    return CompiledExpression(expression, program, output_type, CEL_SELECTOR_EXPRESSION_MAX_COST)
+
+
 class _Failure:
     """A cached compile error (re-raised as a fresh CelError on every lookup)."""
 
@@ -155,7 +208,10 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def _compile(expression: str, *, consumable_capacity: bool) -> CompiledSelector:
+def _check(
+    expression: str, consumable_capacity: bool, variables: dict[str, CelType]
+) -> tuple[Node, CelType]:
+    """Length check, parse and type check: the syntax tree and the result type."""
     # The apiserver measures Go string length, i.e. UTF-8 bytes.
     length = len(expression.encode("utf-8", errors="surrogatepass"))
     if length > CEL_SELECTOR_EXPRESSION_MAX_LENGTH:
@@ -167,14 +223,22 @@ def _compile(expression: str, *, consumable_capacity: bool) -> CompiledSelector:
         )
     try:
         tree = parse(expression)
-        output_type = Checker(DEVICE, device_fields(consumable_capacity)).check(tree)
-        program = Planner().plan(tree)
+        output_type = Checker(DEVICE, device_fields(consumable_capacity), variables).check(tree)
     except CompileError as exc:
         raise to_cel_error(expression, f"compilation failed: {exc.message}", exc.pos) from None
     except RecursionError:
         raise to_cel_error(
             expression, "compilation failed: expression nests too deeply", None
         ) from None
+    return tree, output_type
+
+
+def _compile(expression: str, *, consumable_capacity: bool) -> CompiledSelector:
+    tree, output_type = _check(expression, consumable_capacity, {})
+    try:
+        program = Planner().plan(tree)
+    except CompileError as exc:
+        raise to_cel_error(expression, f"compilation failed: {exc.message}", exc.pos) from None
     if not (output_type == BOOL or output_type.is_dynamic):
         raise to_cel_error(
             expression, f"must evaluate to bool or the unknown type, not {output_type}", None
