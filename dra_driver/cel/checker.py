@@ -54,6 +54,8 @@ CAPACITY_TYPE: Final = map_of(STRING, map_of(STRING, QUANTITY))
 
 _MAP_KEY_KINDS: Final = frozenset({"int", "uint", "bool", "string"})
 _REGEX_FUNCTIONS: Final = frozenset({"matches", "find", "findAll"})
+# cel-go's HomogeneousAggregateLiteralExemptFunctions as the strings library sets them.
+_HOMOGENEOUS_EXEMPT: Final = frozenset({"format"})
 
 
 def device_fields(consumable_capacity: bool) -> dict[str, CelType]:
@@ -78,6 +80,9 @@ class Checker:
         # Variables declared besides `device` (none in Kubernetes' selector
         # environment; `compile_expression` callers may add some).
         self.locals: dict[str, CelType] = dict(variables or {})
+        # How many calls of a function exempt from the homogeneous literal
+        # rule enclose the node being checked.
+        self.exempt = 0
 
     def check(self, node: Node) -> CelType:
         t = self._check(node)
@@ -206,8 +211,13 @@ class Checker:
                 f"undeclared reference to '{node.function}' (in container '')", node.pos
             )
         is_member = node.target is not None
-        arg_types = [self.check(node.target)] if node.target is not None else []
-        arg_types += [self.check(arg) for arg in node.args]
+        exempt = node.function in _HOMOGENEOUS_EXEMPT
+        self.exempt += exempt
+        try:
+            arg_types = [self.check(node.target)] if node.target is not None else []
+            arg_types += [self.check(arg) for arg in node.args]
+        finally:
+            self.exempt -= exempt
 
         candidates: list[Overload] = []
         results: list[CelType] = []
@@ -269,12 +279,13 @@ class Checker:
         values = self._homogeneous(value_types, [v for _, v in node.entries])
         return map_of(keys, values)
 
-    @staticmethod
-    def _homogeneous(types: list[CelType], nodes: list[Node]) -> CelType:
+    def _homogeneous(self, types: list[CelType], nodes: list[Node]) -> CelType:
         """The joined element type; Kubernetes requires literals to be homogeneous.
 
         As in cel-go, an element of the unknown type makes the join `dyn`;
-        two different known types are an error.
+        two different known types are an error (cel-go's homogeneous
+        aggregate literal validator), except inside the arguments of
+        `format()`, which the strings library exempts; there they join to dyn.
         """
         joined: CelType | None = None
         for t, n in zip(types, nodes, strict=True):
@@ -283,6 +294,8 @@ class Checker:
             elif bind_params(joined, t, {}):
                 if t.is_dynamic:
                     joined = DYN
+            elif self.exempt:
+                return DYN
             else:
                 raise CompileError(f"expected type '{joined}' but found '{t}'", n.pos)
         return DYN if joined is None else joined

@@ -36,7 +36,7 @@ from dra_driver.cel.ast import (
 )
 from dra_driver.cel.diagnostics import CompileError, offset_of
 from dra_driver.cel.literals import LiteralError, decode
-from dra_driver.cel.types import BOOL, BYTES, DOUBLE, INT, NULL, STRING, UINT
+from dra_driver.cel.types import BOOL, BYTES, DOUBLE, INT, NULL, STRING, TYPE_IDENTIFIERS, UINT
 from dra_driver.cel.values import Uint
 
 # Deepest nesting of sub-expressions accepted. cel-go stops at 250 parser
@@ -322,6 +322,10 @@ class _Converter:
         assert isinstance(operand_tree, lark.Tree)
         assert isinstance(name, lark.Token)
         operand = self.node(operand_tree)
+        qualified = _qualified_name(operand)
+        if qualified is not None and f"{qualified}.{name.value}" in TYPE_IDENTIFIERS:
+            # `google.protobuf.Timestamp`: a type name, not a field selection.
+            return self.add(Ident(self.start(operand_tree), f"{qualified}.{name.value}"))
         return self.add(Select(self.op_pos(self.end(operand_tree)), operand, str(name.value)))
 
     def rule_member_dot_arg(self, tree: _Tree) -> Node:
@@ -523,6 +527,18 @@ class _Converter:
             bound = self.add(Call(pos, "optional.of", [bound]))
         none = self.add(Call(pos, "optional.none", []))
         return self.add(Call(pos, "_?_:_", [has_value, bound, none]))
+
+
+def _qualified_name(node: Node) -> str | None:
+    """`a.b.c` for a chain of plain field selections on an identifier, else None."""
+    parts: list[str] = []
+    while isinstance(node, Select) and not node.test_only:
+        parts.append(node.field)
+        node = node.operand
+    if not isinstance(node, Ident):
+        return None
+    parts.append(node.name)
+    return ".".join(reversed(parts))
 
 
 def _parse_int(text: str) -> int:

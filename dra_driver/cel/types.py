@@ -95,7 +95,6 @@ TYPE_IDENTIFIERS: dict[str, CelType] = {
     "map": MAP_DYN,
     "null_type": NULL,
     "type": TYPE,
-    "dyn": DYN,
     "optional_type": OPTIONAL_DYN,
     "google.protobuf.Duration": DURATION,
     "google.protobuf.Timestamp": TIMESTAMP,
