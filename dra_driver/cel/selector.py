@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from dra_driver.cel import library  # noqa: F401 - registers all functions
+from dra_driver.cel.ast import Node
 from dra_driver.cel.checker import Checker, device_fields
 from dra_driver.cel.cost import (
     CEL_SELECTOR_EXPRESSION_MAX_COST,
@@ -26,7 +27,6 @@ from dra_driver.cel.cost import (
 from dra_driver.cel.device import DeviceView
 from dra_driver.cel.diagnostics import CompileError, EvalError, to_cel_error
 from dra_driver.cel.interpreter import Activation, Fn, Planner
-from dra_driver.cel.ast import Node
 from dra_driver.cel.parser import parse
 from dra_driver.cel.types import BOOL, DEVICE, CelType
 from dra_driver.cel.values import kind_of

@@ -90,7 +90,7 @@ class _Reader:
             self.i = end + 1
             return name
         start = self.i
-        while self.i < len(self.text) and (self.text[self.i].isalnum() or self.text[self.i] in "_."):
+        while self.i < len(self.text) and _is_name_char(self.text[self.i]):
             self.i += 1
         if start == self.i:
             raise ValueError(f"expected a field name at {self.i}")
@@ -133,7 +133,9 @@ class _Reader:
                 data += self.string()
             return data
         start = self.i
-        while self.i < len(self.text) and (self.text[self.i].isalnum() or self.text[self.i] in "-+._"):
+        while self.i < len(self.text) and (
+            _is_name_char(self.text[self.i]) or self.text[self.i] in "-+"
+        ):
             self.i += 1
         token = self.text[start : self.i]
         if not token:
@@ -179,6 +181,10 @@ class _Reader:
                 self.i += 2
         self.i += 1
         return bytes(out)
+
+
+def _is_name_char(c: str) -> bool:
+    return c.isalnum() or c in "_."
 
 
 class _Token(str):
@@ -282,9 +288,11 @@ def encode_type(t: Message) -> str:
     if kind == "map_type":
         return f"map({encode_type(_get(raw, 'key_type'))}, {encode_type(_get(raw, 'value_type'))})"
     if kind == "well_known":
-        return {"TIMESTAMP": "google.protobuf.Timestamp", "DURATION": "google.protobuf.Duration"}.get(
-            str(raw), f"message:google.protobuf.{raw}"
-        )
+        well_known = {
+            "TIMESTAMP": "google.protobuf.Timestamp",
+            "DURATION": "google.protobuf.Duration",
+        }
+        return well_known.get(str(raw), f"message:google.protobuf.{raw}")
     if kind == "message_type":
         return f"message:{raw.decode()}"
     if kind == "wrapper":

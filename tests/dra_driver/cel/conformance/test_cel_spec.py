@@ -221,7 +221,7 @@ def _uses_proto(case: dict[str, Any]) -> bool:
 @pytest.mark.parametrize("case", _cases())
 def test_cel_spec_case(case: dict[str, Any], request: pytest.FixtureRequest) -> None:
     case_id = request.node.callspec.id
-    variables = {name: t for name, t in case.get("variables", {}).items()}
+    variables: dict[str, str] = case.get("variables", {})
     if _uses_proto(case):
         # Kubernetes difference: selectors have no protocol buffer message types.
         with pytest.raises(CelError, match="compilation failed"):
