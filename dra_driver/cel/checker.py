@@ -58,9 +58,20 @@ _REGEX_FUNCTIONS: Final = frozenset({"matches", "find", "findAll"})
 _HOMOGENEOUS_EXEMPT: Final = frozenset({"format"})
 
 
-def device_fields(consumable_capacity: bool) -> dict[str, CelType]:
+# With DRAListTypeAttributes an attribute may be a list, so Kubernetes declares
+# attribute values `dyn` (iterable by macros) instead of `any`.
+LIST_ATTRIBUTES_TYPE: Final = map_of(STRING, map_of(STRING, DYN))
+
+# Functions that only exist with DRAListTypeAttributes.
+LIST_ATTRIBUTE_FUNCTIONS: Final = frozenset({"includes"})
+
+
+def device_fields(
+    consumable_capacity: bool, list_type_attributes: bool = False
+) -> dict[str, CelType]:
     """The fields of `device` (kubernetes.DRADevice) for the given feature set."""
-    fields = {"driver": STRING, "attributes": ATTRIBUTES_TYPE, "capacity": CAPACITY_TYPE}
+    attributes = LIST_ATTRIBUTES_TYPE if list_type_attributes else ATTRIBUTES_TYPE
+    fields = {"driver": STRING, "attributes": attributes, "capacity": CAPACITY_TYPE}
     if consumable_capacity:
         fields["allowMultipleAllocations"] = BOOL
     return fields
@@ -74,9 +85,12 @@ class Checker:
         device_type: CelType,
         fields: dict[str, CelType],
         variables: dict[str, CelType] | None = None,
+        hidden_functions: frozenset[str] = frozenset(),
     ) -> None:
         self.device_type = device_type
         self.fields = fields
+        # Registered functions this environment does not declare.
+        self.hidden_functions = hidden_functions
         # Variables declared besides `device` (none in Kubernetes' selector
         # environment; `compile_expression` callers may add some).
         self.locals: dict[str, CelType] = dict(variables or {})
@@ -206,7 +220,7 @@ class Checker:
                 node.function = f"{namespace}.{node.function}"
                 node.target = None
         function = FUNCTIONS.get(node.function)
-        if function is None:
+        if function is None or node.function in self.hidden_functions:
             raise CompileError(
                 f"undeclared reference to '{node.function}' (in container '')", node.pos
             )
@@ -309,7 +323,9 @@ class Checker:
             first, second = (INT, range_type.params[0]) if two_vars else (range_type.params[0], DYN)
         elif range_type.kind == "map":
             first, second = range_type.params[0], range_type.params[1]
-        elif range_type.is_dynamic:
+        elif range_type == DYN:
+            # `any` (attribute values without DRAListTypeAttributes) is not a
+            # valid range in cel-go; `dyn` is.
             first, second = DYN, DYN
         else:
             raise CompileError(

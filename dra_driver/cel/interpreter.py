@@ -48,6 +48,7 @@ from dra_driver.cel.values import (
     TypeValue,
     cel_equal,
     display,
+    go_type_name,
     kind_of,
     map_lookup,
 )
@@ -739,7 +740,7 @@ def _iteration(value: Any, pos: int) -> list[Any]:
         return value
     if type(value) in _MAP_TYPES:
         return list(value)
-    raise EvalError(f"got '{kind_of(value)}', expected iterable type", pos)
+    raise EvalError(f"got '{go_type_name(value)}', expected iterable type", pos)
 
 
 def _pairs(value: Any, pos: int) -> list[tuple[Any, Any]]:
@@ -747,7 +748,7 @@ def _pairs(value: Any, pos: int) -> list[tuple[Any, Any]]:
         return list(enumerate(value))
     if type(value) in _MAP_TYPES:
         return list(value.items())
-    raise EvalError(f"got '{kind_of(value)}', expected iterable type", pos)
+    raise EvalError(f"got '{go_type_name(value)}', expected iterable type", pos)
 
 
 class _Scope:

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from dra_driver.cel import library  # noqa: F401 - registers all functions
 from dra_driver.cel.ast import Node
-from dra_driver.cel.checker import Checker, device_fields
+from dra_driver.cel.checker import LIST_ATTRIBUTE_FUNCTIONS, Checker, device_fields
 from dra_driver.cel.cost import (
     CEL_SELECTOR_EXPRESSION_MAX_COST,
     COST_LIMIT_MESSAGE,
@@ -79,7 +79,11 @@ class CompiledSelector:
             if act.cost > self.cost_limit:
                 raise to_cel_error(self.expression, COST_LIMIT_MESSAGE, None)
             return result
-        raise to_cel_error(self.expression, f"must evaluate to bool, not {kind_of(result)}", None)
+        raise to_cel_error(
+            self.expression,
+            f"CEL result of type {kind_of(result)} could not be converted to bool",
+            None,
+        )
 
     def matches_with_cost(self, device: DeviceView) -> tuple[bool, int]:
         """`matches`, plus the cost the evaluation was charged."""
@@ -96,7 +100,11 @@ class CompiledSelector:
             raise to_cel_error(self.expression, COST_LIMIT_MESSAGE, None)
         if result is True or result is False:
             return result, act.cost
-        raise to_cel_error(self.expression, f"must evaluate to bool, not {kind_of(result)}", None)
+        raise to_cel_error(
+            self.expression,
+            f"CEL result of type {kind_of(result)} could not be converted to bool",
+            None,
+        )
 
 
 class CompiledExpression:
@@ -134,6 +142,7 @@ def compile_expression(
     expression: str,
     *,
     consumable_capacity: bool = False,
+    list_type_attributes: bool = True,
     variables: Mapping[str, CelType] | None = None,
 ) -> CompiledExpression:
     """Compiles `expression` like a selector, but for any result type (not cached).
@@ -142,7 +151,9 @@ def compile_expression(
     libraries and limits) without the bool result check; `variables`
     declares further variables, which Kubernetes' selectors do not have.
     """
-    tree, output_type = _check(expression, consumable_capacity, dict(variables or {}))
+    tree, output_type = _check(
+        expression, consumable_capacity, list_type_attributes, dict(variables or {})
+    )
     try:
         program = Planner().plan(tree)
     except CompileError as exc:
@@ -164,29 +175,41 @@ class _Failure:
         return CelError(self.message, expression=self.expression, position=self.position)
 
 
-_cache: OrderedDict[tuple[str, bool], CompiledSelector | _Failure] = OrderedDict()
+_cache: OrderedDict[tuple[str, bool, bool], CompiledSelector | _Failure] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
-def compile_selector(expression: str, *, consumable_capacity: bool = False) -> CompiledSelector:
+def compile_selector(
+    expression: str, *, consumable_capacity: bool = False, list_type_attributes: bool = True
+) -> CompiledSelector:
     """Compiles a device selector (cached); raises CelError if it is not a valid selector.
 
     `consumable_capacity` declares `device.allowMultipleAllocations`, as the
     DRAConsumableCapacity feature gate does; without it using that field is
-    a compile error ("undefined field").
+    a compile error ("undefined field"). `list_type_attributes` is
+    DRAListTypeAttributes (Kubernetes 1.36+): attribute values are typed
+    `dyn` (a list attribute can be iterated) and `includes()` is declared.
+    It defaults to on because the 1.37 scheduler compiles stored selectors
+    with both regardless of the gate; off, `includes` is an undeclared
+    reference, as for a new selector on an apiserver without the gate.
+    Attributes with list values are turned into CEL lists either way.
     """
     if not isinstance(expression, str):
         raise CelError(
             f"selector {expression!r}: expression must be a string, not {type(expression).__name__}"
         )
-    key = (expression, bool(consumable_capacity))
+    key = (expression, bool(consumable_capacity), bool(list_type_attributes))
     with _cache_lock:
         cached = _cache.get(key)
         if cached is not None:
             _cache.move_to_end(key)
     if cached is None:
         try:
-            cached = _compile(expression, consumable_capacity=bool(consumable_capacity))
+            cached = _compile(
+                expression,
+                consumable_capacity=bool(consumable_capacity),
+                list_type_attributes=bool(list_type_attributes),
+            )
         except CelError as exc:
             cached = _Failure(exc)
         with _cache_lock:
@@ -209,7 +232,10 @@ def clear_cache() -> None:
 
 
 def _check(
-    expression: str, consumable_capacity: bool, variables: dict[str, CelType]
+    expression: str,
+    consumable_capacity: bool,
+    list_type_attributes: bool,
+    variables: dict[str, CelType],
 ) -> tuple[Node, CelType]:
     """Length check, parse and type check: the syntax tree and the result type."""
     # The apiserver measures Go string length, i.e. UTF-8 bytes.
@@ -223,7 +249,13 @@ def _check(
         )
     try:
         tree = parse(expression)
-        output_type = Checker(DEVICE, device_fields(consumable_capacity), variables).check(tree)
+        checker = Checker(
+            DEVICE,
+            device_fields(consumable_capacity, list_type_attributes),
+            variables,
+            hidden_functions=frozenset() if list_type_attributes else LIST_ATTRIBUTE_FUNCTIONS,
+        )
+        output_type = checker.check(tree)
     except CompileError as exc:
         raise to_cel_error(expression, f"compilation failed: {exc.message}", exc.pos) from None
     except RecursionError:
@@ -233,12 +265,18 @@ def _check(
     return tree, output_type
 
 
-def _compile(expression: str, *, consumable_capacity: bool) -> CompiledSelector:
-    tree, output_type = _check(expression, consumable_capacity, {})
+def _compile(
+    expression: str, *, consumable_capacity: bool, list_type_attributes: bool
+) -> CompiledSelector:
+    tree, output_type = _check(expression, consumable_capacity, list_type_attributes, {})
     try:
         program = Planner().plan(tree)
     except CompileError as exc:
         raise to_cel_error(expression, f"compilation failed: {exc.message}", exc.pos) from None
+    except RecursionError:
+        raise to_cel_error(
+            expression, "compilation failed: expression nests too deeply", None
+        ) from None
     if not (output_type == BOOL or output_type.is_dynamic):
         raise to_cel_error(
             expression, f"must evaluate to bool or the unknown type, not {output_type}", None

@@ -148,6 +148,31 @@ def kind_of(value: Any) -> str:
     return type(value).__name__
 
 
+# The Go types of cel-go's values (and Kubernetes' Semver/Quantity), which
+# some cel-go messages print with %T.
+_GO_TYPE_NAMES: Final = {
+    "bool": "types.Bool",
+    "int": "types.Int",
+    "uint": "types.Uint",
+    "double": "types.Double",
+    "string": "types.String",
+    "bytes": "types.Bytes",
+    "null_type": "types.Null",
+    "google.protobuf.Duration": "types.Duration",
+    "google.protobuf.Timestamp": "types.Timestamp",
+    "kubernetes.Semver": "cel.Semver",
+    "kubernetes.Quantity": "cel.Quantity",
+    "optional_type": "*types.Optional",
+    "type": "*types.Type",
+}
+
+
+def go_type_name(value: Any) -> str:
+    """How cel-go's `%T` names the value's type (`types.Int`), for messages that use it."""
+    kind = kind_of(value)
+    return _GO_TYPE_NAMES.get(kind, kind)
+
+
 def type_value_of(value: Any) -> TypeValue:
     return TypeValue(kind_of(value))
 
