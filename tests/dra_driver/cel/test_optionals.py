@@ -33,7 +33,7 @@ ATTRS = 'device.attributes["gpu.nvidia.com"]'
         f'device.attributes.?other.orValue({{}}).size() == 0 || "x" in {ATTRS}',
         f'{ATTRS}.?model.or({ATTRS}.?productName).value().startsWith("NVIDIA")',
         'device.?driver.value() == "gpu.nvidia.com"',
-        f'device.capacity["gpu.nvidia.com"].?memory.value().isGreaterThan(quantity("40Gi"))',
+        'device.capacity["gpu.nvidia.com"].?memory.value().isGreaterThan(quantity("40Gi"))',
         f"[?{ATTRS}.?model, ?{ATTRS}.?index].size() == 1",
         f'{{?"model": {ATTRS}.?model, "index": {ATTRS}.index}}.size() == 1',
         "optional.ofNonZeroValue(0) == optional.none()",
