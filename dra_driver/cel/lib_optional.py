@@ -2,7 +2,8 @@
 
 The functions of the library: `optional.of(x)`, `optional.ofNonZeroValue(x)`,
 `optional.none()`, `o.hasValue()`, `o.value()`, `o.or(o2)`, `o.orValue(x)`,
-`optional.unwrap(list)` / `list.unwrapOpt()`. The syntax (`a.?b`, `a[?b]`,
+`optional.unwrap(list)` / `list.unwrapOpt()`, and `list.first()` /
+`list.last()` (version 2 of the library; Kubernetes enables the latest). The syntax (`a.?b`, `a[?b]`,
 `[?x]`, `{?k: v}`) is parsed in `parser.py`, typed in `checker.py` and
 evaluated in `interpreter.py`; `optMap`/`optFlatMap` are macros expanded by
 the parser. `or` and `orValue` are planned by the interpreter so that their
@@ -86,6 +87,14 @@ def or_value(opt: Any, default: Any) -> Any:
     return opt.value if opt.has_value else default
 
 
+def first(items: list[Any]) -> Optional:
+    return Optional(items[0]) if items else NONE
+
+
+def last(items: list[Any]) -> Optional:
+    return Optional(items[-1]) if items else NONE
+
+
 def unwrap(items: list[Any]) -> list[Any]:
     return [o.value for o in map(_optional, items) if o.has_value]
 
@@ -104,6 +113,8 @@ register(
     "optional.unwrap",
     glob("optional_unwrap", (list_of(OPTIONAL_A),), list_of(PARAM_A), unwrap),
 )
+register("first", member("list_first", (list_of(PARAM_A),), OPTIONAL_A, first))
+register("last", member("list_last", (list_of(PARAM_A),), OPTIONAL_A, last))
 register(
     "unwrapOpt", member("optional_unwrapOpt", (list_of(OPTIONAL_A),), list_of(PARAM_A), unwrap)
 )

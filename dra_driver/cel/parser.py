@@ -48,6 +48,9 @@ MAX_DEPTH: Final = 250
 # cel-go's names for the optional selection and index operators.
 OPTIONAL_SELECT: Final = "_?._"
 OPTIONAL_INDEX: Final = "_[?_]"
+# The function and variable cel-go's `sortBy` macro expands into.
+SORT_BY_KEYS: Final = "@sortByAssociatedKeys"
+_SORT_BY_INPUT: Final = "@__sortBy_input__"
 
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
@@ -489,6 +492,8 @@ class _Converter:
             return self.add(Bind(pos, var.name, args[1], args[2]))
         if function in ("optMap", "optFlatMap") and len(args) == 2:
             return self.optional_macro(pos, function, target, args[0], args[1])
+        if function == "sortBy" and len(args) == 2:
+            return self.sort_by_macro(pos, target, args[0], args[1])
         counts = _MEMBER_MACROS.get(function)
         if counts is not None and len(args) in counts:
             two_vars = len(args) == 3 and function in ("all", "exists", "exists_one")
@@ -514,6 +519,11 @@ class _Converter:
             )
         return self.add(Call(pos, function, args, target))
 
+    def sort_by_macro(self, pos: int, target: Node, var: Node, key: Node) -> Node:
+        """cel-go's expansion of `l.sortBy(e, key)`: `cel.bind(@__sortBy_input__, l,
+        @__sortBy_input__.@sortByAssociatedKeys(@__sortBy_input__.map(e, key)))`."""
+        return _sort_by(self, pos, target, var, key)
+
     def optional_macro(self, pos: int, function: str, target: Node, var: Node, body: Node) -> Node:
         """cel-go's expansion of `o.optMap(x, e)` / `o.optFlatMap(x, e)`:
         `o.hasValue() ? optional.of(cel.bind(x, o.value(), e)) : optional.none()`
@@ -527,6 +537,15 @@ class _Converter:
             bound = self.add(Call(pos, "optional.of", [bound]))
         none = self.add(Call(pos, "optional.none", []))
         return self.add(Call(pos, "_?_:_", [has_value, bound, none]))
+
+
+def _sort_by(converter: _Converter, pos: int, target: Node, var: Node, key: Node) -> Node:
+    if not isinstance(var, Ident):
+        raise CompileError("sortBy() variable name must be a simple identifier", var.pos)
+    add = converter.add
+    keys = add(Comprehension(pos, "map", add(Ident(pos, _SORT_BY_INPUT)), var.name, None, [key]))
+    call = add(Call(pos, SORT_BY_KEYS, [keys], add(Ident(pos, _SORT_BY_INPUT))))
+    return add(Bind(pos, _SORT_BY_INPUT, target, call))
 
 
 def _qualified_name(node: Node) -> str | None:

@@ -84,3 +84,23 @@ def test_optional_lookups_are_charged_like_field_selections() -> None:
     # An absent attribute costs the same lookups; the comparison then sees "".
     absent = compile_selector(f'{ATTRS}.?model.orValue("") == "NVIDIA H100 80GB HBM3"')
     assert absent.matches_with_cost(H100) == (False, 5)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "[3, 1, 2].first() == optional.of(3)",
+        "[3, 1, 2].last().value() == 2",
+        "![].first().hasValue()",
+        "[3, 1, 2].sortBy(x, -x) == [3, 2, 1]",
+        "['bb', 'a', 'ccc'].sortBy(s, s.size()).last().orValue('') == 'ccc'",
+    ],
+)
+def test_list_functions_built_on_optionals(expression: str) -> None:
+    # first()/last() are the optional library's version 2; sortBy is ext lists v2.
+    assert compile_selector(expression).matches(H100)
+
+
+def test_sort_by_keys_must_be_comparable_and_of_one_type() -> None:
+    with pytest.raises(CelError, match="list elements must have the same type"):
+        compile_selector("[1, 2].sortBy(x, x == 1 ? dyn('a') : dyn(1)) == [1, 2]").matches(H100)
