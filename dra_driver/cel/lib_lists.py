@@ -85,8 +85,8 @@ def _sort(items: list[Any]) -> list[Any]:
 def _sort_by_keys(items: list[Any], keys: list[Any]) -> list[Any]:
     if len(items) != len(keys):
         raise FunctionError(
-            f"@sortByAssociatedKeys() expected a list of the same size as the associated keys list, "
-            f"but got {len(items)} and {len(keys)} elements respectively."
+            "@sortByAssociatedKeys() expected a list of the same size as the associated keys "
+            f"list, but got {len(items)} and {len(keys)} elements respectively."
         )
     _sort(keys)  # the same type checks as sort()
     order = sorted(range(len(keys)), key=lambda i: keys[i])

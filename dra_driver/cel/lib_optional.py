@@ -3,8 +3,8 @@
 The functions of the library: `optional.of(x)`, `optional.ofNonZeroValue(x)`,
 `optional.none()`, `o.hasValue()`, `o.value()`, `o.or(o2)`, `o.orValue(x)`,
 `optional.unwrap(list)` / `list.unwrapOpt()`, and `list.first()` /
-`list.last()` (version 2 of the library; Kubernetes enables the latest). The syntax (`a.?b`, `a[?b]`,
-`[?x]`, `{?k: v}`) is parsed in `parser.py`, typed in `checker.py` and
+`list.last()` (version 2 of the library; Kubernetes enables the latest).
+The syntax (`a.?b`, `a[?b]`, `[?x]`, `{?k: v}`) is parsed in `parser.py`, typed in `checker.py` and
 evaluated in `interpreter.py`; `optMap`/`optFlatMap` are macros expanded by
 the parser. `or` and `orValue` are planned by the interpreter so that their
 argument is only evaluated when the receiver is empty, as in cel-go.
