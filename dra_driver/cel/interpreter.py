@@ -260,10 +260,8 @@ class Planner:
             return self._logical(node, short=True)
         if function == "_?_:_":
             return self._conditional(node)
-        if function == OPTIONAL_SELECT:
-            return self._optional_select(node)
-        if function == OPTIONAL_INDEX:
-            return self._optional_index(node)
+        if function in (OPTIONAL_SELECT, OPTIONAL_INDEX):
+            return self._optional_access(node)
         if function in ("or", "orValue") and _is_optional_overload(node.overloads):
             return self._optional_or(node)
         arg_nodes = ([node.target] if node.target is not None else []) + node.args
@@ -335,38 +333,24 @@ class Planner:
 
         return conditional
 
-    def _optional_select(self, node: Call) -> Fn:
-        """`a.?f`: optional.of(a.f) when a has the field, optional.none() otherwise."""
+    def _optional_access(self, node: Call) -> Fn:
+        """`a.?f` / `a[?k]`: optional.of(a.f) / optional.of(a[k]) when present, else none."""
         operand = self.plan(node.args[0])
-        field_node = node.args[1]
-        assert isinstance(field_node, Const)
-        name = str(field_node.value)
+        key_fn = self.plan(node.args[1])  # for `.?f` the field name, a string constant
+        select = node.function == OPTIONAL_SELECT
         pos = node.pos
 
-        def optional_select(act: Activation) -> Any:
+        def optional_access(act: Activation) -> Any:
             obj = operand(act)
+            key = key_fn(act)
             act.cost += 1
             if type(obj) is not Optional:
                 obj = Optional(obj)
-            return _optional_select(obj, name, pos)
-
-        return optional_select
-
-    def _optional_index(self, node: Call) -> Fn:
-        """`a[?k]`: optional.of(a[k]) when a has the key or index, optional.none() otherwise."""
-        operand = self.plan(node.args[0])
-        index = self.plan(node.args[1])
-        pos = node.pos
-
-        def optional_index(act: Activation) -> Any:
-            obj = operand(act)
-            key = index(act)
-            act.cost += 1
-            if type(obj) is not Optional:
-                obj = Optional(obj)
+            if select:
+                return _optional_select(obj, key, pos)
             return _optional_index(obj, key, pos)
 
-        return optional_index
+        return optional_access
 
     def _optional_or(self, node: Call) -> Fn:
         """`o.or(p)` / `o.orValue(x)`: the argument is evaluated only when `o` is empty."""

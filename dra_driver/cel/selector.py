@@ -66,40 +66,13 @@ class CompiledSelector:
         Raises CelError on run-time errors (a missing attribute, a type
         mismatch, the cost limit) and when the result is not a bool.
         """
-        act = Activation(device.cel_value(), self.cost_limit)
-        try:
-            result = self._program(act)
-        except EvalError as exc:
-            raise to_cel_error(self.expression, exc.message, exc.pos) from None
-        except CostLimitExceeded:
-            raise to_cel_error(self.expression, COST_LIMIT_MESSAGE, None) from None
-        except RecursionError:
-            raise to_cel_error(self.expression, "expression nests too deeply", None) from None
-        if result is True or result is False:
-            if act.cost > self.cost_limit:
-                raise to_cel_error(self.expression, COST_LIMIT_MESSAGE, None)
-            return result
-        raise to_cel_error(
-            self.expression,
-            f"CEL result of type {kind_of(result)} could not be converted to bool",
-            None,
-        )
+        return self.matches_with_cost(device)[0]
 
     def matches_with_cost(self, device: DeviceView) -> tuple[bool, int]:
         """`matches`, plus the cost the evaluation was charged."""
-        act = Activation(device.cel_value(), self.cost_limit)
-        try:
-            result = self._program(act)
-        except EvalError as exc:
-            raise to_cel_error(self.expression, exc.message, exc.pos) from None
-        except CostLimitExceeded:
-            raise to_cel_error(self.expression, COST_LIMIT_MESSAGE, None) from None
-        except RecursionError:
-            raise to_cel_error(self.expression, "expression nests too deeply", None) from None
-        if act.cost > self.cost_limit:
-            raise to_cel_error(self.expression, COST_LIMIT_MESSAGE, None)
+        result, cost = _run(self._program, self.expression, device, self.cost_limit, None)
         if result is True or result is False:
-            return result, act.cost
+            return result, cost
         raise to_cel_error(
             self.expression,
             f"CEL result of type {kind_of(result)} could not be converted to bool",
@@ -122,20 +95,31 @@ class CompiledExpression:
         self, device: DeviceView, variables: Mapping[str, Any] | None = None
     ) -> tuple[Any, int]:
         """The expression's value for `device` (and the declared variables) and its cost."""
-        act = Activation(device.cel_value(), self.cost_limit)
-        if variables:
-            act.vars.update(variables)
-        try:
-            result = self._program(act)
-        except EvalError as exc:
-            raise to_cel_error(self.expression, exc.message, exc.pos) from None
-        except CostLimitExceeded:
-            raise to_cel_error(self.expression, COST_LIMIT_MESSAGE, None) from None
-        except RecursionError:
-            raise to_cel_error(self.expression, "expression nests too deeply", None) from None
-        if act.cost > self.cost_limit:
-            raise to_cel_error(self.expression, COST_LIMIT_MESSAGE, None)
-        return result, act.cost
+        return _run(self._program, self.expression, device, self.cost_limit, variables)
+
+
+def _run(
+    program: Fn,
+    expression: str,
+    device: DeviceView,
+    cost_limit: int,
+    variables: Mapping[str, Any] | None,
+) -> tuple[Any, int]:
+    """Evaluates `program` under the cost limit; failures become CelError."""
+    act = Activation(device.cel_value(), cost_limit)
+    if variables:
+        act.vars.update(variables)
+    try:
+        result = program(act)
+    except EvalError as exc:
+        raise to_cel_error(expression, exc.message, exc.pos) from None
+    except CostLimitExceeded:
+        raise to_cel_error(expression, COST_LIMIT_MESSAGE, None) from None
+    except RecursionError:
+        raise to_cel_error(expression, "expression nests too deeply", None) from None
+    if act.cost > cost_limit:
+        raise to_cel_error(expression, COST_LIMIT_MESSAGE, None)
+    return result, act.cost
 
 
 def compile_expression(
@@ -154,10 +138,7 @@ def compile_expression(
     tree, output_type = _check(
         expression, consumable_capacity, list_type_attributes, dict(variables or {})
     )
-    try:
-        program = Planner().plan(tree)
-    except CompileError as exc:
-        raise to_cel_error(expression, f"compilation failed: {exc.message}", exc.pos) from None
+    program = _plan(expression, tree)
     return CompiledExpression(expression, program, output_type, CEL_SELECTOR_EXPRESSION_MAX_COST)
 
 
@@ -265,18 +246,22 @@ def _check(
     return tree, output_type
 
 
-def _compile(
-    expression: str, *, consumable_capacity: bool, list_type_attributes: bool
-) -> CompiledSelector:
-    tree, output_type = _check(expression, consumable_capacity, list_type_attributes, {})
+def _plan(expression: str, tree: Node) -> Fn:
     try:
-        program = Planner().plan(tree)
+        return Planner().plan(tree)
     except CompileError as exc:
         raise to_cel_error(expression, f"compilation failed: {exc.message}", exc.pos) from None
     except RecursionError:
         raise to_cel_error(
             expression, "compilation failed: expression nests too deeply", None
         ) from None
+
+
+def _compile(
+    expression: str, *, consumable_capacity: bool, list_type_attributes: bool
+) -> CompiledSelector:
+    tree, output_type = _check(expression, consumable_capacity, list_type_attributes, {})
+    program = _plan(expression, tree)
     if not (output_type == BOOL or output_type.is_dynamic):
         raise to_cel_error(
             expression, f"must evaluate to bool or the unknown type, not {output_type}", None
