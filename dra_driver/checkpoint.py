@@ -10,6 +10,12 @@ upstream field broke every old file (issue #1080, PRs #1119 and #1326), and
 the plugin crash-looped after upgrades. The rules below exist so that cannot
 happen here.
 
+Storage: `checkpoint_store` keeps one file per claim, each holding a
+one-claim checkpoint in this format (so a Prepare rewrites only its own
+claim), and reads the single file that older dra-gpu versions wrote for the
+whole node. A copy of each completed entry also travels in the claim's CDI
+spec (`to_annotation`), from which a lost checkpoint is rebuilt.
+
 File format (`encode` / `decode`)
     Line 1 is a one-line JSON header: `{"checksum": "sha256:<hex>", "format":
     "dra-gpu/checkpoint"}`. Everything after the first newline is the
@@ -294,6 +300,16 @@ class Checkpoint:
             dataclasses.replace(entry, state=ClaimState.PrepareCompleted, devices=tuple(devices))
         )
 
+    def adopt(self, entry: ClaimEntry) -> Checkpoint:
+        """Add an entry rebuilt from other sources (a lost checkpoint), in its own state.
+
+        Refuses a claim that already has an entry: what the checkpoint knows wins.
+        """
+        existing = self.claims.get(entry.uid)
+        if existing is not None:
+            raise CheckpointError(f"{existing.ref}: already in the checkpoint; cannot adopt it")
+        return self._with(entry)
+
     def remove(self, uid: str) -> Checkpoint:
         """Forget a claim (after Unprepare or rollback). Unknown UIDs are fine."""
         if uid not in self.claims:
@@ -376,6 +392,41 @@ class Checkpoint:
 
     def _with(self, entry: ClaimEntry) -> Checkpoint:
         return Checkpoint(boot_id=self.boot_id, claims={**self.claims, entry.uid: entry})
+
+
+# -- the copy kept in the claim's CDI spec -------------------------------------
+
+CDI_ANNOTATION: Final = "gpu.nvidia.com/dra-gpu-claim"
+"""Annotation of a claim's CDI spec holding its completed entry (see `to_annotation`)."""
+
+
+def to_annotation(boot_id: str, entry: ClaimEntry) -> str:
+    """A claim's entry as the value of `CDI_ANNOTATION`: a compact one-claim payload.
+
+    Each CDI spec carries its claim's completed entry (UID, namespace, name,
+    devices, MIG ids, whatever fields a newer dra-gpu adds), versioned like
+    the checkpoint itself, so a lost checkpoint can be rebuilt from the specs.
+    """
+    payload = Checkpoint(boot_id=boot_id, claims={entry.uid: entry}).to_dict()
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def from_annotation(value: str, *, source: str) -> Checkpoint:
+    """Parse a `CDI_ANNOTATION` value (migrating old schema versions); `CheckpointError` if bad."""
+    try:
+        obj = json.loads(value)
+    except ValueError as exc:
+        raise CheckpointError(f"{source}: annotation {CDI_ANNOTATION} is not JSON: {exc}") from exc
+    try:
+        checkpoint = Checkpoint.from_dict(obj)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{source}: annotation {CDI_ANNOTATION}: {exc}") from exc
+    if len(checkpoint.claims) != 1:
+        raise CheckpointError(
+            f"{source}: annotation {CDI_ANNOTATION} holds {len(checkpoint.claims)} claims, "
+            "expected one"
+        )
+    return checkpoint
 
 
 # -- bytes ---------------------------------------------------------------------

@@ -14,12 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from dra_driver import cdi
 from dra_driver.checkpoint import Checkpoint, PreparedDevice
 from dra_driver.claims import AllocatedClaim, DeviceResult
 from dra_driver.device_config import effective_configs, unsupported_sharing
 from dra_driver.devices import AllocatableDevice
 from dra_driver.errors import ClaimError
 from dra_driver.nvml.interface import Placement
+from kubelet_plugin.mig_lifecycle import mig_target
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,26 @@ def plan_claim(
     if problem is not None:
         raise ClaimError(problem)
     return planned
+
+
+def prepared_device(
+    claim_uid: str, result: DeviceResult, device: AllocatableDevice | None
+) -> PreparedDevice:
+    """The checkpoint record of one allocated device, before any side effect.
+
+    A dynamic MIG device gets a "planned" MIG record (profile and placement);
+    `device` None (not published any more) records the result alone.
+    """
+    target = None if device is None else mig_target(device)
+    return PreparedDevice(
+        request_names=(result.base_request,),
+        pool=result.pool,
+        device=result.device,
+        cdi_device_ids=(cdi.qualified_device_id(claim_uid, result.device),),
+        share_id=result.share_id,
+        admin_access=result.admin_access,
+        mig=None if target is None else target.planned_record(),
+    )
 
 
 def _describe_owner(checkpoint: Checkpoint, uid: str) -> str:
