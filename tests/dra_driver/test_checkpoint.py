@@ -340,3 +340,41 @@ def test_schema_errors_name_the_field(path: tuple[Any, ...], value: Any, message
     with pytest.raises(CheckpointError, match=message) as info:
         decode(reencode(obj), source="/cp")
     assert str(info.value).startswith("/cp: ")
+
+
+# -- the copy in the CDI spec, and adopting rebuilt entries ----------------------
+
+
+def test_an_entry_survives_the_round_trip_through_a_cdi_annotation() -> None:
+    cp = rich_checkpoint()
+    for uid, original in cp.claims.items():
+        value = cpmod.to_annotation(BOOT, original)
+        assert "\n" not in value
+        back = cpmod.from_annotation(value, source="spec.yaml")
+        assert back.boot_id == BOOT
+        assert dict(back.claims) == {uid: original}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("{not json", "spec.yaml: annotation gpu.nvidia.com/dra-gpu-claim is not JSON"),
+        ('{"schemaVersion": 99}', "spec.yaml: annotation gpu.nvidia.com/dra-gpu-claim: schema"),
+        (
+            json.dumps(rich_checkpoint().to_dict()),
+            "holds 2 claims, expected one",
+        ),
+    ],
+)
+def test_a_bad_annotation_is_a_checkpoint_error(value: str, message: str) -> None:
+    with pytest.raises(CheckpointError, match=message):
+        cpmod.from_annotation(value, source="spec.yaml")
+
+
+def test_adopt_keeps_the_rebuilt_state_and_never_overwrites() -> None:
+    cp = rich_checkpoint()
+    completed = cp.claims[UID_A]
+    rebuilt = Checkpoint(boot_id=BOOT).adopt(completed)
+    assert rebuilt.claims[UID_A].state is ClaimState.PrepareCompleted
+    with pytest.raises(CheckpointError, match="already in the checkpoint"):
+        cp.adopt(completed)
