@@ -375,7 +375,8 @@ class GpuDriver:
                 )
             )
 
-        self.update(start)
+        # Persisted only if something must be undone after a crash (see `_undo_needs_record`).
+        self.update(start, durable=_undo_needs_record(claim, self._devices))
         failpoints.hit("prepare-after-checkpoint-started")
 
         try:
@@ -525,7 +526,9 @@ class GpuDriver:
 
     # -- helpers ------------------------------------------------------------------
 
-    def update(self, mutate: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
+    def update(
+        self, mutate: Callable[[Checkpoint], Checkpoint], *, durable: bool = True
+    ) -> Checkpoint:
         """Apply `mutate` to the checkpoint and persist the result; the only path that changes it.
 
         Runs under the thread lock and the checkpoint's file lock, so
@@ -537,12 +540,17 @@ class GpuDriver:
         cost does not depend on how many claims the node holds. The state is
         cached in memory: the plugin's instance lock guarantees that no other
         process writes the files while this one runs.
+
+        `durable=False` keeps the change in memory only. Prepare uses it to
+        reserve a claim's devices when nothing will need undoing after a
+        crash; the claim's next durable update writes its file.
         """
         with self._thread_lock, self._checkpoints.lock():
             old = self._current_locked()
             new = mutate(old)
             if new is not old:
-                self._checkpoints.commit(old, new)
+                if durable:
+                    self._checkpoints.commit(old, new)
                 self._state = new
             return new
 
@@ -591,6 +599,22 @@ class GpuDriver:
             cdi.common_edits(uvm_major),
             annotations={CDI_ANNOTATION: to_annotation(self._checkpoints.boot_id, entry)},
         )
+
+
+def _undo_needs_record(claim: AllocatedClaim, devices: Mapping[str, AllocatableDevice]) -> bool:
+    """Whether Prepare's PrepareStarted record must reach the disk before the side effects.
+
+    It must when Prepare creates something that a crash could leave without
+    an owner: dynamic MIG devices, and anything an opaque config asks for
+    (sharing: MPS daemons, time-slices). Whole GPUs and static MIG devices
+    need nothing undone: the CDI spec is their only side effect, and a spec
+    without a checkpoint entry is removed at start-up, so one fsync'd write
+    per Prepare is saved.
+    """
+    return bool(claim.configs) or any(
+        (device := devices.get(result.device)) is not None and device.dynamic is not None
+        for result in claim.results
+    )
 
 
 def _describe(device: PreparedDevice) -> str:
