@@ -5,8 +5,9 @@ thread pool, like the real one) on a real Unix socket, serving
 NodePrepareResources and NodeUnprepareResources of DRA v1. Per claim,
 Prepare reads the ResourceClaim from the same local cluster directory the
 real plugin reads (the same `LocalCluster` code, so YAML parsing costs the
-same), writes a CDI spec (YAML, written atomically: temp file, fsync,
-rename, directory fsync) and then its checkpoint (JSON of the prepared
+same), writes a CDI spec with the same container edits as the real one
+(YAML with the same emitter, written atomically: temp file, fsync, rename,
+directory fsync) and then its checkpoint (JSON of the prepared
 claims, fsync'd and renamed the same way), and answers with one CDI device
 per allocated device. Unprepare removes the spec and writes the checkpoint.
 It validates nothing, plans nothing, has no crash safety beyond atomic
@@ -30,12 +31,13 @@ from typing import Any
 import grpc
 import yaml
 
-from dra_driver import fsutil
+from dra_driver import cdi, fsutil
 from dra_driver.cluster.local import LocalCluster
 from kubelet_plugin.gen.dra.v1 import api_pb2 as pb2
 from kubelet_plugin.gen.dra.v1 import api_pb2_grpc as pb2_grpc
 
 CDI_KIND = "k8s.gpu.nvidia.com/claim"
+UVM_MAJOR = 235
 
 
 class MinimalPlugin(pb2_grpc.DRAPluginServicer):
@@ -62,9 +64,9 @@ class MinimalPlugin(pb2_grpc.DRAPluginServicer):
                 "cdiVersion": "0.5.0",
                 "kind": CDI_KIND,
                 "devices": [
-                    {"name": n, "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}}
-                    for n in names
+                    {"name": n, "containerEdits": cdi.gpu_edits(0).to_dict()} for n in names
                 ],
+                "containerEdits": cdi.common_edits(UVM_MAJOR).to_dict(),
             }
             data = yaml.dump(spec, Dumper=yaml.CSafeDumper, sort_keys=False).encode()
             fsutil.atomic_write(self._spec_path(claim.uid), data)

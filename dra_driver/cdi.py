@@ -320,25 +320,19 @@ def mig_edits(
 
 
 def claim_spec(
-    claim_uid: str,
-    devices: Sequence[CdiDevice],
-    common: ContainerEdits,
-    annotations: Mapping[str, str] | None = None,
+    claim_uid: str, devices: Sequence[CdiDevice], common: ContainerEdits
 ) -> dict[str, Any]:
     """The CDI spec of one claim, as the dict to write (YAML or JSON).
 
     Device names become `<claimUID>-<name>`; `common` goes into the
     spec-level `containerEdits`, which the runtime applies once when any of
-    the claim's devices is injected. `annotations` become the spec's
-    annotations (runtimes ignore them; the plugin keeps its own record of
-    the claim there). `cdiVersion` is the minimum the content needs. Raises
-    `CdiError` for invalid names, duplicate or edit-less devices.
+    the claim's devices is injected. `cdiVersion` is the minimum the content
+    needs. Raises `CdiError` for invalid names, duplicate or edit-less devices.
     """
     _check_claim_uid(claim_uid)
     spec: dict[str, Any] = {
         "cdiVersion": BASELINE_VERSION,
         "kind": KIND,
-        **({"annotations": dict(annotations)} if annotations else {}),
         "devices": [
             {"name": cdi_device_name(claim_uid, d.name), "containerEdits": d.edits.to_dict()}
             for d in devices

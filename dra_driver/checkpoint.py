@@ -14,7 +14,7 @@ Storage: `checkpoint_store` keeps one file per claim, each holding a
 one-claim checkpoint in this format (so a Prepare rewrites only its own
 claim), and reads the single file that older dra-gpu versions wrote for the
 whole node. A copy of each completed entry also travels in the claim's CDI
-spec (`to_annotation`), from which a lost checkpoint is rebuilt.
+spec (`to_spec_record`), from which a lost checkpoint is rebuilt.
 
 File format (`encode` / `decode`)
     Line 1 is a one-line JSON header: `{"checksum": "sha256:<hex>", "format":
@@ -396,35 +396,32 @@ class Checkpoint:
 
 # -- the copy kept in the claim's CDI spec -------------------------------------
 
-CDI_ANNOTATION: Final = "gpu.nvidia.com/dra-gpu-claim"
-"""Annotation of a claim's CDI spec holding its completed entry (see `to_annotation`)."""
 
-
-def to_annotation(boot_id: str, entry: ClaimEntry) -> str:
-    """A claim's entry as the value of `CDI_ANNOTATION`: a compact one-claim payload.
+def to_spec_record(boot_id: str, entry: ClaimEntry) -> str:
+    """A claim's entry as one line of ASCII JSON: a compact one-claim payload.
 
     Each CDI spec carries its claim's completed entry (UID, namespace, name,
     devices, MIG ids, whatever fields a newer dra-gpu adds), versioned like
-    the checkpoint itself, so a lost checkpoint can be rebuilt from the specs.
+    the checkpoint itself, so a lost checkpoint can be rebuilt from the specs
+    (`CdiStore.write(record=...)` keeps it in the spec file).
     """
     payload = Checkpoint(boot_id=boot_id, claims={entry.uid: entry}).to_dict()
     return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-def from_annotation(value: str, *, source: str) -> Checkpoint:
-    """Parse a `CDI_ANNOTATION` value (migrating old schema versions); `CheckpointError` if bad."""
+def from_spec_record(value: str, *, source: str) -> Checkpoint:
+    """Parse a `to_spec_record` line (migrating old schema versions); `CheckpointError` if bad."""
     try:
         obj = json.loads(value)
     except ValueError as exc:
-        raise CheckpointError(f"{source}: annotation {CDI_ANNOTATION} is not JSON: {exc}") from exc
+        raise CheckpointError(f"{source}: the claim record is not JSON: {exc}") from exc
     try:
         checkpoint = Checkpoint.from_dict(obj)
     except CheckpointError as exc:
-        raise CheckpointError(f"{source}: annotation {CDI_ANNOTATION}: {exc}") from exc
+        raise CheckpointError(f"{source}: the claim record: {exc}") from exc
     if len(checkpoint.claims) != 1:
         raise CheckpointError(
-            f"{source}: annotation {CDI_ANNOTATION} holds {len(checkpoint.claims)} claims, "
-            "expected one"
+            f"{source}: the claim record holds {len(checkpoint.claims)} claims, expected one"
         )
     return checkpoint
 

@@ -44,13 +44,12 @@ from typing import TypeVar
 from dra_driver import cdi, failpoints
 from dra_driver.cdi_store import CdiStore
 from dra_driver.checkpoint import (
-    CDI_ANNOTATION,
     Checkpoint,
     ClaimEntry,
     ClaimState,
     MigRecord,
     PreparedDevice,
-    to_annotation,
+    to_spec_record,
 )
 from dra_driver.checkpoint_store import CheckpointStore
 from dra_driver.claims import AllocatedClaim, parse_allocated_claim
@@ -385,7 +384,10 @@ class GpuDriver:
             def complete(checkpoint: Checkpoint) -> Checkpoint:
                 entry = checkpoint.claims[claim.uid]
                 done = checkpoint.complete(claim.uid, entry.devices)
-                self._cdi.write(claim.uid, self._cdi_spec(done.claims[claim.uid], planned, created))
+                record = to_spec_record(self._checkpoints.boot_id, done.claims[claim.uid])
+                self._cdi.write(
+                    claim.uid, self._cdi_spec(claim.uid, planned, created), record=record
+                )
                 failpoints.hit("prepare-after-cdi-written")
                 return done
 
@@ -569,11 +571,10 @@ class GpuDriver:
 
     def _cdi_spec(
         self,
-        entry: ClaimEntry,
+        claim_uid: str,
         planned: Sequence[PlannedDevice],
         created: Mapping[str, MigDeviceInfo],
     ) -> dict[str, object]:
-        """The claim's CDI spec; it carries the completed `entry` for a checkpoint rebuild."""
         uvm_major = self._host.char_major("nvidia-uvm")
         devices: dict[str, cdi.CdiDevice] = {}
         for item in planned:
@@ -593,12 +594,7 @@ class GpuDriver:
                     ),
                 )
             devices[device.name] = cdi.CdiDevice(name=device.name, edits=edits)
-        return cdi.claim_spec(
-            entry.uid,
-            list(devices.values()),
-            cdi.common_edits(uvm_major),
-            annotations={CDI_ANNOTATION: to_annotation(self._checkpoints.boot_id, entry)},
-        )
+        return cdi.claim_spec(claim_uid, list(devices.values()), cdi.common_edits(uvm_major))
 
 
 def _undo_needs_record(claim: AllocatedClaim, devices: Mapping[str, AllocatableDevice]) -> bool:

@@ -15,8 +15,8 @@ added (`Checkpoint.adopt`) or completed; the driver logs every entry a
 source added or changed. Sources run in the order of `default_sources`:
 
 1. `CdiSpecSource`: every CDI spec carries its claim's completed entry in
-   an annotation (`checkpoint.CDI_ANNOTATION`), so a claim that was
-   prepared comes back exactly (UID, namespace, name, devices, MIG ids).
+   its first line (`CdiStore.read_record`), so a claim that was prepared
+   comes back exactly (UID, namespace, name, devices, MIG ids).
 2. `ClusterSource`: claims in the API that are allocated to this node's
    pool and still reserved. A spec without the annotation (written by an
    older dra-gpu) is vouched for here, and a claim whose dynamic MIG
@@ -39,11 +39,10 @@ from typing import Any, Protocol
 
 from dra_driver.cdi_store import CdiStore
 from dra_driver.checkpoint import (
-    CDI_ANNOTATION,
     Checkpoint,
     ClaimEntry,
     ClaimState,
-    from_annotation,
+    from_spec_record,
 )
 from dra_driver.claims import parse_allocated_claim
 from dra_driver.cluster.interface import Cluster
@@ -70,7 +69,7 @@ class RebuildSource(Protocol):
 
 
 class CdiSpecSource:
-    """Claims whose CDI spec carries its entry in `CDI_ANNOTATION`."""
+    """Claims whose CDI spec carries its entry (`CdiStore.read_record`)."""
 
     name = "CDI specs"
 
@@ -81,23 +80,21 @@ class CdiSpecSource:
         for uid in sorted(self._cdi.claim_uids() - set(checkpoint.claims)):
             path = self._cdi.path_for(uid)
             try:
-                spec = self._cdi.read(uid)
+                value = self._cdi.read_record(uid)
             except DraGpuError as exc:
                 log.warning("%s", exc)
                 continue
-            annotations = spec.get("annotations") if spec is not None else None
-            value = annotations.get(CDI_ANNOTATION) if isinstance(annotations, dict) else None
-            if not isinstance(value, str):
+            if value is None:
                 continue  # written by an older dra-gpu: the API may vouch for it
             try:
-                stored = from_annotation(value, source=str(path))
+                stored = from_spec_record(value, source=str(path))
             except DraGpuError as exc:
                 log.warning("%s", exc)
                 continue
             entry = stored.claims.get(uid)
             if stored.boot_id != checkpoint.boot_id or entry is None:
                 log.warning(
-                    "%s: its annotation is for claim %s of boot %s, not claim %s of boot %s",
+                    "%s: its record is of claim %s of boot %s, not claim %s of boot %s",
                     path,
                     ", ".join(stored.claims),
                     stored.boot_id,

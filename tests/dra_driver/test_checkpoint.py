@@ -342,15 +342,16 @@ def test_schema_errors_name_the_field(path: tuple[Any, ...], value: Any, message
     assert str(info.value).startswith("/cp: ")
 
 
-# -- the copy in the CDI spec, and adopting rebuilt entries ----------------------
+# -- the record in the CDI spec, and adopting rebuilt entries ----------------------
 
 
-def test_an_entry_survives_the_round_trip_through_a_cdi_annotation() -> None:
+def test_an_entry_survives_the_round_trip_through_a_spec_record() -> None:
     cp = rich_checkpoint()
     for uid, original in cp.claims.items():
-        value = cpmod.to_annotation(BOOT, original)
+        value = cpmod.to_spec_record(BOOT, original)
         assert "\n" not in value
-        back = cpmod.from_annotation(value, source="spec.yaml")
+        assert value.isascii()
+        back = cpmod.from_spec_record(value, source="spec.yaml")
         assert back.boot_id == BOOT
         assert dict(back.claims) == {uid: original}
 
@@ -358,17 +359,17 @@ def test_an_entry_survives_the_round_trip_through_a_cdi_annotation() -> None:
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("{not json", "spec.yaml: annotation gpu.nvidia.com/dra-gpu-claim is not JSON"),
-        ('{"schemaVersion": 99}', "spec.yaml: annotation gpu.nvidia.com/dra-gpu-claim: schema"),
+        ("{not json", "spec.yaml: the claim record is not JSON"),
+        ('{"schemaVersion": 99}', "spec.yaml: the claim record: schemaVersion is 99"),
         (
             json.dumps(rich_checkpoint().to_dict()),
             "holds 2 claims, expected one",
         ),
     ],
 )
-def test_a_bad_annotation_is_a_checkpoint_error(value: str, message: str) -> None:
+def test_a_bad_spec_record_is_a_checkpoint_error(value: str, message: str) -> None:
     with pytest.raises(CheckpointError, match=message):
-        cpmod.from_annotation(value, source="spec.yaml")
+        cpmod.from_spec_record(value, source="spec.yaml")
 
 
 def test_adopt_keeps_the_rebuilt_state_and_never_overwrites() -> None:

@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from dra_driver import cdi
-from dra_driver.checkpoint import CDI_ANNOTATION, ClaimState, encode
+from dra_driver.cdi_store import RECORD_PREFIX
+from dra_driver.checkpoint import ClaimState, encode
 from dra_driver.nvml.backend import sim_proc_root
 from dra_driver.sim.hardware import SimHardware
 from dra_driver.sim.shapes import load_shape
@@ -141,12 +142,11 @@ def test_the_api_vouches_for_an_old_spec_and_nothing_vouches_for_a_stale_one(nod
     _reserve(node.plugin, OLD_SPEC, [("g", "gpu-5")])
     node.plugin.store_claim(make_allocated_claim(GONE.name, uid=GONE.uid, results=[("g", "gpu-6")]))
     first = node.prepare(OLD_SPEC, GONE)
-    for ref in (OLD_SPEC, GONE):  # as an older dra-gpu wrote them: no annotation
+    for ref in (OLD_SPEC, GONE):  # as an older dra-gpu wrote them: no record
         spec_path = node.plugin.cdi_spec_path(ref.uid)
-        spec = yaml.safe_load(spec_path.read_text())
-        del spec["annotations"]
-        spec["cdiVersion"] = cdi.minimum_cdi_version(spec)
-        spec_path.write_text(yaml.safe_dump(spec))
+        record, rest = spec_path.read_text().split("\n", 1)
+        assert record.startswith(RECORD_PREFIX)
+        spec_path.write_text(rest)
     node.plugin.kill()
     for path in node.plugin.checkpoint_files():
         path.write_bytes(b"garbage")
@@ -206,16 +206,21 @@ def test_a_checkpoint_of_the_single_file_format_is_migrated(node: Node) -> None:
     node.assert_empty()
 
 
-def test_specs_carry_the_claims_entry(node: Node) -> None:
+def test_specs_carry_the_claims_entry_and_stay_plain_cdi(node: Node) -> None:
     node.prepare(MIG)
-    spec = yaml.safe_load(node.plugin.cdi_spec_path(MIG.uid).read_text())
+    text = node.plugin.cdi_spec_path(MIG.uid).read_text()
+    spec = yaml.safe_load(text)
+    assert "annotations" not in spec  # no cdiVersion 0.6.0 needed
+    assert spec["cdiVersion"] == cdi.minimum_cdi_version(spec)
+    cdi.validate_spec(spec)
     checkpoint = node.plugin.checkpoint()
     assert checkpoint is not None
     entry = checkpoint.claims[MIG.uid]
-    assert CDI_ANNOTATION in spec["annotations"]
+    record = text.split("\n", 1)[0]
+    assert record.startswith(RECORD_PREFIX)
     mig = entry.devices[0].mig
     assert mig is not None
     assert mig.ci_id is not None
     for value in (MIG.uid, MIG.namespace, MIG.name, MIG_DEVICE, f'"giId":{mig.gi_id}'):
-        assert value in spec["annotations"][CDI_ANNOTATION]
+        assert value in record
     node.unprepare(MIG)
