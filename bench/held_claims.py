@@ -18,8 +18,8 @@ import time
 from bench import BenchOptions, BenchResult, summarize_ns
 from bench.prepare_roundtrip import CLAIM, cycle
 from dra_driver.errors import PluginError
-from dra_driver.testing import PluginProcess, make_allocated_claim
 from kubelet_plugin.service import ClaimRef
+from tests.fakes import PluginProcess, make_allocated_claim
 
 NAME = "held-claims"
 DESCRIPTION = "prepare+unprepare round trips with 0 and with 400 claims held on the node"

@@ -11,7 +11,7 @@ from typing import Self
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.errors import PluginError
-from dra_driver.testing import KubeletClient
+from kubelet_plugin.kubelet_client import KubeletClient
 from kubelet_plugin.server import dra_socket_path
 
 

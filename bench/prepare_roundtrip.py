@@ -27,8 +27,9 @@ import grpc
 from bench import BenchOptions, BenchResult, summarize_ns
 from bench.minimal_plugin_process import MinimalPluginProcess
 from dra_driver.errors import PluginError
-from dra_driver.testing import KubeletClient, PluginProcess, make_allocated_claim
+from kubelet_plugin.kubelet_client import KubeletClient
 from kubelet_plugin.service import ClaimRef
+from tests.fakes import PluginProcess, make_allocated_claim
 
 NAME = "prepare"
 DESCRIPTION = (

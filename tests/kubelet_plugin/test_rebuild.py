@@ -23,8 +23,8 @@ from dra_driver.checkpoint import ClaimState, encode
 from dra_driver.nvml.backend import sim_proc_root
 from dra_driver.sim.hardware import SimHardware
 from dra_driver.sim.shapes import load_shape
-from dra_driver.testing import PluginProcess, live_mig_instances, make_allocated_claim
 from kubelet_plugin.service import ClaimRef, PrepareResult
+from tests.fakes import PluginProcess, live_mig_instances, make_allocated_claim
 
 pytestmark = pytest.mark.slow
 

@@ -22,13 +22,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller.simulate.diagnosis import (
-    Diagnoser,
-    Diagnosis,
-    NodeDiagnosis,
-    RequestGroup,
-    RequestOnNode,
-)
 from dra_driver.allocator import DeviceRef, Explanation, Reason
 from dra_driver.allocator.requests import ALL
 from dra_driver.allocator.trace import (
@@ -37,8 +30,13 @@ from dra_driver.allocator.trace import (
     CountersExhausted,
     DeviceVerdict,
 )
-
-Obj = dict[str, Any]
+from dra_driver.simulate.diagnosis import (
+    Diagnoser,
+    Diagnosis,
+    NodeDiagnosis,
+    RequestGroup,
+    RequestOnNode,
+)
 
 _MAX_NODE_GROUPS = 12
 _MAX_REASON_GROUPS = 8

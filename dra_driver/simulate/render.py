@@ -25,10 +25,9 @@ from typing import Any
 
 import yaml
 
-from controller.simulate.engine import ClaimOutcome, Placement
 from dra_driver import DEFAULT_DRIVER_NAME
-
-Obj = dict[str, Any]
+from dra_driver.api_objects import Obj
+from dra_driver.simulate.engine import ClaimOutcome, Placement
 
 _COLUMN_CAP = 44
 _CONFIG_WIDTH = 160
