@@ -53,6 +53,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -259,10 +260,22 @@ class Checkpoint:
     Immutable: every transition returns a new `Checkpoint`, which the caller
     saves. Transitions raise `CheckpointError` when applied to a claim in
     the wrong state, which always means a bug in the caller.
+
+    A node may hold hundreds of claims, so a transition costs the same
+    however many there are: it copies the claims mapping (one C-level dict
+    copy) without re-validating it, remembers which claim it changed (so
+    `changed_since` tells the store which file to write), and keeps an index
+    of the devices held (so `device_owner` and `held_devices` need not scan
+    every claim).
     """
 
     boot_id: str
     claims: Mapping[str, ClaimEntry] = field(default_factory=_frozen_claims)
+    _parent: weakref.ref[Checkpoint] | None = field(
+        init=False, default=None, compare=False, repr=False
+    )
+    _changed: str | None = field(init=False, default=None, compare=False, repr=False)
+    _holders: _Holders | None = field(init=False, default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for uid, entry in self.claims.items():
@@ -316,7 +329,7 @@ class Checkpoint:
             return self
         claims = dict(self.claims)
         del claims[uid]
-        return Checkpoint(boot_id=self.boot_id, claims=claims)
+        return self._derive(claims, uid)
 
     # -- queries -------------------------------------------------------------
 
@@ -327,12 +340,36 @@ class Checkpoint:
         side effects on the device; admin-access devices never own a device.
         With several holders the smallest UID is returned, deterministically.
         """
-        for uid in sorted(self.claims):
-            if uid == exclude_uid:
-                continue
-            for d in self.claims[uid].devices:
-                if d.pool == pool and d.device == device and not d.admin_access:
-                    return uid
+        holders = self._device_holders().get((pool, device), ())
+        return min((uid for uid, _ in holders if uid != exclude_uid), default=None)
+
+    def held_devices(self) -> list[tuple[str, PreparedDevice]]:
+        """(claim UID, device) for each device some claim owns, its smallest-UID holder only.
+
+        Admin-access devices are left out, as in `device_owner`. The list
+        has one item per device, not per claim, so callers that look at
+        every held device do not get slower with the number of claims.
+        """
+        return [min(holders, key=_first) for holders in self._device_holders().values()]
+
+    def changed_since(self, old: Checkpoint) -> frozenset[str] | None:
+        """The UIDs whose entries differ from `old`, if `self` came from `old` by transitions.
+
+        None when that is not known (then compare all entries): `self` was
+        built otherwise, or a checkpoint in between is gone (each keeps only a
+        weak reference to the one it came from, so history costs no memory).
+        """
+        changed: set[str] = set()
+        node: Checkpoint | None = self
+        for _ in range(_MAX_CHAIN):
+            if node is None:
+                return None
+            if node is old:
+                return frozenset(changed)
+            if node._changed is None or node._parent is None:
+                return None
+            changed.add(node._changed)
+            node = node._parent()
         return None
 
     def in_state(self, state: ClaimState) -> list[ClaimEntry]:
@@ -391,7 +428,62 @@ class Checkpoint:
         return entry
 
     def _with(self, entry: ClaimEntry) -> Checkpoint:
-        return Checkpoint(boot_id=self.boot_id, claims={**self.claims, entry.uid: entry})
+        return self._derive({**self.claims, entry.uid: entry}, entry.uid)
+
+    def _derive(self, claims: dict[str, ClaimEntry], changed: str) -> Checkpoint:
+        """A checkpoint with `claims` (only `changed` differs from ours), without re-validating."""
+        child = object.__new__(Checkpoint)
+        object.__setattr__(child, "boot_id", self.boot_id)
+        object.__setattr__(child, "claims", MappingProxyType(claims))
+        object.__setattr__(child, "_parent", weakref.ref(self))
+        object.__setattr__(child, "_changed", changed)
+        holders = None
+        if self._holders is not None:
+            holders = dict(self._holders)
+            _drop_holder(holders, self.claims.get(changed))
+            _add_holder(holders, claims.get(changed))
+        object.__setattr__(child, "_holders", holders)
+        return child
+
+    def _device_holders(self) -> _Holders:
+        if self._holders is None:
+            holders: _Holders = {}
+            for entry in self.claims.values():
+                _add_holder(holders, entry)
+            object.__setattr__(self, "_holders", holders)
+            return holders
+        return self._holders
+
+
+_Holders = dict[tuple[str, str], tuple[tuple[str, PreparedDevice], ...]]
+"""(pool, device) -> (claim UID, device record) of each claim that owns it."""
+
+_MAX_CHAIN: Final = 16
+"""How many transitions `changed_since` follows back."""
+
+
+def _first(holder: tuple[str, PreparedDevice]) -> str:
+    return holder[0]
+
+
+def _add_holder(holders: _Holders, entry: ClaimEntry | None) -> None:
+    if entry is None:
+        return
+    for device in entry.devices:
+        if not device.admin_access:
+            key = (device.pool, device.device)
+            holders[key] = (*holders.get(key, ()), (entry.uid, device))
+
+
+def _drop_holder(holders: _Holders, entry: ClaimEntry | None) -> None:
+    if entry is None:
+        return
+    for key in {(d.pool, d.device) for d in entry.devices if not d.admin_access}:
+        rest = tuple(h for h in holders.get(key, ()) if h[0] != entry.uid)
+        if rest:
+            holders[key] = rest
+        else:
+            holders.pop(key, None)
 
 
 # -- the copy kept in the claim's CDI spec -------------------------------------

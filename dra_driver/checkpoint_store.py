@@ -212,12 +212,15 @@ class CheckpointStore:
         The cost depends on the claims that changed, not on how many there are.
         """
         self._check_boot(new)
-        for uid, entry in new.claims.items():
-            if old.claims.get(uid) is not entry:
+        changed = new.changed_since(old)
+        candidates = set(new.claims) | set(old.claims) if changed is None else changed
+        for uid in sorted(candidates):
+            entry = new.claims.get(uid)
+            if entry is None:
+                if uid in old.claims:
+                    self._remove(self.path_for(uid))
+            elif old.claims.get(uid) is not entry:
                 self._write(uid, entry)
-        for uid in old.claims:
-            if uid not in new.claims:
-                self._remove(self.path_for(uid))
 
     def save(self, checkpoint: Checkpoint) -> None:
         """Make the directory hold exactly `checkpoint` (start-up: migrate, discard, rebuild).

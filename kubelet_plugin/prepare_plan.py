@@ -109,19 +109,19 @@ def _refuse_overlaps(
     """Refuse a claim whose MIG slices or whole GPUs collide with another claim's or
     its own (see the module docstring); nothing has been touched yet."""
     held: list[tuple[_Footprint, str, str]] = []  # footprint, device name, holder
-    for entry in checkpoint.claims.values():
-        if entry.uid == claim.uid:
-            continue
-        for prepared in entry.devices:
-            footprint = None if prepared.admin_access else _prepared_footprint(prepared, devices)
-            if footprint is not None:
-                held.append(
-                    (
-                        footprint,
-                        prepared.device,
-                        f"prepared for claim {entry.namespace}/{entry.name} (uid {entry.uid})",
-                    )
+    for uid, prepared in checkpoint.held_devices():  # one holder per device is enough
+        if uid == claim.uid:
+            continue  # the claim itself, half-prepared: its devices are re-planned below
+        footprint = _prepared_footprint(prepared, devices)
+        if footprint is not None:
+            entry = checkpoint.claims[uid]
+            held.append(
+                (
+                    footprint,
+                    prepared.device,
+                    f"prepared for claim {entry.namespace}/{entry.name} (uid {entry.uid})",
                 )
+            )
     where = f"ResourceClaim {claim.namespace}/{claim.name}: status.allocation.devices.results"
     for index, item in enumerate(planned):
         footprint = None if item.result.admin_access else _footprint(item.device)
