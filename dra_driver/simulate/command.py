@@ -40,6 +40,7 @@ FEATURE_GATES: Final = {
     "DRADeviceTaints": "device_taints",
     "DRAConsumableCapacity": "consumable_capacity",
     "DRADeviceBindingConditions": "device_binding_conditions",
+    "DRAExtendedResource": "extended_resource",
 }
 
 
@@ -54,8 +55,8 @@ class Scenario:
 
 
 def parse_features(gates: str, release: Release) -> Features:
-    """`--feature-gates Name=true,...` over the allocator's defaults for `release`."""
-    features = Features(release=release)
+    """`--feature-gates Name=true,...` over kube-scheduler's defaults in `release`."""
+    features = Features.for_release(release)
     for part in (p.strip() for p in gates.split(",")):
         if not part:
             continue
@@ -130,7 +131,7 @@ def run_simulate(
     out, err = out or sys.stdout, err or sys.stderr
     features = parse_features(options.feature_gates, options.release)
     scenario = load_scenario(options, err)
-    workload = build_workload(scenario.inputs)
+    workload = build_workload(scenario.inputs, scenario.classes, features)
     simulation = _simulation(scenario, workload, features)
     bar = ProgressBar(len(workload.items), err)
     try:
@@ -182,7 +183,7 @@ def run_explain(
         simulation, item = _from_cluster(cluster, kubeconfig, claim_key, pod_key, features)
     else:
         scenario = load_scenario(options, err)
-        workload = build_workload(scenario.inputs)
+        workload = build_workload(scenario.inputs, scenario.classes, features)
         found = _replay(scenario, workload, features, claim_key, pod_key)
         if found is None:
             count = len(workload.items)

@@ -23,18 +23,29 @@ _SELECTOR: Final = (
 )
 
 
-def _device_class(name: str, device_type: str) -> dict[str, Any]:
+def _device_class(name: str, device_type: str, extended_resource: str = "") -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if extended_resource:
+        spec["extendedResourceName"] = extended_resource
+    spec["selectors"] = [{"cel": {"expression": _SELECTOR.format(type=device_type)}}]
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
         "metadata": {"name": name},
-        "spec": {"selectors": [{"cel": {"expression": _SELECTOR.format(type=device_type)}}]},
+        "spec": spec,
     }
 
 
 def builtin_device_classes() -> list[dict[str, Any]]:
-    """The packaged copy of `deploy/deviceclasses.yaml`."""
-    return [_device_class("gpu.nvidia.com", "gpu"), _device_class("mig.nvidia.com", "mig")]
+    """The packaged copy of `deploy/deviceclasses.yaml`.
+
+    `gpu.nvidia.com` maps the extended resource `nvidia.com/gpu` (KEP-5004,
+    needs the DRAExtendedResource gate), as NVIDIA's chart does.
+    """
+    return [
+        _device_class("gpu.nvidia.com", "gpu", "nvidia.com/gpu"),
+        _device_class("mig.nvidia.com", "mig"),
+    ]
 
 
 def default_device_classes(deploy_file: Path = DEPLOY_FILE) -> list[dict[str, Any]]:
