@@ -206,7 +206,8 @@ def validate_resource_slice(obj: Mapping[str, Any], *, version: str = DEFAULT_VE
     """Every apiserver limit `obj` breaks, one message each; [] when it would be accepted.
 
     `version` selects the 1.34 or the 1.35 rules (they differ in counters,
-    taints and the 64-device limit; 1.36 and 1.37 keep the 1.35 rules). Raises SliceError only for an unsupported version.
+    taints and the 64-device limit; 1.36 and 1.37 keep the 1.35 rules).
+    Raises SliceError only for an unsupported version.
     """
     k8s = check_version(version)
     errors = _Errors(slice_label(obj))
