@@ -710,8 +710,8 @@ def test_pool_counter_set_names_are_unique() -> None:
 # --- schema, versions, name helpers --------------------------------------------------
 
 
-def test_schema_accepts_a_valid_slice_for_both_versions() -> None:
-    for version in ("1.34", "1.35", "v1.35.2"):
+def test_schema_accepts_a_valid_slice_for_every_supported_version() -> None:
+    for version in ("1.34", "1.35", "v1.35.2", "1.36", "1.37"):
         validate_schema(make_slice(3), version)
 
 

@@ -1,4 +1,4 @@
-"""Every manifest we ship must be accepted by a Kubernetes 1.35 API server's schema."""
+"""Every manifest we ship must be accepted by the Kubernetes 1.35 and 1.37 API servers' schemas."""
 
 from __future__ import annotations
 
@@ -22,12 +22,13 @@ def test_there_are_manifests() -> None:
     assert any(p.parent.name == "examples" for p in MANIFESTS)
 
 
+@pytest.mark.parametrize("version", ["1.35.0", "1.37.0"])
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_manifest_validates_against_strict_1_35_schema(path: Path) -> None:
+def test_manifest_validates_against_strict_schemas(path: Path, version: str) -> None:
     documents = _documents(path)
     assert documents, f"{path} is empty"
     for doc in documents:
-        kubernetes_validate.validate(doc, "1.35.0", strict=True)
+        kubernetes_validate.validate(doc, version, strict=True)
 
 
 def test_default_deviceclasses_match_nvidia_names_and_selectors() -> None:
@@ -41,3 +42,6 @@ def test_default_deviceclasses_match_nvidia_names_and_selectors() -> None:
             "device.driver == 'gpu.nvidia.com' && "
             f"device.attributes['gpu.nvidia.com'].type == '{kind}'"
         )
+    # As NVIDIA's chart: pods asking for nvidia.com/gpu get GPUs through DRA (KEP-5004).
+    assert classes["gpu.nvidia.com"]["spec"]["extendedResourceName"] == "nvidia.com/gpu"
+    assert "extendedResourceName" not in classes["mig.nvidia.com"]["spec"]
