@@ -89,8 +89,12 @@ class _Request:
 
 def _containers(pod: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], int]:
     spec = pod.get("spec") or {}
-    init = [c for c in spec.get("initContainers") or [] if isinstance(c, dict)]
-    regular = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+    init: list[Mapping[str, Any]] = [
+        c for c in spec.get("initContainers") or [] if isinstance(c, dict)
+    ]
+    regular: list[Mapping[str, Any]] = [
+        c for c in spec.get("containers") or [] if isinstance(c, dict)
+    ]
     return init + regular, len(init)
 
 
