@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, TextIO
 
-from dra_driver.allocator import Features, Node
+from dra_driver.allocator import Features, Node, Release
 from dra_driver.api_objects import Obj
 from dra_driver.errors import ConfigError
 from dra_driver.simulate.claims import PodClaim
@@ -26,7 +26,6 @@ from dra_driver.simulate.inputs import SimulationInputs, collect_inputs
 from dra_driver.simulate.nodes import (
     MigMode,
     NodeBuilder,
-    Release,
     nodes_from_objects,
     parse_node_spec,
 )

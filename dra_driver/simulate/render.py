@@ -60,7 +60,7 @@ def _extended_status(placement: Placement) -> Mapping[str, Any]:
 
 
 def _extended_notes(placement: Placement, claim: ClaimOutcome) -> list[str]:
-    """"nvidia.com/gpu of container main: container-0-request-0" for the special claim."""
+    """ "nvidia.com/gpu of container main: container-0-request-0" for the special claim."""
     status = _extended_status(placement)
     name = claim.key.partition("/")[2]
     if not status or status.get("resourceClaimName") != name:
