@@ -22,6 +22,7 @@ from dra_driver.simulate.default_classes import default_device_classes
 from dra_driver.simulate.documents import read_documents
 from dra_driver.simulate.engine import Simulation, WorkItem, Workload, build_workload
 from dra_driver.simulate.explain import AllocatedClaim, render_report
+from dra_driver.simulate.extended import attach_extended_resource_claim, class_mapping
 from dra_driver.simulate.inputs import SimulationInputs, collect_inputs
 from dra_driver.simulate.nodes import (
     MigMode,
@@ -261,10 +262,17 @@ def _from_cluster(
     )
     if pod_key and objects.pod is not None:
         namespace, name = pod_key.split("/", 1)
-        pod_claims = tuple(PodClaim(entry, key, False) for entry, key in objects.pod_claims)
-        return simulation, WorkItem(
-            namespace, name, objects.pod, claims=pod_claims, problem=objects.pod_problem
-        )
+        pod_claims = [PodClaim(entry, key, False) for entry, key in objects.pod_claims]
+        pod, problem = objects.pod, objects.pod_problem
+        if not problem and features.extended_resource:
+            pod, problem = attach_extended_resource_claim(
+                pod,
+                class_mapping(classes),
+                simulation.claims,
+                pod_claims,
+                unserved_is_problem=False,
+            )
+        return simulation, WorkItem(namespace, name, pod, claims=tuple(pod_claims), problem=problem)
     assert claim_key is not None
     if claim_key not in claims:
         raise ConfigError(f"ResourceClaim {claim_key} not found in {spec}")

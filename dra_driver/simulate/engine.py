@@ -43,12 +43,7 @@ from dra_driver.api_objects import Obj
 from dra_driver.errors import AllocationError, ConfigError
 from dra_driver.simulate.claims import PodClaim, claim_uid, resolve_pod_claims
 from dra_driver.simulate.diagnosis import Diagnoser
-from dra_driver.simulate.extended import (
-    EXTENDED_RESOURCES_CLAIM,
-    class_mapping,
-    extended_resource_claim,
-    requested_extended_resources,
-)
+from dra_driver.simulate.extended import attach_extended_resource_claim, class_mapping
 from dra_driver.simulate.inputs import SimulationInputs
 from dra_driver.simulate.workloads import ExpandedPod, expand_workload
 
@@ -170,7 +165,9 @@ def build_workload(
             pod_claims, problem = resolve_pod_claims(pod.pod, claims, templates)
             pod_obj = pod.pod
             if not problem:
-                pod_obj, problem = _extended_resources(pod.pod, mapping, claims, pod_claims)
+                pod_obj, problem = attach_extended_resource_claim(
+                    pod.pod, mapping, claims, pod_claims
+                )
             items.append(
                 WorkItem(
                     str(meta["namespace"]),
@@ -182,42 +179,6 @@ def build_workload(
                 )
             )
     return Workload(items, claims)
-
-
-def _extended_resources(
-    pod: Obj, mapping: Mapping[str, str], claims: dict[str, Obj], pod_claims: list[PodClaim]
-) -> tuple[Obj, str]:
-    """The pod with its special claim added to `claims` and `pod_claims`, or why it cannot run.
-
-    Returns the pod (with `status.extendedResourceClaimStatus` when it got a
-    claim) and "" or the reason: an extended resource no DeviceClass maps
-    (no simulated node has a device plugin that could serve it).
-    """
-    meta = pod.get("metadata") or {}
-    where = f"Pod {meta.get('namespace')}/{meta.get('name')}"
-    try:
-        wanted = requested_extended_resources(pod)
-        made = extended_resource_claim(pod, mapping, taken=claims)
-    except ConfigError as exc:
-        return pod, f"{where}: container resources: {exc}"
-    unserved = [name for name in wanted if name not in mapping]
-    if unserved:
-        why = (
-            "no DeviceClass has it as extendedResourceName"
-            if mapping
-            else "the DRAExtendedResource feature gate is off"
-        )
-        return pod, (
-            f"Insufficient {', '.join(unserved)}: no simulated node has a device plugin for it "
-            f"and {why}"
-        )
-    if made is None:
-        return pod, ""
-    key = f"{made.claim['metadata']['namespace']}/{made.claim['metadata']['name']}"
-    claims[key] = made.claim
-    pod_claims.append(PodClaim(EXTENDED_RESOURCES_CLAIM, key, from_template=True))
-    status = {**(pod.get("status") or {}), "extendedResourceClaimStatus": made.status}
-    return {**pod, "status": status}, ""
 
 
 class Simulation:

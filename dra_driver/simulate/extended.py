@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from dra_driver.api_objects import Obj
+from dra_driver.errors import ConfigError
 from dra_driver.quantity import parse_quantity
-from dra_driver.simulate.claims import claim_uid, random_suffix
+from dra_driver.simulate.claims import PodClaim, claim_uid, random_suffix
 
 DEVICE_CLASS_PREFIX: Final = "deviceclass.resource.kubernetes.io/"  # ResourceDeviceClassPrefix
 EXTENDED_RESOURCE_CLAIM_ANNOTATION: Final = "resource.kubernetes.io/extended-resource-claim"
@@ -265,3 +266,75 @@ def extended_resource_claim(
     }
     status: Obj = {"resourceClaimName": name, "requestMappings": mappings}
     return ExtendedClaim(claim, status)
+
+
+def find_extended_resource_claim(pod: Mapping[str, Any], claims: Mapping[str, Obj]) -> str:
+    """The "ns/name" of the pod's special claim among `claims`, or "".
+
+    As the scheduler's findExtendedResourceClaim: the annotation is "true" and
+    the pod (name and UID) is its controlling owner.
+    """
+    meta = pod.get("metadata") or {}
+    for key, claim in claims.items():
+        claim_meta = claim.get("metadata") or {}
+        if (claim_meta.get("annotations") or {}).get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) != "true":
+            continue
+        if claim_meta.get("namespace") != meta.get("namespace"):
+            continue
+        for owner in claim_meta.get("ownerReferences") or []:
+            if (
+                owner.get("controller")
+                and owner.get("name") == meta.get("name")
+                and owner.get("uid") == meta.get("uid")
+            ):
+                return key
+    return ""
+
+
+def attach_extended_resource_claim(
+    pod: Obj,
+    mapping: Mapping[str, str],
+    claims: dict[str, Obj],
+    pod_claims: list[PodClaim],
+    *,
+    unserved_is_problem: bool = True,
+) -> tuple[Obj, str]:
+    """Give the pod its special claim (an existing one, else a new one in `claims`).
+
+    Appends the claim to `pod_claims` and returns the pod with its
+    `status.extendedResourceClaimStatus` and "", or the pod and why it cannot
+    run: an extended resource no DeviceClass in `mapping` serves, when
+    `unserved_is_problem` (simulated nodes have no device plugin; a real
+    cluster's nodes may).
+    """
+    meta = pod.get("metadata") or {}
+    where = f"Pod {meta.get('namespace')}/{meta.get('name')}"
+    try:
+        wanted = requested_extended_resources(pod)
+    except ConfigError as exc:
+        return pod, f"{where}: container resources: {exc}"
+    unserved = [name for name in wanted if name not in mapping]
+    if unserved and unserved_is_problem:
+        why = (
+            "no DeviceClass has it as extendedResourceName"
+            if mapping
+            else "the DRAExtendedResource feature gate is off"
+        )
+        return pod, (
+            f"Insufficient {', '.join(unserved)}: no simulated node has a device plugin for it "
+            f"and {why}"
+        )
+    if len(unserved) == len(wanted):
+        return pod, ""
+    existing = find_extended_resource_claim(pod, claims)
+    if existing:
+        pod_claims.append(PodClaim(EXTENDED_RESOURCES_CLAIM, existing, from_template=True))
+        return pod, ""
+    made = extended_resource_claim(pod, mapping, taken=claims)
+    if made is None:
+        return pod, ""
+    key = f"{made.claim['metadata']['namespace']}/{made.claim['metadata']['name']}"
+    claims[key] = made.claim
+    pod_claims.append(PodClaim(EXTENDED_RESOURCES_CLAIM, key, from_template=True))
+    status = {**(pod.get("status") or {}), "extendedResourceClaimStatus": made.status}
+    return {**pod, "status": status}, ""
