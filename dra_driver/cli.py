@@ -28,6 +28,7 @@ from dra_driver.errors import DraGpuError
 
 if TYPE_CHECKING:
     from dra_driver.driver_root import DriverRoot
+    from dra_driver.simulate.command import ScenarioOptions
 
 NVML_HELP = (
     "'real' for the GPUs of this machine through NVML, or 'sim:<shape>' for a simulated node "
@@ -319,20 +320,26 @@ def _simulate_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _run_simulate(args: argparse.Namespace) -> int:
+def _scenario(args: argparse.Namespace) -> ScenarioOptions:
+    """The files, `--nodes` and defaults of `simulate` and `explain`, with our node builder."""
     from controller.simulated_nodes import build_simulated_nodes
-    from dra_driver.simulate.command import run_simulate
+    from dra_driver.simulate.command import ScenarioOptions
 
-    return run_simulate(
+    return ScenarioOptions(
         build_nodes=build_simulated_nodes,
         files=args.files,
         nodes=args.nodes,
-        output=args.output,
         namespace=args.namespace,
         release=args.release,
         mig=args.mig,
         feature_gates=args.feature_gates,
     )
+
+
+def _run_simulate(args: argparse.Namespace) -> int:
+    from dra_driver.simulate.command import run_simulate
+
+    return run_simulate(_scenario(args), output=args.output)
 
 
 def _explain_flags(parser: argparse.ArgumentParser) -> None:
@@ -354,23 +361,16 @@ def _explain_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_explain(args: argparse.Namespace) -> int:
-    from controller.simulated_nodes import build_simulated_nodes
     from dra_driver.simulate.command import run_explain
 
     return run_explain(
-        build_nodes=build_simulated_nodes,
-        files=args.files,
-        nodes=args.nodes,
+        _scenario(args),
         cluster=args.cluster,
         kubeconfig=args.kubeconfig,
         claim=args.claim,
         pod=args.pod,
         node=args.node,
         verbose=args.details,
-        namespace=args.namespace,
-        release=args.release,
-        mig=args.mig,
-        feature_gates=args.feature_gates,
     )
 
 
