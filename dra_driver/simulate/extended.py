@@ -37,14 +37,13 @@ from typing import Any, Final
 from dra_driver.api_objects import Obj
 from dra_driver.errors import ConfigError
 from dra_driver.quantity import parse_quantity
-from dra_driver.simulate.claims import PodClaim, claim_uid, random_suffix
+from dra_driver.simulate.claims import PodClaim, claim_uid, unique_generated_name
 
 DEVICE_CLASS_PREFIX: Final = "deviceclass.resource.kubernetes.io/"  # ResourceDeviceClassPrefix
 EXTENDED_RESOURCE_CLAIM_ANNOTATION: Final = "resource.kubernetes.io/extended-resource-claim"
 #: How the pod's special claim is labelled where a pod claim's name would be
 #: (the scheduler's in-memory name before the claim is written).
 EXTENDED_RESOURCES_CLAIM: Final = "<extended-resources>"
-_MAX_GENERATED_BASE: Final = 58  # apiserver: 63 minus the 5 random characters
 
 
 def class_mapping(classes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
@@ -222,13 +221,12 @@ def extended_resource_claim(
     meta = pod.get("metadata") or {}
     namespace = str(meta.get("namespace"))
     pod_name = str(meta.get("name"))
-    base = f"{pod_name}-extended-resources-"[:_MAX_GENERATED_BASE]
-    seed = f"{namespace}/{pod_name}/{EXTENDED_RESOURCES_CLAIM}"
-    attempt = 0
-    name = base + random_suffix(seed)
-    while f"{namespace}/{name}" in taken:
-        attempt += 1
-        name = base + random_suffix(seed, attempt)
+    base, name = unique_generated_name(
+        f"{pod_name}-extended-resources-",
+        namespace,
+        f"{namespace}/{pod_name}/{EXTENDED_RESOURCES_CLAIM}",
+        taken,
+    )
     claim: Obj = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
