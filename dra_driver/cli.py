@@ -57,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dra-gpu", description="DRA driver for NVIDIA GPUs: node plugin and tools"
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="log lines as text, or as one JSON object each (for log collectors)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     inventory = commands.add_parser(
@@ -116,6 +122,50 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="leave MIG mode on when the last dynamic MIG device of a Hopper+ GPU is gone",
     )
+
+    plugin.add_argument(
+        "--device-health-checks",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="watch NVML Xid/ECC events, taint unhealthy devices and serve the kubelet's "
+        "health stream",
+    )
+    plugin.add_argument(
+        "--additional-xids-to-ignore",
+        default="",
+        metavar="XIDS",
+        help="comma-separated Xids to ignore besides the application errors 13,31,43,45,68,109",
+    )
+    plugin.add_argument(
+        "--unhealthy-taint-effect",
+        choices=("NoSchedule", "NoExecute"),
+        default="NoSchedule",
+        help="effect of the gpu.nvidia.com/unhealthy taint (NoExecute also evicts pods)",
+    )
+    plugin.add_argument(
+        "--metrics-address",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (e.g. :8080)",
+    )
+    plugin.add_argument(
+        "--healthcheck-port",
+        type=int,
+        metavar="PORT",
+        help="serve the gRPC health service (for liveness/readiness probes) on this port",
+    )
+
+    sim = commands.add_parser("sim", help="act on a simulated node's hardware")
+    sim_commands = sim.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")
+    sim_health = sim_commands.add_parser(
+        "health", help="inject a device-health event into a running plugin's simulated GPUs"
+    )
+    sim_health.add_argument("--sim-state", type=Path, required=True, help="the node's state file")
+    sim_health.add_argument("--gpu", type=int, required=True, help="NVML index of the GPU")
+    event = sim_health.add_mutually_exclusive_group(required=True)
+    event.add_argument("--xid", type=int, help="a critical Xid error, e.g. 79 or 48")
+    event.add_argument("--double-bit-ecc", action="store_true", help="a double-bit ECC error")
+    event.add_argument("--gpu-lost", action="store_true", help="the GPU fell off the bus")
+    event.add_argument("--healthy", action="store_true", help="the GPU was reset and works again")
 
     mig = commands.add_parser("mig", help="MIG tools")
     mig_commands = mig.add_subparsers(dest="mig_command", required=True, metavar="MIG_COMMAND")
@@ -215,16 +265,28 @@ def _add_scenario_flags(parser: argparse.ArgumentParser, *, files_required: bool
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    _configure_logging(verbose=args.verbose, json_format=args.log_format == "json")
     try:
         return _dispatch(args)
     except DraGpuError as exc:
         print(f"dra-gpu {args.command}: {exc}", file=sys.stderr)
         return 2
+
+
+def _configure_logging(*, verbose: bool, json_format: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if json_format:
+        from pythonjsonlogger.json import JsonFormatter
+
+        handler.setFormatter(
+            JsonFormatter(
+                "%(asctime)s %(levelname)s %(name)s %(message)s",
+                rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+            )
+        )
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -241,6 +303,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             layout=args.partitionable_layout,
         )
     if args.command == "kubelet-plugin":
+        from dra_driver.health import DEFAULT_IGNORED_XIDS, parse_xid_list
         from dra_driver.sim.hardware import parse_latency
         from kubelet_plugin.main import PluginOptions, run
 
@@ -260,7 +323,22 @@ def _dispatch(args: argparse.Namespace) -> int:
                 partitionable_layout=args.partitionable_layout,
                 mig_reclaim_unknown=args.mig_reclaim_unknown,
                 keep_mig_enabled=args.keep_mig_enabled,
+                health_checks=args.device_health_checks,
+                ignored_xids=DEFAULT_IGNORED_XIDS | parse_xid_list(args.additional_xids_to_ignore),
+                taint_effect=args.unhealthy_taint_effect,
+                metrics_address=args.metrics_address,
+                healthcheck_port=args.healthcheck_port,
             )
+        )
+    if args.command == "sim":
+        from dra_driver.sim.health_command import inject_health_event
+
+        return inject_health_event(
+            args.sim_state,
+            gpu=args.gpu,
+            xid=args.xid,
+            double_bit_ecc=args.double_bit_ecc,
+            gpu_lost=args.gpu_lost,
         )
     if args.command == "mig":
         from dra_driver import mig_status

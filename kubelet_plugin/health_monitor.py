@@ -34,7 +34,7 @@ class HealthMonitor:
 
     def __init__(
         self,
-        source: HealthEventSource,
+        source: HealthEventSource | None,
         gpu_uuids: Sequence[str],
         policy: HealthPolicy,
         *,
@@ -89,9 +89,12 @@ class HealthMonitor:
         return changed
 
     def run(self, stop: threading.Event) -> None:
-        """Watch events until `stop` is set (the body of the monitor thread)."""
+        """Watch events until `stop` is set (the body of the monitor thread).
+
+        Without a source (a backend that has no events) there is nothing to do.
+        """
         failures = 0
-        while not stop.is_set():
+        while self._source is not None and not stop.is_set():
             try:
                 event_set = self._source.health_events(self._uuids)
             except NvmlError as exc:

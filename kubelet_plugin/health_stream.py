@@ -91,7 +91,7 @@ class DeviceHealthServicer(health_grpc.DRAResourceHealthServicer):
 
     def NodeWatchResources(
         self,
-        request: health_pb2.NodeWatchResourcesRequest,
+        _request: health_pb2.NodeWatchResourcesRequest,
         context: grpc.ServicerContext,
     ) -> Iterator[health_pb2.NodeWatchResourcesResponse]:
         while context.is_active() and not self._closed.is_set():

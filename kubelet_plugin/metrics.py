@@ -4,19 +4,17 @@ One `PluginMetrics` per plugin holds every metric in its own registry, so two
 plugins in one process (tests) do not share counters. Components get the
 object and record what they do; nothing here knows how they work.
 
-| metric | type | labels | what |
-|---|---|---|---|
-| `dra_gpu_requests_total` | counter | operation, result | NodePrepare/NodeUnprepareResources calls; result `success` or `error` (some claim failed) |
-| `dra_gpu_request_duration_seconds` | histogram | operation | latency of those calls |
-| `dra_gpu_requests_in_flight` | gauge | operation | calls being served |
-| `dra_gpu_claims_total` | counter | operation, result | claims prepared / unprepared, per claim |
-| `dra_gpu_prepared_claims` | gauge | | claims prepared on this node (from the checkpoint) |
-| `dra_gpu_prepared_devices` | gauge | | devices of those claims |
-| `dra_gpu_mig_operations_total` | counter | operation, result | dynamic MIG device creations / destructions |
-| `dra_gpu_mig_operation_duration_seconds` | histogram | operation | their latency (GI + CI) |
-| `dra_gpu_mps_daemons` | gauge | | MPS control daemons running, set by the MPS manager |
-| `dra_gpu_slice_publish_total` | counter | result | ResourceSlice syncs; `error` ones failed |
-| `dra_gpu_unhealthy_devices` | gauge | | devices tainted unhealthy |
+- `dra_gpu_requests_total{operation,result}`: NodePrepare/NodeUnprepareResources
+  calls; `error` when some claim failed.
+- `dra_gpu_request_duration_seconds{operation}` (histogram), and
+  `dra_gpu_requests_in_flight{operation}`.
+- `dra_gpu_claims_total{operation,result}`: claims prepared / unprepared.
+- `dra_gpu_prepared_claims`, `dra_gpu_prepared_devices`: from the checkpoint.
+- `dra_gpu_mig_operations_total{operation,result}` and
+  `dra_gpu_mig_operation_duration_seconds{operation}`: dynamic MIG create/destroy.
+- `dra_gpu_mps_daemons`: MPS control daemons running, set by the MPS manager.
+- `dra_gpu_slice_publish_total{result}`: ResourceSlice syncs; `error` = failed.
+- `dra_gpu_unhealthy_devices`: devices tainted unhealthy.
 """
 
 from __future__ import annotations

@@ -48,8 +48,9 @@ def sockets_answer(driver_name: str, registration_socket: Path, dra_socket: Path
                 dra_v1.NodePrepareResourcesRequest(), timeout=CALL_TIMEOUT_SECONDS
             )
     except grpc.RpcError as exc:
-        code = exc.code() if isinstance(exc, grpc.Call) else None
-        return f"{getattr(code, 'name', 'error')}: {getattr(exc, 'details', lambda: exc)()}"
+        if isinstance(exc, grpc.Call):
+            return f"{exc.code().name}: {exc.details()}"
+        return str(exc)
     return None
 
 

@@ -162,7 +162,7 @@ class _ServiceCaller:
             claims,
             self._service.prepare,
             _prepare_error,
-            "prepare",
+            operation="prepare",
         )
 
     def unprepare(
@@ -174,7 +174,7 @@ class _ServiceCaller:
             claims,
             self._service.unprepare,
             _unprepare_error,
-            "unprepare",
+            operation="unprepare",
         )
 
     def _call(
@@ -184,6 +184,7 @@ class _ServiceCaller:
         claims: Sequence[ClaimRef],
         call: Callable[[Sequence[ClaimRef]], Mapping[str, _R]],
         make_error: Callable[[str], _R],
+        *,
         operation: str,
     ) -> dict[str, _R]:
         if self._metrics is None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from dra_driver.errors import ConfigError
 from dra_driver.host import HostInfo
-from dra_driver.nvml.interface import Nvml
+from dra_driver.nvml.interface import HealthEventSource, Nvml
 from dra_driver.sim.hardware import SimHardware
 
 REAL_SPEC = "real"
@@ -37,6 +37,7 @@ class Hardware:
     nvml: Nvml
     host: HostInfo
     sim: SimHardware | None = None
+    health: HealthEventSource | None = None  # device-health events (both backends have them)
 
 
 def sim_proc_root(sim_state: Path) -> Path:
@@ -62,7 +63,8 @@ def open_hardware(
     if spec == REAL_SPEC:
         from dra_driver.nvml.real import RealNvml
 
-        return Hardware(nvml=RealNvml(), host=HostInfo(Path("/proc")))
+        nvml = RealNvml()
+        return Hardware(nvml=nvml, host=HostInfo(Path("/proc")), health=nvml)
     if not spec.startswith(SIM_PREFIX) or not spec[len(SIM_PREFIX) :].strip():
         raise ConfigError(f"--nvml {spec!r}: expected {SPEC_FORMS}")
 
@@ -83,4 +85,5 @@ def open_hardware(
             shutil.rmtree(proc_root, ignore_errors=True)
             raise
         weakref.finalize(hw, shutil.rmtree, proc_root, ignore_errors=True)
-    return Hardware(nvml=SimNvml(hw), host=HostInfo(proc_root), sim=hw)
+    sim_nvml = SimNvml(hw)
+    return Hardware(nvml=sim_nvml, host=HostInfo(proc_root), sim=hw, health=sim_nvml)
