@@ -17,9 +17,9 @@ never see half a file) and are serialised across processes by an flock on
 `DIR/.lock`; `DIR/.resource-version` holds the last resourceVersion handed
 out. A file that cannot be parsed is reported, never skipped.
 
-Watching slices is polling: the directory's entries (name, inode, size,
-mtime) are compared every `SLICE_POLL_SECONDS`, which is cheap (no file is
-read) and sees edits by any process.
+Watching slices is polling: the directory's mtime and its entries (name,
+inode, size, mtime) are compared every `SLICE_POLL_SECONDS`, which is cheap
+(no file is read) and sees writes by any process.
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ class LocalCluster:
         stop: threading.Event,
     ) -> None:
         directory = self._root / RESOURCE_SLICE.plural
-        seen: frozenset[tuple[str, int, int, int]] | None = None
+        seen: tuple[int, frozenset[tuple[str, int, int, int]]] | None = None
         failures = 0
         while not stop.is_set():
             try:
@@ -388,8 +388,14 @@ class LocalCluster:
                 ) from exc
 
 
-def _directory_signature(directory: Path) -> frozenset[tuple[str, int, int, int]]:
-    """(name, inode, size, mtime) of every object file: changes whenever one is written."""
+def _directory_signature(directory: Path) -> tuple[int, frozenset[tuple[str, int, int, int]]]:
+    """What changes whenever an object file is written or removed.
+
+    The directory's own mtime changes with every create, rename and delete,
+    so a slice deleted and re-created between two polls (the same files as
+    before) still counts as a change; the files' (name, inode, size, mtime)
+    catch edits in place.
+    """
     out = set()
     with os.scandir(directory) as entries:
         for entry in entries:
@@ -400,4 +406,4 @@ def _directory_signature(directory: Path) -> frozenset[tuple[str, int, int, int]
             except FileNotFoundError:
                 continue
             out.add((entry.name, info.st_ino, info.st_size, info.st_mtime_ns))
-    return frozenset(out)
+    return directory.stat().st_mtime_ns, frozenset(out)
