@@ -286,7 +286,9 @@ def _configure_logging(*, verbose: bool, json_format: bool) -> None:
         )
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True
+    )
 
 
 def _dispatch(args: argparse.Namespace) -> int:
