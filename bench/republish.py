@@ -30,7 +30,7 @@ from bench import BenchOptions, BenchResult, summarize_ns
 from controller.publisher import SlicePublisher
 from dra_driver.errors import PluginError
 from dra_driver.sim.hardware import SimHardware
-from dra_driver.testing import PluginProcess
+from tests.fakes import PluginProcess
 
 NAME = "republish"
 DESCRIPTION = "wiped slices restored, Xid taint and recovery published"

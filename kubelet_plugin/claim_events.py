@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
-from dra_driver.cluster.interface import Cluster, Obj
+from dra_driver.api_objects import Obj
+from dra_driver.cluster.interface import Cluster
 from dra_driver.errors import DraGpuError
 from kubelet_plugin.service import ClaimRef, DraService, PrepareResult, UnprepareResult
 

@@ -34,6 +34,7 @@ import kubernetes.config
 import kubernetes.watch
 import urllib3
 
+from dra_driver.api_objects import Obj
 from dra_driver.backoff import backoff_delay
 from dra_driver.cluster import apiserver_rules as rules
 from dra_driver.cluster.apiserver_rules import (
@@ -44,7 +45,7 @@ from dra_driver.cluster.apiserver_rules import (
     RESOURCE_SLICE,
     ResourceKind,
 )
-from dra_driver.cluster.interface import API_VERSION, AlreadyExistsError, ConflictError, Obj
+from dra_driver.cluster.interface import API_VERSION, AlreadyExistsError, ConflictError
 from dra_driver.errors import ClusterError, ConfigError, NotFoundError
 
 __all__ = ["DEFAULT_REQUEST_TIMEOUT", "WATCH_SECONDS", "KubeCluster", "load_api_client"]

@@ -19,7 +19,7 @@ from dra_driver.health import (
     parse_xid_list,
 )
 from dra_driver.nvml.interface import HealthEvent, HealthEventKind
-from dra_driver.testing import a100_static_mig_inventory, dgx_h100_inventory
+from tests.fakes import a100_static_mig_inventory, dgx_h100_inventory
 
 NOW = 1_764_000_000  # 2025-11-24T16:00:00Z
 

@@ -6,9 +6,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from dra_driver.cluster.local import LocalCluster
-from dra_driver.testing import make_allocated_claim
 from kubelet_plugin.claim_events import EventingService, prepare_failed_events
 from kubelet_plugin.service import ClaimRef, PrepareResult, UnprepareResult
+from tests.fakes import make_allocated_claim
 
 NOW = 1_764_000_000.25
 

@@ -11,10 +11,10 @@ from dra_driver.nvml.interface import HealthEvent, HealthEventKind
 from dra_driver.sim.hardware import SimHardware
 from dra_driver.sim.nvml import SimNvml
 from dra_driver.sim.shapes import load_shape
-from dra_driver.testing import a100_static_mig_inventory
 from kubelet_plugin.gen.dra_health.v1alpha1 import api_pb2
 from kubelet_plugin.health_monitor import HealthMonitor
 from kubelet_plugin.health_stream import HEALTH_CHECK_TIMEOUT_SECONDS, health_response
+from tests.fakes import a100_static_mig_inventory
 
 NOW = 1_764_000_000
 

@@ -12,7 +12,7 @@ from dra_driver.sim.hardware import SimHardware
 from dra_driver.sim.nvml import SimNvml
 from dra_driver.sim.shapes import load_shape
 from dra_driver.sim.state import decode
-from dra_driver.testing import fake_pynvml
+from tests.fakes import fake_pynvml
 
 
 def _backends(hw: SimHardware) -> dict[str, HealthEventSource]:

@@ -1,0 +1,286 @@
+"""The real `dra-gpu kubelet-plugin` daemon in a child process, on a simulated node.
+
+`dra-gpu demo` shows the node path as a cluster would run it: the real
+daemon as its own process, on simulated hardware, with a local cluster
+directory, a kubelet root and a CDI directory of its own. This module starts
+and stops that process, waits for its sockets, hands out a kubelet-like
+client (`kubelet_plugin.kubelet_client`), stores claims as an API server
+would, and reads back what the plugin left on disk (checkpoint, CDI specs).
+The tests and benchmarks drive the plugin through the same class.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Self
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver import cdi as cdi_module
+from dra_driver import failpoints as failpoints_module
+from dra_driver.checkpoint import Checkpoint
+from dra_driver.checkpoint import decode as decode_checkpoint
+from dra_driver.cluster.local import LocalCluster
+from dra_driver.errors import PluginError
+from dra_driver.nvml.backend import Hardware, open_hardware
+from kubelet_plugin.kubelet_client import KubeletClient
+from kubelet_plugin.main import CHECKPOINT_FILE, plugin_data_dir
+from kubelet_plugin.server import dra_socket_path, registration_socket_path
+
+PLUGIN_START_TIMEOUT_S = 30.0
+SIM_NODE_NAME = "sim-node"
+
+
+class PluginProcess:
+    """Runs `python -m dra_driver.cli kubelet-plugin` on a simulated node and talks to it.
+
+    Everything lives in a short work directory under /tmp (Unix socket paths
+    may be at most 107 bytes, pytest's tmp_path is too long):
+
+        <work>/sim-state.json (+ .proc/)  the simulated hardware, shared across restarts
+        <work>/cluster/                   the LocalCluster the plugin reads and publishes to
+        <work>/kubelet/                   the kubelet root: sockets, checkpoint
+        <work>/cdi/                       the CDI spec directory
+        <work>/plugin.log                 the plugin's stdout and stderr, all runs appended
+
+    `extra_args` are appended to the command line (e.g. a feature flag).
+    `start()` returns once the registration socket of *this* run appears (the
+    DRA socket is created before it), or raises `PluginError` with the tail of
+    the log if the process exits first. `failpoints` are armed through
+    `DRA_GPU_FAILPOINTS` (see `dra_driver.failpoints`). Use as a context
+    manager: on exit the process is killed and the work directory removed
+    (unless `keep`).
+
+        with PluginProcess() as plugin:
+            plugin.store_claim(claim)
+            plugin.client.prepare([ClaimRef("default", uid, "claim-1")])
+    """
+
+    def __init__(
+        self,
+        *,
+        node_name: str = SIM_NODE_NAME,
+        shape: str = "dgx-h100",
+        driver: str = DEFAULT_DRIVER_NAME,
+        failpoints: Sequence[str] = (),
+        publish_interval: float | None = None,
+        extra_args: Sequence[str] = (),
+        prefix: str = "dra-gpu-plugin-",
+        keep: bool = False,
+        client_timeout: float = 20.0,
+        wait_for_ready: bool = False,
+    ) -> None:
+        self.node_name = node_name
+        self.shape = shape
+        self.driver = driver
+        self.publish_interval = publish_interval
+        self.extra_args = tuple(extra_args)
+        self.keep = keep
+        self.work = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+        self.sim_state = self.work / "sim-state.json"
+        self.cluster_root = self.work / "cluster"
+        self.kubelet_root = self.work / "kubelet"
+        self.cdi_root = self.work / "cdi"
+        self.log_path = self.work / "plugin.log"
+        self.checkpoint_path = plugin_data_dir(self.kubelet_root, driver) / CHECKPOINT_FILE
+        self.registration_socket = registration_socket_path(self.kubelet_root, driver)
+        self.dra_socket = dra_socket_path(self.kubelet_root, driver)
+        self.cluster = LocalCluster(self.cluster_root)
+        self.client = KubeletClient(
+            self.kubelet_root, driver, timeout=client_timeout, wait_for_ready=wait_for_ready
+        )
+        self.process: subprocess.Popen[bytes] | None = None
+        self._failpoints = tuple(failpoints)
+        self._runs = 0
+
+    # -- life cycle ------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        """The pid of the running plugin."""
+        return self._require_process().pid
+
+    def start(
+        self, failpoints: Sequence[str] | None = None, timeout: float = PLUGIN_START_TIMEOUT_S
+    ) -> Self:
+        """Start the plugin and wait until it serves; `failpoints` replaces the armed ones."""
+        if self.process is not None and self.process.poll() is None:
+            raise PluginError(f"plugin pid {self.process.pid} is still running; stop it first")
+        if failpoints is not None:
+            self._failpoints = tuple(failpoints)
+        stale = _file_identity(self.registration_socket)
+        self._runs += 1
+        env = {k: v for k, v in os.environ.items() if k != failpoints_module.ENV_VAR}
+        env["PYTHONUNBUFFERED"] = "1"
+        if self._failpoints:
+            env[failpoints_module.ENV_VAR] = ",".join(self._failpoints)
+        args = [
+            sys.executable,
+            "-m",
+            "dra_driver.cli",
+            "kubelet-plugin",
+            f"--node-name={self.node_name}",
+            f"--driver-name={self.driver}",
+            f"--nvml=sim:{self.shape}",
+            f"--sim-state={self.sim_state}",
+            f"--cluster=local:{self.cluster_root}",
+            f"--kubelet-root={self.kubelet_root}",
+            f"--cdi-root={self.cdi_root}",
+        ]
+        if self.publish_interval is not None:
+            args.append(f"--publish-interval={self.publish_interval:g}")
+        args.extend(self.extra_args)
+        with self.log_path.open("ab") as log:
+            log.write(
+                f"--- run {self._runs}: failpoints {','.join(self._failpoints) or '-'}\n".encode()
+            )
+            log.flush()
+            self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+        def fresh_socket() -> bool:
+            identity = _file_identity(self.registration_socket)
+            return identity is not None and identity != stale
+
+        self.wait_for(fresh_socket, "registration socket", timeout)
+        return self
+
+    def wait_for(
+        self,
+        condition: Callable[[], bool],
+        what: str,
+        timeout: float = PLUGIN_START_TIMEOUT_S,
+    ) -> None:
+        """Poll `condition` until true; PluginError with the log tail if the plugin exits first."""
+        process = self._require_process()
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if process.poll() is not None:
+                raise PluginError(
+                    f"the plugin exited with {process.returncode} before its {what} appeared; "
+                    f"log:\n{self.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                raise PluginError(f"no {what} after {timeout:g} s; log:\n{self.log_tail()}")
+            time.sleep(0.02)
+
+    def wait_exit(self, timeout: float = 15.0) -> int:
+        """Wait for the plugin to exit on its own; its return code (-9: killed by SIGKILL)."""
+        return self._require_process().wait(timeout=timeout)
+
+    def kill(self) -> int:
+        """SIGKILL the plugin, as an OOM kill or a node crash would; returns the exit code."""
+        self.client.close()
+        process = self._require_process()
+        if process.poll() is None:
+            process.kill()
+        return process.wait(timeout=15)
+
+    def terminate(self, timeout: float = 15.0) -> int:
+        """SIGTERM the plugin and wait for it to exit (a clean stop); returns the exit code."""
+        self.client.close()
+        process = self._require_process()
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        return process.wait(timeout=timeout)
+
+    def restart(self, failpoints: Sequence[str] | None = None) -> Self:
+        """Stop the plugin if it runs (SIGTERM), then start it with `failpoints` (default: none).
+
+        The client's channels are closed so the next call dials the new process.
+        """
+        if self.process is not None and self.process.poll() is None:
+            self.terminate()
+        self.client.close()
+        return self.start(failpoints=failpoints or ())
+
+    def close(self) -> None:
+        """Kill the plugin if it runs and remove the work directory (unless `keep`)."""
+        self.client.close()
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait(timeout=15)
+        if not self.keep:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- what the plugin left on disk ---------------------------------------------
+
+    def store_claim(self, claim: Mapping[str, Any]) -> dict[str, Any]:
+        """Store a claim as a real API server would get it: create, then write its status.
+
+        A `status` (the allocation) goes through the status subresource; the
+        metadata's resourceVersion is dropped for the create. Returns the stored object.
+        """
+        body = json.loads(json.dumps(claim))
+        status = body.pop("status", None)
+        body["metadata"].pop("resourceVersion", None)
+        stored = self.cluster.put_resource_claim(body)
+        if status is None:
+            return stored
+        stored["status"] = status
+        return self.cluster.update_resource_claim_status(stored)
+
+    def checkpoint(self) -> Checkpoint | None:
+        """The checkpoint file as written (None when there is none); its boot id is not checked."""
+        try:
+            data = self.checkpoint_path.read_bytes()
+        except FileNotFoundError:
+            return None
+        return decode_checkpoint(data, source=str(self.checkpoint_path))
+
+    def cdi_spec_path(self, claim_uid: str) -> Path:
+        """Where the plugin writes the CDI spec of `claim_uid`."""
+        return self.cdi_root / cdi_module.spec_file_name(claim_uid)
+
+    def cdi_files(self) -> list[str]:
+        """Names of every file in the CDI directory (ours, temp files, anything)."""
+        try:
+            return sorted(p.name for p in self.cdi_root.iterdir())
+        except FileNotFoundError:
+            return []
+
+    def hardware(self) -> Hardware:
+        """The plugin's simulated node, shared via its state file: what
+        `dra-gpu mig status --sim-state` would open (`.sim` is always set)."""
+        return open_hardware(
+            f"sim:{self.shape}", sim_state=self.sim_state, node_name=self.node_name
+        )
+
+    def log_tail(self, chars: int = 3000) -> str:
+        """The end of the plugin's log (all runs)."""
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")[-chars:]
+        except FileNotFoundError:
+            return ""
+
+    def _require_process(self) -> subprocess.Popen[bytes]:
+        if self.process is None:
+            raise PluginError("the plugin was never started")
+        return self.process
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """Inode and change time of `path`: tells a new socket from a stale one at the same path."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return None
+    return info.st_ino, info.st_ctime_ns
