@@ -27,12 +27,12 @@ from dra_driver.nvml.interface import Placement
 from dra_driver.sim.hardware import SimHardware
 from dra_driver.sim.nvml import SimNvml
 from dra_driver.sim.shapes import load_shape
-from tests.fakes import TEST_POOL, make_allocated_claim
 from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle
 from kubelet_plugin.service import ClaimRef
 from tests.dra_driver.driver_roots import build_root
+from tests.fakes import TEST_POOL, make_allocated_claim
 
 HOOK = "/usr/local/nvidia/toolkit/nvidia-cdi-hook"
 HOST_ROOT = "/run/nvidia/driver"

@@ -14,7 +14,7 @@ import pytest
 
 from dra_driver.allocator import Allocator, Node
 from dra_driver.errors import AllocationError
-from dra_driver.testing import (
+from tests.fakes import (
     make_device_class,
     make_device_request,
     make_resource_claim,
