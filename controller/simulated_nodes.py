@@ -32,7 +32,9 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.allocator import Node
 from dra_driver.devices import build_devices
 from dra_driver.inventory import NodeInventory, discover
-from dra_driver.nvml.backend import open_hardware
+from dra_driver.sim.hardware import SimHardware
+from dra_driver.sim.nvml import SimNvml
+from dra_driver.sim.shapes import NodeShape, load_shape
 from dra_driver.simulate.nodes import (
     HOSTNAME_LABEL,
     MigMode,
@@ -54,9 +56,10 @@ def build_simulated_nodes(
     built = SimulatedNodes()
     for request in requests:
         template: tuple[str, NodeInventory, list[Obj]] | None = None
+        shape = load_shape(request.shape)
         for index in range(request.count):
             name = f"{request.prefix}-{index}"
-            inventory = _inventory(request.shape, name)
+            inventory = _inventory(shape, name)
             if template is None:
                 slices = node_slices(inventory, name, driver=driver, mig=mig, release=release)
                 template = (name, inventory, slices)
@@ -91,9 +94,10 @@ def _version_tuple(release: Release) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def _inventory(shape: str, node_name: str) -> NodeInventory:
-    hardware = open_hardware(f"sim:{shape}", node_name=node_name)
-    return discover(hardware.nvml)
+def _inventory(shape: NodeShape, node_name: str) -> NodeInventory:
+    # Discovery reads NVML only: the node lives in memory, without the fake
+    # /proc tree and state file a plugin process shares with its node.
+    return discover(SimNvml(SimHardware(shape, node_name=node_name)))
 
 
 def _renamed(
