@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, str] = {
     "prepare": "bench.prepare_roundtrip",
     "placement": "bench.placement",
     "allocator": "bench.allocator",
+    "simulate": "bench.simulate_cli",
     "mig-parallel": "bench.mig_parallel",
 }
 """Benchmark name -> module; modules are imported only when their benchmark runs."""
