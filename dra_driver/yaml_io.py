@@ -46,7 +46,25 @@ _MAP = "tag:yaml.org,2002:map"
 
 
 class _Dumper(SafeDumper):
-    """SafeDumper representing JSON-shaped values without PyYAML's generic dispatch."""
+    """SafeDumper representing JSON-shaped values without PyYAML's generic dispatch.
+
+    It also remembers how each scalar resolves (whether `"true"` needs quotes),
+    which the emitter asks twice per scalar and API objects repeat a lot.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._resolved: dict[tuple[str, tuple[bool, bool]], str] = {}
+
+    def resolve(self, kind: type[Node], value: Any, implicit: Any) -> Any:
+        if kind is not ScalarNode:
+            return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+        key = (value, implicit)
+        tag = self._resolved.get(key)
+        if tag is None:
+            resolved = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+            tag = self._resolved[key] = resolved
+        return tag
 
     def represent_data(self, data: Any) -> Node:
         kind = type(data)
