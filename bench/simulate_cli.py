@@ -105,7 +105,9 @@ def measure(*, quick: bool = False, runs: int = RUNS) -> dict[str, Any]:
             f"gpus:\n  - model: A100-SXM4-80GB\n    count: {GPUS_PER_NODE}\n", encoding="utf-8"
         )
         env = _child_env(Path(work))
-        _timed(_command(workload, shape, 1, "table"), Path(work) / "warm-up", env)
+        warm_up = Path(work) / "warm-up.yaml"
+        warm_up.write_text(yaml_io.dump_all(_gpu_objects(1), sort_keys=False))
+        _timed(_command(warm_up, shape, 1, "yaml"), Path(work) / "warm-up.out", env)
         for output in ("yaml", "table"):
             command = _command(workload, shape, nodes, output)
             out = Path(work) / f"out.{output}"
