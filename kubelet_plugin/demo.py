@@ -7,7 +7,9 @@ its ResourceSlices, writes allocated ResourceClaims, calls
 NodePrepareResources and NodeUnprepareResources over the real Unix socket,
 and shows the devices, CDI specs and checkpoint at each step. The plugin
 runs with `--dynamic-mig`, so one step asks for MIG slices by profile and
-shows them created at Prepare and gone at Unprepare. It finishes in seconds
+shows them created at Prepare and gone at Unprepare. The simulated node has
+a fake NVIDIA driver root, so each CDI spec shows the driver files a
+container gets. It finishes in seconds
 and removes everything it made (unless `--keep`).
 """
 
@@ -15,20 +17,38 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import yaml
 
 from dra_driver import DEFAULT_DRIVER_NAME, mig_status
-from dra_driver.testing import PluginProcess, make_mig_profile_claim, plugin_hardware
-from kubelet_plugin.demo_allocation import allocate_demo_claims, demo_claims
+from dra_driver.api_objects import Obj
+from kubelet_plugin.demo_claims import demo_claims, mig_profile_claim
+from kubelet_plugin.plugin_process import PluginProcess
 from kubelet_plugin.service import ClaimRef, PrepareResult
 
 NODE = "demo-node"
 SHAPE = "dgx-h100"
 DEPLOY_DIR = Path(__file__).resolve().parents[1] / "deploy"
+
+
+class NodeAllocator(Protocol):
+    """Allocates claims on one node as kube-scheduler would; returns them and how it was done.
+
+    The CLI passes `dra_driver.simulate.node_allocation.allocate_on_node`
+    (scheduling is the simulator's job, and the daemon's package does not
+    import the simulator).
+    """
+
+    def __call__(
+        self,
+        claims: Sequence[Mapping[str, Any]],
+        slices: Sequence[Obj],
+        classes: Sequence[Obj],
+        node: str,
+    ) -> tuple[list[Obj], str]: ...
 
 
 class _Printer:
@@ -48,7 +68,7 @@ class _Printer:
         self._out.flush()
 
 
-def run_demo(*, keep: bool = False, out: TextIO = sys.stdout) -> int:
+def run_demo(*, allocate: NodeAllocator, keep: bool = False, out: TextIO = sys.stdout) -> int:
     started = time.monotonic()
     p = _Printer(out)
     plugin = PluginProcess(
@@ -104,7 +124,7 @@ def run_demo(*, keep: bool = False, out: TextIO = sys.stdout) -> int:
 
         p.step("Allocate claims for two pods")
         claims = demo_claims()
-        allocated, how = allocate_demo_claims(claims, slices, cluster.list_device_classes(), NODE)
+        allocated, how = allocate(claims, slices, cluster.list_device_classes(), NODE)
         p.line(how)
         for claim in allocated:
             plugin.store_claim(claim)
@@ -126,6 +146,7 @@ def run_demo(*, keep: bool = False, out: TextIO = sys.stdout) -> int:
         spec_path = plugin.cdi_spec_path(refs[1].uid)
         p.line(f"CDI spec {spec_path.name}:")
         p.line(_abridged_yaml(spec_path.read_text()), indent=5)
+        _show_driver_mounts(p, yaml.safe_load(spec_path.read_text()), work)
         _show_checkpoint(p, plugin)
 
         p.step("Repeat the call, as a restarted kubelet would: same answer, no side effects")
@@ -149,13 +170,11 @@ def run_demo(*, keep: bool = False, out: TextIO = sys.stdout) -> int:
         _show_checkpoint(p, plugin)
 
         p.step("Dynamic MIG: three 1g.10gb slices on one GPU, created at Prepare, gone after")
-        mig_claim = make_mig_profile_claim(
+        mig_claim = mig_profile_claim(
             "inference-slices", "5e1f0c2a-7b3d-4e9a-8c61-0d2b4f6a8e13", ["1g.10gb"] * 3
         )
         p.line("requests: 3 x mig.nvidia.com with profile == '1g.10gb', matchAttribute parentUUID")
-        (mig_allocated,), _how = allocate_demo_claims(
-            [mig_claim], slices, cluster.list_device_classes(), NODE
-        )
+        (mig_allocated,), _how = allocate([mig_claim], slices, cluster.list_device_classes(), NODE)
         plugin.store_claim(mig_allocated)
         mig_ref = ClaimRef("default", mig_claim["metadata"]["uid"], "inference-slices")
         mig_devices = [
@@ -197,9 +216,29 @@ def _show_prepare(p: _Printer, ref: ClaimRef, result: PrepareResult) -> None:
             p.line(f"    CDI {cdi_id}")
 
 
+def _show_driver_mounts(p: _Printer, spec: dict[str, Any], work: Path) -> None:
+    """The driver files the claim's containers get (the simulated node's fake driver root)."""
+    mounts = spec.get("containerEdits", {}).get("mounts", [])
+    p.line(
+        f"driver files mounted read-only into the claim's containers: {len(mounts)} mounts "
+        "(dra-gpu cdi shows them for a node), e.g.:"
+    )
+    shown = [
+        m
+        for m in mounts
+        if m["containerPath"].rsplit("/", 1)[-1]
+        in ("libcuda.so.1", "libnvidia-ml.so.1", "nvidia-smi", "nvidia-cuda-mps-control")
+        or m["containerPath"].endswith("gsp_ga10x.bin")
+    ]
+    for mount in shown:
+        host = Path(mount["hostPath"])
+        shown_host = f"<work dir>/{host.relative_to(work)}" if host.is_relative_to(work) else host
+        p.line(f"  {mount['containerPath']}  <-  {shown_host}")
+
+
 def _show_mig_status(p: _Printer, plugin: PluginProcess, minor: int, title: str) -> None:
     """The `dra-gpu mig status` block of GPU `minor`."""
-    layouts = mig_status.collect(plugin_hardware(plugin).nvml)
+    layouts = mig_status.collect(plugin.hardware().nvml)
     p.line(title)
     p.line(mig_status.render([g for g in layouts if g.gpu.minor == minor]).rstrip(), indent=5)
 
@@ -251,4 +290,4 @@ def _rogue_claim(device: str) -> dict[str, Any]:
     }
 
 
-__all__: Sequence[str] = ["run_demo"]
+__all__: Sequence[str] = ["NodeAllocator", "run_demo"]

@@ -92,7 +92,11 @@ class GpuDriver:
         cdi_store: CdiStore,
         mig: MigLifecycle,
         gpu_locks: GpuLocks,
+        driver_edits: Callable[[], cdi.ContainerEdits] | None = None,
     ) -> None:
+        """`driver_edits` gives the mounts (and hooks) of the driver's user space
+        for the current driver version (`DriverUserSpace.edits`, cached); None
+        leaves them out (tests of device handling only)."""
         self._driver_name = driver_name
         self._pool_name = pool_name
         self._cluster = cluster
@@ -102,6 +106,7 @@ class GpuDriver:
         self._cdi = cdi_store
         self._mig = mig
         self._gpu_locks = gpu_locks
+        self._driver_edits = driver_edits
         self._thread_lock = threading.Lock()
         self._claim_locks = _KeyedLocks()
 
@@ -508,7 +513,10 @@ class GpuDriver:
                     ),
                 )
             devices[device.name] = cdi.CdiDevice(name=device.name, edits=edits)
-        return cdi.claim_spec(claim_uid, list(devices.values()), cdi.common_edits(uvm_major))
+        common = cdi.common_edits(uvm_major)
+        if self._driver_edits is not None:
+            common = common.merged(self._driver_edits())
+        return cdi.claim_spec(claim_uid, list(devices.values()), common)
 
 
 def mig_target(device: AllocatableDevice) -> MigTarget | None:

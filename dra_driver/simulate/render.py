@@ -24,9 +24,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME, yaml_io
+from dra_driver.api_objects import Obj
 from dra_driver.simulate.engine import ClaimOutcome, Placement
-
-Obj = dict[str, Any]
 
 _COLUMN_CAP = 44
 _CONFIG_WIDTH = 160

@@ -43,6 +43,7 @@ _STRING_TESTS: Final = {
 _CASE_FOLDS: Final = frozenset({"lowerAscii", "upperAscii"})
 _ORDER_TESTS: Final = {"isGreaterThan": ">", "isLessThan": "<"}
 _VERSIONED: Final = frozenset({"quantity", "semver"})
+_OPTIONAL_LOOKUPS: Final = frozenset({"_?._", "_[?_]"})
 
 
 @dataclass(frozen=True)
@@ -167,8 +168,14 @@ def _string(node: Node | None) -> str | None:
 
 def _reference(node: Node) -> Reference | None:
     """`device.driver`, `device.<kind>['<domain>'].<name>` or `...['<domain>']['<name>']`
-    (also inside `has()`)."""
-    if isinstance(node, Select):
+    (also inside `has()`, optional as `.?<name>` / `[?'<name>']`, with or without
+    an `.orValue(<literal>)` default)."""
+    node = _without_default(node)
+    if isinstance(node, Call) and node.function in _OPTIONAL_LOOKUPS and node.target is None:
+        base, name_node = node.args
+        if (name := _string(name_node)) is None:
+            return None
+    elif isinstance(node, Select):
         if node.field == "driver" and _is_device(node.operand):
             return _DRIVER
         base, name = node.operand, node.field
@@ -186,6 +193,19 @@ def _reference(node: Node) -> Reference | None:
     ):
         return Reference(table.field, domain, name)
     return None
+
+
+def _without_default(node: Node) -> Node:
+    """`x.orValue(<literal>)` -> `x`."""
+    if (
+        isinstance(node, Call)
+        and node.function == "orValue"
+        and node.target is not None
+        and len(node.args) == 1
+        and isinstance(node.args[0], Const)
+    ):
+        return node.target
+    return node
 
 
 def _is_device(node: Node) -> bool:
