@@ -15,13 +15,11 @@ placement loop alone measured in this process in the same run (the baseline
 the end-to-end time is compared with). Medians, because the machine may be
 shared.
 
-Run: `python -m bench simulate` or `python -m bench.simulate_cli [--quick] [--runs N]`.
+Run: `python -m bench simulate [--cycles N]` (N runs per output, default 3).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import resource
 import statistics
@@ -29,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -155,18 +152,3 @@ def run(options: BenchOptions) -> BenchResult:
         headline=format_table(results).splitlines(),
         data=results,
     )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.simulate_cli", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="a tenth of the nodes and pods")
-    parser.add_argument("--runs", type=int, default=RUNS, help="runs per output (median)")
-    parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
-    args = parser.parse_args(argv)
-    results = measure(quick=args.quick, runs=args.runs)
-    print(json.dumps(results, indent=2) if args.json else format_table(results))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
