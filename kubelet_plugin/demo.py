@@ -21,9 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-import yaml
-
-from dra_driver import DEFAULT_DRIVER_NAME, mig_status
+from dra_driver import DEFAULT_DRIVER_NAME, mig_status, yaml_io
 from dra_driver.api_objects import Obj
 from kubelet_plugin.demo_claims import demo_claims, mig_profile_claim
 from kubelet_plugin.plugin_process import PluginProcess
@@ -82,7 +80,7 @@ def run_demo(*, allocate: NodeAllocator, keep: bool = False, out: TextIO = sys.s
     work = plugin.work
     try:
         cluster = plugin.cluster
-        for doc in yaml.safe_load_all((DEPLOY_DIR / "deviceclasses.yaml").read_text()):
+        for doc in yaml_io.load_all((DEPLOY_DIR / "deviceclasses.yaml").read_text()):
             cluster.put_device_class(doc)
 
         p.step(f"Start the kubelet plugin on a simulated {SHAPE} node")
@@ -146,7 +144,7 @@ def run_demo(*, allocate: NodeAllocator, keep: bool = False, out: TextIO = sys.s
         spec_path = plugin.cdi_spec_path(refs[1].uid)
         p.line(f"CDI spec {spec_path.name}:")
         p.line(_abridged_yaml(spec_path.read_text()), indent=5)
-        _show_driver_mounts(p, yaml.safe_load(spec_path.read_text()), work)
+        _show_driver_mounts(p, yaml_io.load(spec_path.read_text()), work)
         _show_checkpoint(p, plugin)
 
         p.step("Repeat the call, as a restarted kubelet would: same answer, no side effects")
