@@ -115,7 +115,8 @@ def control_commands(limits: MpsLimits, device_uuid: str) -> tuple[str, ...]:
     if limits.active_thread_percentage is not None:
         lines.append(f"set_default_active_thread_percentage {limits.active_thread_percentage}")
     if limits.pinned_memory_mib is not None:
-        lines.append(f"set_default_device_pinned_mem_limit {device_uuid} {limits.pinned_memory_mib}M")
+        limit = f"{limits.pinned_memory_mib}M"
+        lines.append(f"set_default_device_pinned_mem_limit {device_uuid} {limit}")
     return tuple(lines)
 
 

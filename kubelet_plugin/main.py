@@ -27,10 +27,12 @@ from dra_driver.cluster import Cluster, open_cluster
 from dra_driver.devices import build_devices, inventory_warnings
 from dra_driver.errors import DraGpuError
 from dra_driver.inventory import discover
+from dra_driver.mps import MPS_DIR
 from dra_driver.nvml.backend import Hardware, open_hardware
 from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle
+from kubelet_plugin.mps_daemons import MpsDaemons, default_mps_control
 from kubelet_plugin.server import PluginServer
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,7 @@ class PluginOptions:
     partitionable_layout: str = "auto"
     mig_reclaim_unknown: bool = False
     keep_mig_enabled: bool = False
+    mps_control: tuple[str, ...] | None = None  # None: the default for `nvml`
 
 
 def plugin_data_dir(kubelet_root: Path, driver_name: str) -> Path:
@@ -112,6 +115,11 @@ def _serve(
         cdi_store=CdiStore(options.cdi_root),
         mig=MigLifecycle(hardware.nvml, disable_mig_when_empty=not options.keep_mig_enabled),
         gpu_locks=GpuLocks(data_dir / "locks"),
+        mps=MpsDaemons(
+            data_dir / MPS_DIR,
+            options.mps_control or default_mps_control(options.nvml),
+            shm_tmpfs=options.nvml == "real",
+        ),
     )
 
     # 1. Make checkpoint, hardware and CDI agree; 2. deal with MIG instances
@@ -122,6 +130,13 @@ def _serve(
         len(report.rolled_back),
         len(report.orphan_cdi_specs_removed),
     )
+    if report.mps_adopted or report.mps_restarted or report.mps_orphans_stopped:
+        log.info(
+            "MPS control daemons: %d adopted, %d restarted, %d without a claim stopped",
+            len(report.mps_adopted),
+            len(report.mps_restarted),
+            len(report.mps_orphans_stopped),
+        )
     if options.dynamic_mig:
         driver.reconcile_mig(reclaim_unknown=options.mig_reclaim_unknown)
     owned = driver.owned_instances()

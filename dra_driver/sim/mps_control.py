@@ -31,6 +31,7 @@ limited to 107 bytes). No Python library simulates MPS, hence this module.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -124,10 +125,8 @@ class _Daemon:
         """Serve until `quit`; signals readiness on `ready_fd` once the pid file is written."""
         os.chdir(self.pipe)
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(SOCKET_NAME)
-        except FileNotFoundError:
-            pass
         server.bind(SOCKET_NAME)
         server.listen(8)
         (self.pipe / PID_FILE).write_text(f"{os.getpid()}\n", encoding="ascii")
@@ -153,10 +152,8 @@ class _Daemon:
             self.write_state()
             self.log_line("[INFO] Shutting down")
             for name in (PID_FILE, SOCKET_NAME):
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.unlink(self.pipe / name)
-                except FileNotFoundError:
-                    pass
 
 
 def _running_pid(directory: Path) -> int | None:
