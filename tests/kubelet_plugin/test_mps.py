@@ -59,7 +59,9 @@ def store_share(
     }
     if memory is not None:
         result["consumedCapacity"] = {"memory": memory}
-    plugin.store_claim(make_allocated_claim(ref.name, uid=ref.uid, results=[result], configs=configs))
+    plugin.store_claim(
+        make_allocated_claim(ref.name, uid=ref.uid, results=[result], configs=configs)
+    )
 
 
 def container_edits(plugin: PluginProcess, ref: ClaimRef) -> dict[str, Any]:
@@ -98,7 +100,11 @@ def test_two_claims_share_one_gpu_with_their_own_limits_and_one_daemon(
     plugin: PluginProcess,
 ) -> None:
     store_share(
-        plugin, SHARE_A, "gpu-0", memory="20Gi", configs=[mps_config(defaultActiveThreadPercentage=30)]
+        plugin,
+        SHARE_A,
+        "gpu-0",
+        memory="20Gi",
+        configs=[mps_config(defaultActiveThreadPercentage=30)],
     )
     store_share(
         plugin,
@@ -167,7 +173,8 @@ def test_multi_user_mode_must_match_the_running_daemon(plugin: PluginProcess) ->
     assert plugin.client.prepare([SHARE_A])[SHARE_A.uid].error == ""
     assert daemon_state(plugin, gpu_uuid(plugin, 3))["multiUser"] is True
     error = plugin.client.prepare([SHARE_B])[SHARE_B.uid].error
-    assert "multi-user mode" in error and "multiUser must match" in error
+    assert "multi-user mode" in error
+    assert "multiUser must match" in error
     assert list(plugin.mps_daemons()) == [gpu_uuid(plugin, 3)]  # share-a's daemon survives
     assert plugin.client.unprepare([SHARE_A, SHARE_B])[SHARE_A.uid].error == ""
     assert_nothing_left(plugin)
@@ -192,7 +199,9 @@ def test_an_exclusive_claim_is_still_refused_a_device_shared_through_mps(
     plugin: PluginProcess,
 ) -> None:
     store_share(plugin, SHARE_A, "gpu-6", configs=[mps_config()])
-    plugin.store_claim(make_allocated_claim(SHARE_B.name, uid=SHARE_B.uid, results=[("g", "gpu-6")]))
+    plugin.store_claim(
+        make_allocated_claim(SHARE_B.name, uid=SHARE_B.uid, results=[("g", "gpu-6")])
+    )
     assert plugin.client.prepare([SHARE_A])[SHARE_A.uid].error == ""
     assert "already prepared for claim" in plugin.client.prepare([SHARE_B])[SHARE_B.uid].error
     assert plugin.client.unprepare([SHARE_A])[SHARE_A.uid].error == ""
@@ -220,8 +229,10 @@ def test_mps_on_a_dynamic_mig_device() -> None:
         checkpoint = plugin.checkpoint()
         assert checkpoint is not None
         (device,) = checkpoint.claims[MIG_CLAIM.uid].devices
-        assert device.mig is not None and device.mig.uuid is not None
-        assert device.mps is not None and device.mps.device_uuid == device.mig.uuid
+        assert device.mig is not None
+        assert device.mig.uuid is not None
+        assert device.mps is not None
+        assert device.mps.device_uuid == device.mig.uuid
         assert list(plugin.mps_daemons()) == [device.mig.uuid]
         state = daemon_state(plugin, device.mig.uuid)
         assert state["visibleDevices"] == device.mig.uuid  # CUDA_VISIBLE_DEVICES = MIG UUID

@@ -44,7 +44,11 @@ def _store(plugin: PluginProcess, ref: ClaimRef, percentage: int, share: int) ->
             },
         }
     )
-    result = {"request": "gpu", "device": "gpu-0", "shareID": f"5fa1e000-0000-4000-8000-{share:012d}"}
+    result = {
+        "request": "gpu",
+        "device": "gpu-0",
+        "shareID": f"5fa1e000-0000-4000-8000-{share:012d}",
+    }
     plugin.store_claim(
         make_allocated_claim(ref.name, uid=ref.uid, results=[result], configs=[config])
     )
