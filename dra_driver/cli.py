@@ -274,9 +274,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return run_demo(keep=args.keep)
     if args.command == "simulate":
-        from controller.simulate.command import run_simulate
+        from controller.simulated_nodes import build_simulated_nodes
+        from dra_driver.simulate.command import run_simulate
 
         return run_simulate(
+            build_nodes=build_simulated_nodes,
             files=args.files,
             nodes=args.nodes,
             output=args.output,
@@ -286,9 +288,11 @@ def _dispatch(args: argparse.Namespace) -> int:
             feature_gates=args.feature_gates,
         )
     if args.command == "explain":
-        from controller.simulate.command import run_explain
+        from controller.simulated_nodes import build_simulated_nodes
+        from dra_driver.simulate.command import run_explain
 
         return run_explain(
+            build_nodes=build_simulated_nodes,
             files=args.files,
             nodes=args.nodes,
             cluster=args.cluster,

@@ -14,23 +14,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, TextIO
 
-from controller.simulate.claims import PodClaim
-from controller.simulate.default_classes import default_device_classes
-from controller.simulate.documents import read_documents
-from controller.simulate.engine import Simulation, WorkItem, Workload, build_workload
-from controller.simulate.explain import AllocatedClaim, render_report
-from controller.simulate.inputs import SimulationInputs, collect_inputs
-from controller.simulate.nodes import (
+from dra_driver.allocator import Features, Node
+from dra_driver.errors import ConfigError
+from dra_driver.simulate.claims import PodClaim
+from dra_driver.simulate.default_classes import default_device_classes
+from dra_driver.simulate.documents import read_documents
+from dra_driver.simulate.engine import Simulation, WorkItem, Workload, build_workload
+from dra_driver.simulate.explain import AllocatedClaim, render_report
+from dra_driver.simulate.inputs import SimulationInputs, collect_inputs
+from dra_driver.simulate.nodes import (
     MigMode,
+    NodeBuilder,
     Release,
-    build_simulated_nodes,
     nodes_from_objects,
     parse_node_spec,
 )
-from controller.simulate.progress import ProgressBar
-from controller.simulate.render import render_table, render_yaml
-from dra_driver.allocator import Features, Node
-from dra_driver.errors import ConfigError
+from dra_driver.simulate.progress import ProgressBar
+from dra_driver.simulate.render import render_table, render_yaml
 
 Obj = dict[str, Any]
 
@@ -76,12 +76,17 @@ def load_scenario(
     files: Sequence[str],
     *,
     nodes: str | None,
+    build_nodes: NodeBuilder,
     namespace: str = "default",
     release: Release = "1.35",
     mig: MigMode = "dynamic",
     err: TextIO | None = None,
 ) -> Scenario:
-    """Read the files, build the `--nodes`, add our DeviceClasses where the files have none."""
+    """Read the files, build the `--nodes`, add our DeviceClasses where the files have none.
+
+    `build_nodes` builds the `--nodes` and their slices (the CLI passes
+    `controller.simulated_nodes.build_simulated_nodes`).
+    """
     err = err or sys.stderr
     inputs = collect_inputs(read_documents(files), default_namespace=namespace)
     if inputs.ignored:
@@ -90,7 +95,7 @@ def load_scenario(
         err.write(f"note: ignored {total} object(s) the simulator does not use: {kinds}\n")
     scenario = Scenario(inputs)
     if nodes:
-        built = build_simulated_nodes(parse_node_spec(nodes), mig=mig, release=release)
+        built = build_nodes(parse_node_spec(nodes), mig=mig, release=release)
         scenario.nodes, scenario.slices = built.nodes, built.slices
     scenario.slices = scenario.slices + inputs.slices
     by_name = {node.name: node for node in scenario.nodes}
@@ -113,6 +118,7 @@ def run_simulate(
     *,
     files: Sequence[str],
     nodes: str | None,
+    build_nodes: NodeBuilder,
     output: str = "table",
     namespace: str = "default",
     release: Release = "1.35",
@@ -125,7 +131,13 @@ def run_simulate(
     out, err = out or sys.stdout, err or sys.stderr
     features = parse_features(feature_gates, release)
     scenario = load_scenario(
-        files, nodes=nodes, namespace=namespace, release=release, mig=mig, err=err
+        files,
+        nodes=nodes,
+        build_nodes=build_nodes,
+        namespace=namespace,
+        release=release,
+        mig=mig,
+        err=err,
     )
     workload = build_workload(scenario.inputs)
     simulation = _simulation(scenario, workload, features)
@@ -153,6 +165,7 @@ def _simulation(scenario: Scenario, workload: Workload, features: Features) -> S
 
 def run_explain(
     *,
+    build_nodes: NodeBuilder,
     files: Sequence[str] = (),
     nodes: str | None = None,
     cluster: str | None = None,
@@ -183,7 +196,13 @@ def run_explain(
         simulation, item = _from_cluster(cluster, kubeconfig, claim_key, pod_key, features)
     else:
         scenario = load_scenario(
-            files, nodes=nodes, namespace=namespace, release=release, mig=mig, err=err
+            files,
+            nodes=nodes,
+            build_nodes=build_nodes,
+            namespace=namespace,
+            release=release,
+            mig=mig,
+            err=err,
         )
         workload = build_workload(scenario.inputs)
         found = _replay(scenario, workload, features, claim_key, pod_key)
@@ -244,7 +263,7 @@ def _from_cluster(
     pod_key: str | None,
     features: Features,
 ) -> tuple[Simulation, WorkItem]:
-    from controller.simulate.live import read_cluster
+    from dra_driver.simulate.live import read_cluster
 
     pod_ref = tuple(pod_key.split("/", 1)) if pod_key else None
     objects = read_cluster(
