@@ -123,6 +123,21 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--node-name", default="sim-node", help="node name (simulated UUIDs)")
     _add_hardware_flags(status)
 
+    node_status = commands.add_parser(
+        "status",
+        help="per GPU: MIG mode, time-slice, MPS daemon and its claims, MIG devices",
+    )
+    node_status.add_argument("--node-name", default="sim-node", help="node name (simulated UUIDs)")
+    node_status.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
+    node_status.add_argument(
+        "--kubelet-root",
+        type=Path,
+        default=Path("/var/lib/kubelet"),
+        help="the plugin's kubelet root: its checkpoint and MPS daemons are read from there",
+    )
+    node_status.add_argument("-o", "--output", choices=("table", "yaml"), default="table")
+    _add_hardware_flags(node_status)
+
     demo = commands.add_parser("demo", help="the whole path on a simulated dgx-h100 node")
     demo.add_argument("--keep", action="store_true", help="keep the temporary directory")
 
@@ -269,6 +284,17 @@ def _dispatch(args: argparse.Namespace) -> int:
         hardware = open_hardware(args.nvml, sim_state=args.sim_state, node_name=args.node_name)
         print(mig_status.render(mig_status.collect(hardware.nvml)), end="")
         return 0
+    if args.command == "status":
+        from kubelet_plugin.node_status import print_status
+
+        return print_status(
+            nvml=args.nvml,
+            sim_state=args.sim_state,
+            node_name=args.node_name,
+            kubelet_root=args.kubelet_root,
+            driver_name=args.driver_name,
+            output=args.output,
+        )
     if args.command == "demo":
         from kubelet_plugin.demo import run_demo
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from dra_driver import cli
 from dra_driver.mps import DaemonPaths
 from dra_driver.sim.mps_control import read_state
 from dra_driver.testing import PluginProcess, make_allocated_claim, make_opaque_config, plugin_sim
@@ -88,6 +89,28 @@ def plugin() -> Iterator[PluginProcess]:
         yield process
 
 
+def node_status(plugin: PluginProcess, capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    """What `dra-gpu status -o yaml` shows the admin for the plugin's node."""
+    capsys.readouterr()
+    assert (
+        cli.main(
+            [
+                "status",
+                f"--nvml=sim:{plugin.shape}",
+                f"--sim-state={plugin.sim_state}",
+                f"--node-name={plugin.node_name}",
+                f"--kubelet-root={plugin.kubelet_root}",
+                "-o",
+                "yaml",
+            ]
+        )
+        == 0
+    )
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert isinstance(shown, list)
+    return shown
+
+
 def assert_nothing_left(plugin: PluginProcess) -> None:
     checkpoint = plugin.checkpoint()
     assert checkpoint is None or dict(checkpoint.claims) == {}
@@ -97,7 +120,7 @@ def assert_nothing_left(plugin: PluginProcess) -> None:
 
 
 def test_two_claims_share_one_gpu_with_their_own_limits_and_one_daemon(
-    plugin: PluginProcess,
+    plugin: PluginProcess, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store_share(
         plugin,
@@ -139,6 +162,17 @@ def test_two_claims_share_one_gpu_with_their_own_limits_and_one_daemon(
     assert state["defaultActiveThreadPercentage"] == 50
     assert state["defaultDevicePinnedMemLimits"] == {uuid: "40960M"}
 
+    gpu0 = node_status(plugin, capsys)[0]
+    assert gpu0["name"] == "gpu-0"
+    assert gpu0["uuid"] == uuid
+    assert gpu0["migMode"] == "Disabled"
+    assert gpu0["mps"] == {
+        "running": True,
+        "pid": daemons[uuid],
+        "pipeDirectory": str(pipe),
+        "clients": ["default/share-a", "default/share-b"],
+    }
+
     assert plugin.client.unprepare([SHARE_B])[SHARE_B.uid].error == ""
     assert plugin.mps_daemons() == daemons  # share-a still uses it
     state = daemon_state(plugin, uuid)
@@ -148,6 +182,7 @@ def test_two_claims_share_one_gpu_with_their_own_limits_and_one_daemon(
     assert plugin.client.unprepare([SHARE_A])[SHARE_A.uid].error == ""
     assert process_start_ticks(daemons[uuid]) is None  # the daemon process is gone
     assert_nothing_left(plugin)
+    assert node_status(plugin, capsys)[0]["mps"] is None
 
 
 def test_a_repeated_prepare_keeps_the_daemon_and_the_answer(plugin: PluginProcess) -> None:
@@ -208,7 +243,7 @@ def test_an_exclusive_claim_is_still_refused_a_device_shared_through_mps(
     assert_nothing_left(plugin)
 
 
-def test_mps_on_a_dynamic_mig_device() -> None:
+def test_mps_on_a_dynamic_mig_device(capsys: pytest.CaptureFixture[str]) -> None:
     with PluginProcess(prefix="dra-mps-mig-", extra_args=["--dynamic-mig"]) as plugin:
         plugin.store_claim(
             make_allocated_claim(
@@ -241,6 +276,14 @@ def test_mps_on_a_dynamic_mig_device() -> None:
         env = container_edits(plugin, MIG_CLAIM)["env"]
         assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40" in env
         assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M" in env
+        gpu1 = node_status(plugin, capsys)[1]
+        assert gpu1["migMode"] == "Enabled"
+        assert gpu1["mps"] is None  # the MIG device has the daemon, not its GPU
+        (mig,) = gpu1["migDevices"]
+        assert mig["uuid"] == device.mig.uuid
+        assert mig["profile"] == "1g.10gb"
+        assert mig["mps"]["running"] is True
+        assert mig["mps"]["clients"] == ["default/mps-mig"]
 
         assert plugin.client.unprepare([MIG_CLAIM])[MIG_CLAIM.uid].error == ""
         assert_nothing_left(plugin)
