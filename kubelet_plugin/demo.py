@@ -235,48 +235,19 @@ def _mps_step(p: _Printer, plugin: PluginProcess, version: str) -> None:
 def _mps_claim(name: str, uid: str, percentage: int, memory: str, index: int) -> dict[str, Any]:
     """An MPS claim allocated a share of the demo GPU, as the scheduler would write it for a
     device published with allowMultipleAllocations."""
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"namespace": "ml-team", "name": name, "uid": uid},
-        "spec": {
-            "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
-            }
-        },
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [
-                        {
-                            "request": "gpu",
-                            "driver": DEFAULT_DRIVER_NAME,
-                            "pool": NODE,
-                            "device": f"gpu-{MPS_GPU}",
-                            "shareID": f"0d5c7e9a-1b3f-4d6e-8a0c-{index:012d}",
-                            "consumedCapacity": {"memory": memory},
-                        }
-                    ],
-                    "config": [
-                        {
-                            "source": "FromClaim",
-                            "opaque": {
-                                "driver": DEFAULT_DRIVER_NAME,
-                                "parameters": {
-                                    "apiVersion": "resource.nvidia.com/v1beta1",
-                                    "kind": "GpuConfig",
-                                    "sharing": {
-                                        "strategy": "MPS",
-                                        "mpsConfig": {"defaultActiveThreadPercentage": percentage},
-                                    },
-                                },
-                            },
-                        }
-                    ],
-                }
-            }
-        },
+    config = {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "GpuConfig",
+        "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": percentage}},
     }
+    claim = _allocated_claim("ml-team", name, uid, f"gpu-{MPS_GPU}")
+    devices = claim["status"]["allocation"]["devices"]
+    devices["results"][0]["shareID"] = f"0d5c7e9a-1b3f-4d6e-8a0c-{index:012d}"
+    devices["results"][0]["consumedCapacity"] = {"memory": memory}
+    devices["config"] = [
+        {"source": "FromClaim", "opaque": {"driver": DEFAULT_DRIVER_NAME, "parameters": config}}
+    ]
+    return claim
 
 
 def _show_node_status(p: _Printer, plugin: PluginProcess, title: str) -> None:
@@ -327,14 +298,15 @@ def _abridged_yaml(text: str, limit: int = 24) -> str:
 
 
 def _rogue_claim(device: str) -> dict[str, Any]:
+    return _allocated_claim("default", "rogue", "9c1a7e52-5d0b-4f7e-8a43-2d1f0c9b6e11", device)
+
+
+def _allocated_claim(namespace: str, name: str, uid: str, device: str) -> dict[str, Any]:
+    """A one-GPU claim allocated `device` of the demo node, as the scheduler writes it."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {
-            "namespace": "default",
-            "name": "rogue",
-            "uid": "9c1a7e52-5d0b-4f7e-8a43-2d1f0c9b6e11",
-        },
+        "metadata": {"namespace": namespace, "name": name, "uid": uid},
         "spec": {
             "devices": {
                 "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]

@@ -112,11 +112,6 @@ class MpsDaemons:
         ticks = process_start_ticks(pid)
         return None if ticks is None else DaemonProcess(pid, ticks)
 
-    def is_running(self, paths: DaemonPaths, pid: int | None, start_ticks: int | None) -> bool:
-        """Whether the daemon recorded as (`pid`, `start_ticks`) still serves `paths`."""
-        found = self.find(paths)
-        return found is not None and found == DaemonProcess(pid or -1, start_ticks or -1)
-
     def start(self, paths: DaemonPaths, *, multi_user: bool) -> DaemonProcess:
         """Start the daemon for `paths.device_uuid` (or return the one already running)."""
         running = self.find(paths)

@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
+import grpc
+
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver import cdi as cdi_module
 from dra_driver import failpoints as failpoints_module
@@ -32,6 +34,7 @@ from dra_driver.testing.kubelet import KubeletClient
 from kubelet_plugin.main import CHECKPOINT_FILE, plugin_data_dir
 from kubelet_plugin.mps_daemons import MpsDaemons
 from kubelet_plugin.server import dra_socket_path, registration_socket_path
+from kubelet_plugin.service import ClaimRef
 
 PLUGIN_START_TIMEOUT_S = 30.0
 
@@ -197,6 +200,25 @@ class PluginProcess:
             self.terminate()
         self.client.close()
         return self.start(failpoints=failpoints or ())
+
+    def crash_during(self, call: str, ref: ClaimRef, step: str) -> None:
+        """Restart the plugin armed with the failpoint `step`, make the `call` ("prepare" or
+        "unprepare") for `ref`, and check that the plugin died right there: the kubelet saw
+        UNAVAILABLE and the process was SIGKILLed. PluginError otherwise."""
+        self.restart(failpoints=[step])
+        rpc = self.client.prepare if call == "prepare" else self.client.unprepare
+        try:
+            rpc([ref])
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                raise PluginError(
+                    f"{call} at {step} failed with {exc.code()}, not UNAVAILABLE"
+                ) from exc
+        else:
+            raise PluginError(f"{call} of {ref.name} succeeded although {step} was armed")
+        code = self.wait_exit()
+        if code != -signal.SIGKILL:
+            raise PluginError(f"plugin exited with {code} at {step}; log:\n{self.log_tail()}")
 
     def reboot_node(self) -> str:
         """Simulate a node reboot; returns the new boot id.

@@ -17,7 +17,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
-import grpc
 import pytest
 
 from dra_driver import failpoints
@@ -83,15 +82,6 @@ def _unprepare(plugin: PluginProcess, ref: ClaimRef) -> None:
     assert plugin.client.unprepare([ref])[ref.uid].error == ""
 
 
-def _crash_during(plugin: PluginProcess, call: str, ref: ClaimRef, step: str) -> None:
-    plugin.restart(failpoints=[step])
-    rpc = plugin.client.prepare if call == "prepare" else plugin.client.unprepare
-    with pytest.raises(grpc.RpcError) as failed:
-        rpc([ref])
-    assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
-    assert plugin.wait_exit() == -signal.SIGKILL, plugin.log_tail()
-
-
 def _assert_daemon_records(plugin: PluginProcess) -> None:
     """Every claim's record names the daemon that runs: none lost, none stale."""
     checkpoint = plugin.checkpoint()
@@ -115,7 +105,7 @@ def _assert_nothing_left(plugin: PluginProcess) -> None:
 def test_crash_starting_the_first_daemon_then_prepare_again_runs_one_daemon(
     plugin: PluginProcess, step: str
 ) -> None:
-    _crash_during(plugin, "prepare", FIRST, step)
+    plugin.crash_during("prepare", FIRST, step)
     plugin.restart()
     _prepare(plugin, FIRST)
     assert list(plugin.mps_daemons()) == [_uuid(plugin)]
@@ -129,7 +119,7 @@ def test_crash_starting_the_first_daemon_then_prepare_again_runs_one_daemon(
 def test_crash_starting_the_first_daemon_then_unprepare_leaks_no_daemon(
     plugin: PluginProcess, step: str
 ) -> None:
-    _crash_during(plugin, "prepare", FIRST, step)
+    plugin.crash_during("prepare", FIRST, step)
     plugin.restart()  # the half-prepared claim is rolled back here
     assert plugin.mps_daemons() == {}
     _unprepare(plugin, FIRST)
@@ -142,7 +132,7 @@ def test_crash_joining_a_running_daemon_keeps_it_for_the_other_claim(
 ) -> None:
     _prepare(plugin, FIRST)
     daemons = plugin.mps_daemons()
-    _crash_during(plugin, "prepare", SECOND, step)
+    plugin.crash_during("prepare", SECOND, step)
     plugin.restart()  # second is rolled back; first's daemon is adopted, not stopped
     assert plugin.mps_daemons() == daemons
     assert _percentage(plugin) == 30  # back to first's ceiling
@@ -160,7 +150,7 @@ def test_crash_during_unprepare_then_unprepare_again_stops_the_daemon(
     plugin: PluginProcess, step: str
 ) -> None:
     _prepare(plugin, FIRST)
-    _crash_during(plugin, "unprepare", FIRST, step)
+    plugin.crash_during("unprepare", FIRST, step)
     plugin.restart()
     _unprepare(plugin, FIRST)
     _assert_nothing_left(plugin)
