@@ -477,8 +477,7 @@ class GpuDriver:
         for index, item in enumerate(planned):
             if item.mps is None:
                 continue
-            if self._mps is None:
-                raise ClaimError(f"{item.device.name}: this plugin was started without MPS support")
+            assert self._mps is not None  # _prepared_device refused the claim otherwise
             record = self._mps_record(item, created)
             paths = DaemonPaths(Path(record.daemon_dir))
             with self._gpu_locks.hold([record.gpu_uuid]):
@@ -656,6 +655,10 @@ class GpuDriver:
 
     def _prepared_device(self, claim_uid: str, item: PlannedDevice) -> PreparedDevice:
         target = mig_target(item.device)
+        if item.mps is not None and self._mps is None:
+            raise ClaimError(
+                f"{item.device.name}: MPS was asked for, but this plugin runs without MPS support"
+            )
         return PreparedDevice(
             mps=None if item.mps is None or target is not None else self._mps_record(item, {}),
             request_names=(item.result.base_request,),
