@@ -9,9 +9,7 @@ wires; this file only decides the order.
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import signal
 import threading
 from collections.abc import Mapping
@@ -25,7 +23,8 @@ from dra_driver.cdi_store import CdiStore
 from dra_driver.checkpoint_store import CheckpointStore
 from dra_driver.cluster import Cluster, open_cluster
 from dra_driver.devices import build_devices, inventory_warnings
-from dra_driver.errors import DraGpuError
+from dra_driver.errors import DraGpuError, PluginError
+from dra_driver.flock import file_lock
 from dra_driver.inventory import discover
 from dra_driver.mps import MPS_DIR
 from dra_driver.nvml.backend import Hardware, open_hardware
@@ -89,13 +88,23 @@ def run(options: PluginOptions, stop: threading.Event | None = None) -> int:
     data_dir = plugin_data_dir(options.kubelet_root, options.driver_name)
     data_dir.mkdir(parents=True, exist_ok=True)
     options.cdi_root.mkdir(parents=True, exist_ok=True)
-    lock_fd = _hold_instance_lock(data_dir / INSTANCE_LOCK_FILE, stop)
-    if lock_fd is None:
-        return 0
-    try:
+    # One plugin process of the driver per node: two would roll back each
+    # other's half-done claims at start-up, so a new one waits, without a time
+    # limit, until the old one is gone (or it is told to stop).
+    lock_path = data_dir / INSTANCE_LOCK_FILE
+    with file_lock(
+        lock_path,
+        timeout_s=None,
+        error=PluginError,
+        stop=stop,
+        on_wait=lambda: log.warning(
+            "another plugin process holds %s; waiting for it to exit", lock_path
+        ),
+        poll_s=0.2,
+    ) as held:
+        if not held:
+            return 0
         return _serve(options, stop, hardware, cluster, data_dir)
-    finally:
-        os.close(lock_fd)  # releases the flock
 
 
 def _serve(
@@ -193,26 +202,3 @@ def _serve(
         republisher.join(timeout=5)
     log.info("stopped")
     return 0
-
-
-def _hold_instance_lock(path: Path, stop: threading.Event) -> int | None:
-    """Make this the only plugin process of the driver on the node.
-
-    Two instances would roll back each other's half-done claims at start-up,
-    so a new one waits (an exclusive flock held until the process exits)
-    until the old one is gone. Returns the locked descriptor, or None if told
-    to stop while waiting.
-    """
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    waiting = False
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if not waiting:
-                log.warning("another plugin process holds %s; waiting for it to exit", path)
-                waiting = True
-            if stop.wait(0.2):
-                os.close(fd)
-                return None

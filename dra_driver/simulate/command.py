@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final, TextIO
 
 from dra_driver.allocator import Features, Node
+from dra_driver.api_objects import Obj
 from dra_driver.errors import ConfigError
 from dra_driver.simulate.claims import PodClaim
 from dra_driver.simulate.default_classes import default_device_classes
@@ -31,8 +32,6 @@ from dra_driver.simulate.nodes import (
 )
 from dra_driver.simulate.progress import ProgressBar
 from dra_driver.simulate.render import render_table, render_yaml
-
-Obj = dict[str, Any]
 
 FEATURE_GATES: Final = {
     "DRAAdminAccess": "admin_access",

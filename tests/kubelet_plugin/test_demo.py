@@ -6,6 +6,7 @@ import io
 
 import pytest
 
+from dra_driver.simulate.node_allocation import allocate_on_node
 from kubelet_plugin.demo import _Printer, run_demo
 
 
@@ -29,7 +30,7 @@ def test_step_titles_are_bold_on_a_terminal() -> None:
 @pytest.mark.slow
 def test_demo_runs_through_and_its_mps_daemon_comes_and_goes() -> None:
     out = io.StringIO()
-    assert run_demo(out=out) == 0
+    assert run_demo(allocate=allocate_on_node, out=out) == 0
     text = out.getvalue()
     mps = text[text.index("MPS: two claims share gpu-7") :]
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M" in mps

@@ -22,9 +22,9 @@ import yaml
 from dra_driver import cli
 from dra_driver.mps import DaemonPaths
 from dra_driver.sim.mps_control import read_state
-from dra_driver.testing import PluginProcess, make_allocated_claim, make_opaque_config, plugin_sim
 from kubelet_plugin.mps_daemons import process_start_ticks
 from kubelet_plugin.service import ClaimRef
+from tests.fakes import PluginProcess, make_allocated_claim, make_opaque_config, plugin_sim
 
 pytestmark = pytest.mark.slow
 
