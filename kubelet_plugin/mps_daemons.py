@@ -87,10 +87,12 @@ class MpsDaemons:
         *,
         shm_tmpfs: bool = False,
         env: Mapping[str, str] | None = None,
+        stop_timeout: float = STOP_TIMEOUT_S,
     ) -> None:
         self.root = root
         self.command = tuple(command)
         self.shm_tmpfs = shm_tmpfs
+        self.stop_timeout = stop_timeout
         self._env = dict(os.environ if env is None else env)
 
     def paths(self, device_uuid: str) -> DaemonPaths:
@@ -152,18 +154,18 @@ class MpsDaemons:
                 self.send(paths, ["quit"])
             except MpsError as exc:
                 log.warning("%s; killing pid %d", exc, running.pid)
-            deadline = time.monotonic() + STOP_TIMEOUT_S
+            deadline = time.monotonic() + self.stop_timeout
             while process_start_ticks(running.pid) == running.start_ticks:
                 if time.monotonic() > deadline:
                     log.warning(
                         "MPS control daemon pid %d for %s ignored quit for %g s: killing it",
                         running.pid,
                         paths.device_uuid,
-                        STOP_TIMEOUT_S,
+                        self.stop_timeout,
                     )
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(running.pid, signal.SIGKILL)
-                    deadline = time.monotonic() + STOP_TIMEOUT_S
+                    deadline = time.monotonic() + self.stop_timeout
                 time.sleep(0.02)
             log.info("stopped MPS control daemon pid %d for %s", running.pid, paths.device_uuid)
         if os.path.ismount(paths.shm):
