@@ -113,8 +113,13 @@ class GpuDriver:
         cdi_store: CdiStore,
         mig: MigLifecycle,
         gpu_locks: GpuLocks,
+        driver_edits: Callable[[], cdi.ContainerEdits] | None = None,
         mps: MpsDaemons | None = None,
     ) -> None:
+        """`driver_edits` gives the mounts (and hooks) of the driver's user space
+        for the current driver version (`DriverUserSpace.edits`, cached); None
+        leaves them out (tests of device handling only). `mps` starts the MPS
+        control daemons; None refuses MPS claims (no control binary)."""
         self._driver_name = driver_name
         self._pool_name = pool_name
         self._cluster = cluster
@@ -124,6 +129,7 @@ class GpuDriver:
         self._cdi = cdi_store
         self._mig = mig
         self._gpu_locks = gpu_locks
+        self._driver_edits = driver_edits
         self._mps = mps
         self._thread_lock = threading.Lock()
         self._claim_locks = _KeyedLocks()
@@ -657,7 +663,8 @@ class GpuDriver:
         target = mig_target(item.device)
         if item.mps is not None and self._mps is None:
             raise ClaimError(
-                f"{item.device.name}: MPS was asked for, but this plugin runs without MPS support"
+                f"{item.device.name}: MPS was asked for, but this node has no MPS control "
+                "binary (nvidia-cuda-mps-control in the driver root)"
             )
         return PreparedDevice(
             mps=None if item.mps is None or target is not None else self._mps_record(item, {}),
@@ -699,7 +706,10 @@ class GpuDriver:
                 assert self._mps is not None  # _start_mps refused the claim otherwise
                 edits = edits.merged(container_edits(self._mps.paths(uuid), item.mps))
             devices[device.name] = cdi.CdiDevice(name=device.name, edits=edits)
-        return cdi.claim_spec(claim_uid, list(devices.values()), cdi.common_edits(uvm_major))
+        common = cdi.common_edits(uvm_major)
+        if self._driver_edits is not None:
+            common = common.merged(self._driver_edits())
+        return cdi.claim_spec(claim_uid, list(devices.values()), common)
 
 
 def _daemon_users(

@@ -5,11 +5,17 @@ checkpoint, starts the gRPC servers (DRA socket first, then registration),
 keeps the node's ResourceSlices published, and shuts down cleanly on
 SIGTERM/SIGINT, removing its sockets. All logic lives in the modules it
 wires; this file only decides the order.
+
+On a real node the NVIDIA driver may not be there yet (the GPU Operator
+installs it after the plugin starts): until NVML loads from the driver root
+and the driver files of its version are found, the plugin logs why and
+retries, serving no socket, instead of exiting into a crash loop.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from collections.abc import Mapping
@@ -23,7 +29,8 @@ from dra_driver.cdi_store import CdiStore
 from dra_driver.checkpoint_store import CheckpointStore
 from dra_driver.cluster import Cluster, open_cluster
 from dra_driver.devices import build_devices, inventory_warnings
-from dra_driver.errors import DraGpuError, PluginError
+from dra_driver.driver_root import DriverRoot
+from dra_driver.errors import DraGpuError, DriverRootError, NvmlError, PluginError
 from dra_driver.flock import file_lock
 from dra_driver.inventory import discover
 from dra_driver.mps import MPS_DIR
@@ -31,7 +38,7 @@ from dra_driver.nvml.backend import Hardware, open_hardware
 from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle
-from kubelet_plugin.mps_daemons import MpsDaemons, default_mps_control
+from kubelet_plugin.mps_daemons import MpsDaemons
 from kubelet_plugin.server import PluginServer
 
 log = logging.getLogger(__name__)
@@ -58,7 +65,8 @@ class PluginOptions:
     partitionable_layout: str = "auto"
     mig_reclaim_unknown: bool = False
     keep_mig_enabled: bool = False
-    mps_control: tuple[str, ...] | None = None  # None: the default for `nvml`
+    driver_root: DriverRoot | None = None  # None: "/" on real hardware, a fake root in sim
+    driver_retry_interval: float = 10.0
 
 
 def plugin_data_dir(kubelet_root: Path, driver_name: str) -> Path:
@@ -78,12 +86,9 @@ def run(options: PluginOptions, stop: threading.Event | None = None) -> int:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
 
-    hardware = open_hardware(
-        options.nvml,
-        sim_state=options.sim_state,
-        node_name=options.node_name,
-        latency=options.sim_latency,
-    )
+    hardware = _wait_for_driver(options, stop)
+    if hardware is None:
+        return 0
     cluster = open_cluster(options.cluster, kubeconfig=options.kubeconfig)
     data_dir = plugin_data_dir(options.kubelet_root, options.driver_name)
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -107,6 +112,59 @@ def run(options: PluginOptions, stop: threading.Event | None = None) -> int:
         return _serve(options, stop, hardware, cluster, data_dir)
 
 
+def _wait_for_driver(options: PluginOptions, stop: threading.Event) -> Hardware | None:
+    """Open the hardware once NVML and the driver files are there; None if told to stop.
+
+    A missing or half-installed driver is logged (once per distinct reason)
+    and retried every `driver_retry_interval` seconds; any other error (a bad
+    flag, an unknown shape) is raised at once.
+    """
+    last = ""
+    while True:
+        hardware: Hardware | None = None
+        try:
+            hardware = open_hardware(
+                options.nvml,
+                sim_state=options.sim_state,
+                node_name=options.node_name,
+                latency=options.sim_latency,
+                driver_root=options.driver_root,
+            )
+            version = hardware.driver_version()
+            files = hardware.driver.files(version)
+        except (DriverRootError, NvmlError) as exc:
+            close = getattr(hardware.nvml, "close", None) if hardware is not None else None
+            if close is not None:  # NVML loaded but the driver files are missing
+                close()
+            if str(exc) != last:
+                log.error(
+                    "NVIDIA driver not ready, not serving yet (retrying every %gs): %s",
+                    options.driver_retry_interval,
+                    exc,
+                )
+                last = str(exc)
+            if stop.wait(options.driver_retry_interval):
+                return None
+            continue
+        root = hardware.driver.root
+        log.info(
+            "NVIDIA driver %s at driver root %s%s: %d libraries in %s, %d binaries, "
+            "%d firmware files, %d IPC paths; %s",
+            version,
+            root.host,
+            f" (mounted at {root.container_path})" if root.container_path else "",
+            len(files.libraries),
+            ", ".join(files.library_dirs),
+            len(files.binaries),
+            len(files.firmware),
+            len(files.ipc),
+            f"hooks from {root.cdi_hook_path}" if root.cdi_hook_path else "no CDI hooks",
+        )
+        for warning in files.warnings:
+            log.warning("driver root %s: %s", root.host, warning)
+        return hardware
+
+
 def _serve(
     options: PluginOptions,
     stop: threading.Event,
@@ -124,11 +182,8 @@ def _serve(
         cdi_store=CdiStore(options.cdi_root),
         mig=MigLifecycle(hardware.nvml, disable_mig_when_empty=not options.keep_mig_enabled),
         gpu_locks=GpuLocks(data_dir / "locks"),
-        mps=MpsDaemons(
-            data_dir / MPS_DIR,
-            options.mps_control or default_mps_control(options.nvml),
-            shm_tmpfs=options.nvml == "real",
-        ),
+        driver_edits=lambda: hardware.driver.edits(hardware.driver_version()),
+        mps=_mps_daemons(hardware, data_dir, shm_tmpfs=options.nvml == "real"),
     )
 
     # 1. Make checkpoint, hardware and CDI agree; 2. deal with MIG instances
@@ -202,3 +257,18 @@ def _serve(
         republisher.join(timeout=5)
     log.info("stopped")
     return 0
+
+
+def _mps_daemons(hardware: Hardware, data_dir: Path, *, shm_tmpfs: bool) -> MpsDaemons | None:
+    """The MPS control daemons, run with the driver root's `nvidia-cuda-mps-control` (a
+    simulated node's fake root holds one that starts the simulated daemon); None without it."""
+    binaries = hardware.driver_binaries()
+    if binaries.nvidia_cuda_mps_control is None:
+        log.warning("the driver root has no nvidia-cuda-mps-control: MPS claims will be refused")
+        return None
+    return MpsDaemons(
+        data_dir / MPS_DIR,
+        (str(binaries.nvidia_cuda_mps_control),),
+        shm_tmpfs=shm_tmpfs,
+        env={**os.environ, **binaries.env},
+    )

@@ -6,6 +6,7 @@ creates a Deployment through the API server for this, one per claim), with
 pipe and log directories under `<plugin data dir>/mps/<uuid>/`. Commands go
 to the daemon on the stdin of another run of the same binary with the same
 pipe directory. On a simulated node the command is
+the fake driver root's `nvidia-cuda-mps-control`, which runs
 `python -m dra_driver.sim.mps_control`; nothing else differs.
 
 The daemon forks into its own session, so a plugin crash or restart never
@@ -31,7 +32,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -48,13 +48,6 @@ START_TIMEOUT_S: Final = 10.0
 STOP_TIMEOUT_S: Final = 10.0
 COMMAND_TIMEOUT_S: Final = 10.0
 _SHM_OPTIONS: Final = "rw,nosuid,nodev,noexec,relatime"
-
-
-def default_mps_control(nvml: str, driver_root: Path = Path("/")) -> tuple[str, ...]:
-    """The control binary: the driver's on a real node, the simulated one otherwise."""
-    if nvml == "real":
-        return (str(driver_root / "usr" / "bin" / "nvidia-cuda-mps-control"),)
-    return (sys.executable, "-m", "dra_driver.sim.mps_control")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import yaml
 
 from dra_driver.checkpoint import Checkpoint
 from dra_driver.checkpoint_store import CheckpointStore
+from dra_driver.driver_root import DriverRoot
 from dra_driver.mps import MPS_DIR
 from dra_driver.nvml.backend import Hardware, open_hardware
 from dra_driver.nvml.interface import GpuInfo
@@ -202,9 +203,12 @@ def print_status(
     kubelet_root: Path,
     driver_name: str,
     output: str,
+    driver_root: DriverRoot | None = None,
 ) -> int:
     """The `dra-gpu status` command."""
-    hardware = open_hardware(nvml, sim_state=sim_state, node_name=node_name)
+    hardware = open_hardware(
+        nvml, sim_state=sim_state, node_name=node_name, driver_root=driver_root
+    )
     statuses = collect(hardware, data_dir=plugin_data_dir(kubelet_root, driver_name))
     if output == "yaml":
         print(yaml.safe_dump(to_dicts(statuses), sort_keys=False), end="")

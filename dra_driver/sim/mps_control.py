@@ -1,9 +1,9 @@
 """A simulated `nvidia-cuda-mps-control`, so a simulated node runs a real MPS daemon process.
 
 The kubelet plugin starts and drives MPS control daemons through the same
-code path on a real and a simulated node; only the command differs
-(`python -m dra_driver.sim.mps_control` instead of
-`<driver-root>/usr/bin/nvidia-cuda-mps-control`). This program copies the
+code path on a real and a simulated node: `<driver-root>/usr/bin/nvidia-cuda-mps-control`;
+a simulated node's fake driver root holds a script there (`launcher`) that
+runs `python -m dra_driver.sim.mps_control`. This program copies the
 parts of the real one the plugin relies on:
 
 - `-d` starts a daemon in the background (double fork, new session) and
@@ -35,6 +35,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import sys
@@ -46,6 +47,12 @@ PID_FILE: Final = "nvidia-cuda-mps-control.pid"
 SOCKET_NAME: Final = "control"
 STATE_FILE: Final = "sim-state.json"
 _LIMIT = re.compile(r"(\d+(?:\.\d+)?)([MG]?)")
+
+
+def launcher() -> bytes:
+    """The fake driver root's `nvidia-cuda-mps-control`: a script that runs this module."""
+    python = shlex.quote(sys.executable)
+    return f'#!/bin/sh\nexec {python} -m dra_driver.sim.mps_control "$@"\n'.encode()
 
 
 def pipe_dir() -> Path:

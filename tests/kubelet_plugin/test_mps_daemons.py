@@ -14,8 +14,9 @@ import pytest
 
 from dra_driver.errors import MpsError
 from dra_driver.sim.mps_control import read_state
-from kubelet_plugin.mps_daemons import MpsDaemons, default_mps_control, process_start_ticks
+from kubelet_plugin.mps_daemons import MpsDaemons, process_start_ticks
 
+SIM_CONTROL = (sys.executable, "-m", "dra_driver.sim.mps_control")
 UUID = "GPU-a2b56268-9156-5930-a747-ffec552f8b3a"
 
 # -d starts a "daemon" (a sleep in its own session) that never reacts to quit.
@@ -51,7 +52,7 @@ def _wait_gone(pid: int) -> bool:
 
 
 def test_start_send_stop_with_the_simulated_daemon(root: Path) -> None:
-    daemons = MpsDaemons(root, default_mps_control("sim:dgx-h100"))
+    daemons = MpsDaemons(root, SIM_CONTROL)
     paths = daemons.paths(UUID)
     running = daemons.start(paths, multi_user=False)
     assert daemons.start(paths, multi_user=False) == running  # already running: same daemon
@@ -94,7 +95,7 @@ def test_a_daemon_that_ignores_quit_is_killed(root: Path) -> None:
 
 
 def test_a_stale_pid_file_is_not_a_running_daemon(root: Path) -> None:
-    daemons = MpsDaemons(root, default_mps_control("sim:dgx-h100"))
+    daemons = MpsDaemons(root, SIM_CONTROL)
     paths = daemons.paths(UUID)
     paths.pipe.mkdir(parents=True)
     paths.pid_file.write_text("999999999\n")
