@@ -58,6 +58,7 @@ from dra_driver.checkpoint import (
     MigRecord,
     MpsRecord,
     PreparedDevice,
+    to_spec_record,
 )
 from dra_driver.checkpoint_store import CheckpointStore
 from dra_driver.claims import AllocatedClaim, parse_allocated_claim
@@ -68,9 +69,10 @@ from dra_driver.host import HostInfo
 from dra_driver.mps import DaemonPaths, MpsLimits, container_edits, control_commands, daemon_ceiling
 from dra_driver.nvml.interface import MigDeviceInfo
 from kubelet_plugin.gpu_locks import GpuLocks
-from kubelet_plugin.mig_lifecycle import MigLifecycle, MigTarget
+from kubelet_plugin.mig_lifecycle import MigLifecycle, MigTarget, mig_target
 from kubelet_plugin.mps_daemons import DaemonProcess, MpsDaemons
-from kubelet_plugin.prepare_plan import PlannedDevice, plan_claim
+from kubelet_plugin.prepare_plan import PlannedDevice, plan_claim, prepared_device
+from kubelet_plugin.rebuild import RebuildSource
 from kubelet_plugin.service import ClaimRef, PrepareResult, ResultDevice, UnprepareResult
 
 log = logging.getLogger(__name__)
@@ -86,7 +88,8 @@ class RecoveryReport:
     """What `GpuDriver.recover` found and did at start-up."""
 
     discarded_after_reboot: int = 0
-    quarantined: str | None = None
+    quarantined: list[str] = field(default_factory=list)
+    rebuilt: list[str] = field(default_factory=list)
     orphan_cdi_specs_removed: list[str] = field(default_factory=list)
     rolled_back: list[str] = field(default_factory=list)
     unprepare_finished: list[str] = field(default_factory=list)
@@ -114,12 +117,15 @@ class GpuDriver:
         mig: MigLifecycle,
         gpu_locks: GpuLocks,
         driver_edits: Callable[[], cdi.ContainerEdits] | None = None,
+        rebuild_sources: Sequence[RebuildSource] = (),
         mps: MpsDaemons | None = None,
     ) -> None:
         """`driver_edits` gives the mounts (and hooks) of the driver's user space
         for the current driver version (`DriverUserSpace.edits`, cached); None
-        leaves them out (tests of device handling only). `mps` starts the MPS
-        control daemons; None refuses MPS claims (no control binary)."""
+        leaves them out (tests of device handling only). `rebuild_sources`
+        rebuild a lost checkpoint (`kubelet_plugin.rebuild`); none: start empty.
+        `mps` starts the MPS control daemons; None refuses MPS claims (no
+        control binary)."""
         self._driver_name = driver_name
         self._pool_name = pool_name
         self._cluster = cluster
@@ -133,6 +139,8 @@ class GpuDriver:
         self._mps = mps
         self._thread_lock = threading.Lock()
         self._claim_locks = _KeyedLocks()
+        self._state: Checkpoint | None = None
+        self._rebuild_sources = tuple(rebuild_sources)
 
     def set_devices(self, devices: Sequence[AllocatableDevice]) -> None:
         """Replace the devices Prepare accepts (after a re-discovery)."""
@@ -143,37 +151,45 @@ class GpuDriver:
     def recover(self) -> RecoveryReport:
         """Make the checkpoint, the hardware and the CDI directory agree before serving.
 
-        A corrupt checkpoint is moved aside (kept as evidence) and the node
-        starts empty; entries from an earlier boot are dropped; half-prepared
-        claims are rolled back (MIG devices they created are destroyed); a
-        completed claim without its CDI spec was being unprepared (Unprepare
-        removes the spec first), so that Unprepare is finished; CDI specs that
-        no entry owns are removed, and so are temp files of interrupted spec
-        writes; completed claims whose MIG devices vanished are reported.
+        A corrupt checkpoint file is moved aside (kept as evidence) and the
+        claims are rebuilt from the rebuild sources (`kubelet_plugin.rebuild`);
+        a checkpoint of an older dra-gpu is migrated; entries from an earlier
+        boot are dropped; half-prepared claims are rolled back (MIG devices
+        they created are destroyed); a completed claim without its CDI spec
+        was being unprepared (Unprepare removes the spec first), so that
+        Unprepare is finished; CDI specs that no entry owns are removed, and
+        so are temp files of interrupted spec writes; completed claims whose
+        MIG devices vanished are reported.
         """
         report = RecoveryReport()
-        save = self._checkpoints.save
         with self._thread_lock, self._checkpoints.lock():
-            try:
-                outcome = self._checkpoints.load_outcome()
-            except DraGpuError as exc:
-                quarantined = self._checkpoints.quarantine()
-                log.error(
-                    "checkpoint unreadable (%s); moved to %s, starting empty", exc, quarantined
+            outcome = self._checkpoints.load_outcome()
+            checkpoint = outcome.checkpoint
+            if outcome.rebooted:
+                report.discarded_after_reboot = len(outcome.discarded_claims)
+                log.warning(
+                    "node rebooted since the checkpoint was written (boot %s): "
+                    "discarded %d prepared claims",
+                    outcome.discarded_boot_id,
+                    report.discarded_after_reboot,
                 )
-                report.quarantined = str(quarantined)
-                save(Checkpoint(boot_id=self._checkpoints.boot_id, claims={}))
-            else:
-                if outcome.rebooted:
-                    report.discarded_after_reboot = len(outcome.discarded_claims)
-                    log.warning(
-                        "node rebooted since the checkpoint was written (boot %s): "
-                        "discarded %d prepared claims",
-                        outcome.discarded_boot_id,
-                        report.discarded_after_reboot,
-                    )
-                    save(outcome.checkpoint)
-        checkpoint = self._load()
+            for bad in outcome.unreadable:
+                moved = self._checkpoints.quarantine(bad.path)
+                report.quarantined.append(str(moved))
+                log.error("checkpoint unreadable (%s); moved to %s", bad.error, moved)
+            if outcome.unreadable:
+                checkpoint = self._rebuild(checkpoint, report)
+            if outcome.legacy and not outcome.unreadable:
+                log.info(
+                    "migrating %d claims of %s to one file per claim in %s",
+                    len(checkpoint.claims),
+                    self._checkpoints.legacy_file,
+                    self._checkpoints.directory,
+                )
+            if outcome.needs_save:
+                self._checkpoints.save(checkpoint)
+            self._state = checkpoint
+        checkpoint = self.snapshot()
         for entry in checkpoint.in_state(ClaimState.PrepareStarted):
             log.warning("%s was left half-prepared; rolling it back", entry.ref)
             if self._recover_roll_back(entry, report):
@@ -183,7 +199,8 @@ class GpuDriver:
                 log.warning("%s has no CDI spec: finishing its interrupted Unprepare", entry.ref)
                 if self._recover_roll_back(entry, report):
                     report.unprepare_finished.append(entry.uid)
-        with self._checkpoint() as (checkpoint, _save):
+
+        def remove_orphans(checkpoint: Checkpoint) -> Checkpoint:
             for temp in self._cdi.remove_temp_files():
                 log.warning("removed %s, left by an interrupted CDI spec write", temp)
             for uid in sorted(self._cdi.claim_uids() - set(checkpoint.claims)):
@@ -202,6 +219,9 @@ class GpuDriver:
                             mig.gi_id,
                             mig.parent_uuid,
                         )
+            return checkpoint
+
+        self.update(remove_orphans)
         self._recover_mps(report)
         return report
 
@@ -216,7 +236,7 @@ class GpuDriver:
         if self._mps is None:
             return
         owned: dict[str, list[MpsRecord]] = {}
-        for entry in self._load().claims.values():
+        for entry in self.snapshot().claims.values():
             for device in entry.devices:
                 if device.mps is not None:
                     owned.setdefault(device.mps.daemon_dir, []).append(device.mps)
@@ -258,6 +278,30 @@ class GpuDriver:
                 continue
             log.warning("stopped MPS control daemon for %s: no claim uses it", paths.device_uuid)
             report.mps_orphans_stopped.append(paths.device_uuid)
+
+    def _rebuild(self, checkpoint: Checkpoint, report: RecoveryReport) -> Checkpoint:
+        """Ask each rebuild source what it vouches for (see `kubelet_plugin.rebuild`)."""
+        for source in self._rebuild_sources:
+            try:
+                rebuilt = source.rebuild(checkpoint)
+            except DraGpuError as exc:
+                log.error("rebuilding the checkpoint from %s failed: %s", source.name, exc)
+                continue
+            for uid in sorted(rebuilt.claims):
+                entry = rebuilt.claims[uid]
+                if entry is checkpoint.claims.get(uid):
+                    continue
+                if uid not in report.rebuilt:
+                    report.rebuilt.append(uid)
+                log.warning(
+                    "rebuilt %s from %s: %s, devices %s",
+                    entry.ref,
+                    source.name,
+                    entry.state.value,
+                    ", ".join(_describe(device) for device in entry.devices) or "none",
+                )
+            checkpoint = rebuilt
+        return checkpoint
 
     def _recover_roll_back(self, entry: ClaimEntry, report: RecoveryReport) -> bool:
         """Roll `entry` back at start-up; on failure keep it for a later try and go on.
@@ -314,7 +358,7 @@ class GpuDriver:
         """(parent UUID, GI id) of every MIG device a checkpointed claim created."""
         return {
             (device.mig.parent_uuid, device.mig.gi_id)
-            for entry in self._load().claims.values()
+            for entry in self.snapshot().claims.values()
             for device in entry.devices
             if device.mig is not None and device.mig.created_by_us and device.mig.gi_id is not None
         }
@@ -382,47 +426,59 @@ class GpuDriver:
         )
 
     def _prepare_one(self, claim: AllocatedClaim) -> tuple[ResultDevice, ...]:
-        existing = self._load().claims.get(claim.uid)
+        existing = self.snapshot().claims.get(claim.uid)
         if existing is not None and existing.state is ClaimState.PrepareCompleted:
             return _result_devices(existing.devices)
         if existing is not None:
             log.info("%s was left half-prepared; rolling back first", existing.ref)
             self._roll_back(existing)
 
-        with self._checkpoint() as (checkpoint, save):
+        planned: list[PlannedDevice] = []
+
+        def start(checkpoint: Checkpoint) -> Checkpoint:
             entry = checkpoint.claims.get(claim.uid)
             if entry is not None:
-                if entry.state is ClaimState.PrepareCompleted:
-                    return _result_devices(entry.devices)
                 raise ClaimError(f"{entry.ref} is being prepared by another call; retry")
-            planned = plan_claim(
-                claim, pool_name=self._pool_name, devices=self._devices, checkpoint=checkpoint
-            )
-            prepared = [self._prepared_device(claim.uid, item) for item in planned]
-            save(
-                checkpoint.start(
-                    ClaimEntry(
-                        uid=claim.uid,
-                        namespace=claim.namespace,
-                        name=claim.name,
-                        devices=tuple(prepared),
-                    )
+            planned.extend(
+                plan_claim(
+                    claim, pool_name=self._pool_name, devices=self._devices, checkpoint=checkpoint
                 )
             )
+            prepared = [
+                self._with_mps_intent(item, prepared_device(claim.uid, item.result, item.device))
+                for item in planned
+            ]
+            return checkpoint.start(
+                ClaimEntry(
+                    uid=claim.uid,
+                    namespace=claim.namespace,
+                    name=claim.name,
+                    devices=tuple(prepared),
+                )
+            )
+
+        # Persisted only if something must be undone after a crash (see `_undo_needs_record`).
+        self.update(start, durable=_undo_needs_record(claim, self._devices))
         failpoints.hit("prepare-after-checkpoint-started")
 
         try:
             created = self._create_mig_devices(claim.uid, planned)
             self._start_mps(claim.uid, planned, created)
-            spec = self._cdi_spec(claim.uid, planned, created)
-            with self._checkpoint() as (checkpoint, save):
-                self._cdi.write(claim.uid, spec)
+
+            def complete(checkpoint: Checkpoint) -> Checkpoint:
+                entry = checkpoint.claims[claim.uid]
+                done = checkpoint.complete(claim.uid, entry.devices)
+                record = to_spec_record(self._checkpoints.boot_id, done.claims[claim.uid])
+                self._cdi.write(
+                    claim.uid, self._cdi_spec(claim.uid, planned, created), record=record
+                )
                 failpoints.hit("prepare-after-cdi-written")
-                completed = checkpoint.claims[claim.uid].devices
-                save(checkpoint.complete(claim.uid, completed))
+                return done
+
+            completed = self.update(complete).claims[claim.uid].devices
         except DraGpuError as exc:
             try:
-                self._roll_back(self._load().claims[claim.uid], search_unrecorded=False)
+                self._roll_back(self.snapshot().claims[claim.uid], search_unrecorded=False)
             except DraGpuError as undo:
                 # The kubelet must learn why Prepare failed, not only why the undo did.
                 raise ClaimError(
@@ -483,15 +539,19 @@ class GpuDriver:
         for index, item in enumerate(planned):
             if item.mps is None:
                 continue
-            assert self._mps is not None  # _prepared_device refused the claim otherwise
+            assert self._mps is not None  # _with_mps_intent refused the claim otherwise
             record = self._mps_record(item, created)
             paths = DaemonPaths(Path(record.daemon_dir))
             with self._gpu_locks.hold([record.gpu_uuid]):
-                with self._checkpoint() as (checkpoint, save):
-                    others = _daemon_users(checkpoint, paths, exclude_uid=uid)
+
+                def intent(
+                    checkpoint: Checkpoint, index: int = index, record: MpsRecord = record
+                ) -> Checkpoint:
                     devices = list(checkpoint.claims[uid].devices)
                     devices[index] = dataclasses.replace(devices[index], mps=record)
-                    save(checkpoint.update_devices(uid, devices))
+                    return checkpoint.update_devices(uid, devices)
+
+                others = _daemon_users(self.update(intent), paths, exclude_uid=uid)
                 conflicting = [o for o in others if o.multi_user != record.multi_user]
                 if conflicting:
                     mode = "multi-user" if conflicting[0].multi_user else "single-user"
@@ -507,6 +567,20 @@ class GpuDriver:
                 failpoints.hit("mps-after-daemon-recorded")
                 self._set_ceiling(paths, [record, *others])
                 failpoints.hit("mps-after-limits-set")
+
+    def _with_mps_intent(self, item: PlannedDevice, prepared: PreparedDevice) -> PreparedDevice:
+        """Record which daemon an MPS device will use before anything is started (a
+        dynamic MIG device's is known only once it exists: `_start_mps` records it)."""
+        if item.mps is None:
+            return prepared
+        if self._mps is None:
+            raise ClaimError(
+                f"{item.device.name}: MPS was asked for, but this node has no MPS control "
+                "binary (nvidia-cuda-mps-control in the driver root)"
+            )
+        if item.device.dynamic is not None:
+            return prepared
+        return dataclasses.replace(prepared, mps=self._mps_record(item, {}))
 
     def _mps_record(self, item: PlannedDevice, created: Mapping[str, MigDeviceInfo]) -> MpsRecord:
         """The daemon intent of an MPS device: which daemon, the claim's own limits."""
@@ -527,7 +601,8 @@ class GpuDriver:
 
     def _record_daemon(self, paths: DaemonPaths, running: DaemonProcess) -> None:
         """Write the daemon's pid and start time into every record of it."""
-        with self._checkpoint() as (loaded, save):
+
+        def record(loaded: Checkpoint) -> Checkpoint:
             checkpoint = loaded
             for entry in list(loaded.claims.values()):
                 devices = [
@@ -543,7 +618,9 @@ class GpuDriver:
                 ]
                 if tuple(devices) != entry.devices:
                     checkpoint = checkpoint.replace_devices(entry.uid, devices)
-            save(checkpoint)
+            return checkpoint
+
+        self.update(record)
 
     def _set_ceiling(self, paths: DaemonPaths, records: Sequence[MpsRecord]) -> None:
         """Set the daemon's defaults to the most any of its claims may use."""
@@ -556,7 +633,7 @@ class GpuDriver:
 
     def _release_mps(self, uid: str) -> None:
         """Stop the MPS daemons only this claim used; lower the others' limits."""
-        entry = self._load().claims.get(uid)
+        entry = self.snapshot().claims.get(uid)
         if entry is None:
             return
         for device in entry.devices:
@@ -569,7 +646,7 @@ class GpuDriver:
                 )
             paths = DaemonPaths(Path(record.daemon_dir))
             with self._gpu_locks.hold([record.gpu_uuid]):
-                others = _daemon_users(self._load(), paths, exclude_uid=uid)
+                others = _daemon_users(self.snapshot(), paths, exclude_uid=uid)
                 if others:
                     if self._mps.find(paths) is not None:
                         self._set_ceiling(paths, others)
@@ -578,10 +655,13 @@ class GpuDriver:
             failpoints.hit("mps-after-daemon-stopped")
 
     def _record_progress(self, uid: str, index: int, record: MigRecord) -> None:
-        with self._checkpoint() as (checkpoint, save):
+
+        def record_it(checkpoint: Checkpoint) -> Checkpoint:
             devices = list(checkpoint.claims[uid].devices)
             devices[index] = dataclasses.replace(devices[index], mig=record)
-            save(checkpoint.update_devices(uid, devices))
+            return checkpoint.update_devices(uid, devices)
+
+        self.update(record_it)
         failpoints.hit(f"mig-after-{record.stage}-recorded")
 
     # -- rollback and Unprepare ---------------------------------------------------
@@ -599,22 +679,28 @@ class GpuDriver:
         """
         self._release_mps(entry.uid)
         self._destroy_mig_devices(entry, search_unrecorded=search_unrecorded)
-        with self._checkpoint() as (checkpoint, save):
+
+        def forget(checkpoint: Checkpoint) -> Checkpoint:
             self._cdi.remove(entry.uid)
-            save(checkpoint.remove(entry.uid))
+            return checkpoint.remove(entry.uid)
+
+        self.update(forget)
 
     def _unprepare_one(self, uid: str) -> None:
-        entry = self._load().claims.get(uid)
+        entry = self.snapshot().claims.get(uid)
         if entry is None:
-            with self._checkpoint():
+
+            def remove_orphan(checkpoint: Checkpoint) -> Checkpoint:
                 self._cdi.remove(uid)  # a spec without an entry is an orphan
+                return checkpoint
+
+            self.update(remove_orphan)
             return
         self._cdi.remove(uid)
         failpoints.hit("unprepare-after-cdi-removed")
         self._release_mps(uid)
         self._destroy_mig_devices(entry)
-        with self._checkpoint() as (checkpoint, save):
-            save(checkpoint.remove(uid))
+        self.update(lambda checkpoint: checkpoint.remove(uid))
         failpoints.hit("unprepare-after-checkpoint-removed")
         log.info("unprepared %s", entry.ref)
 
@@ -626,7 +712,7 @@ class GpuDriver:
             with self._gpu_locks.hold([uuid]):
                 others = {
                     (d.mig.parent_uuid, d.mig.gi_id)
-                    for other in self._load().claims.values()
+                    for other in self.snapshot().claims.values()
                     if other.uid != entry.uid
                     for d in other.devices
                     if d.mig is not None
@@ -650,32 +736,46 @@ class GpuDriver:
 
     # -- helpers ------------------------------------------------------------------
 
-    @contextmanager
-    def _checkpoint(self) -> Iterator[tuple[Checkpoint, Callable[[Checkpoint], None]]]:
+    def update(
+        self, mutate: Callable[[Checkpoint], Checkpoint], *, durable: bool = True
+    ) -> Checkpoint:
+        """Apply `mutate` to the checkpoint and persist the result; the only path that changes it.
+
+        Runs under the thread lock and the checkpoint's file lock, so
+        read-modify-write cycles never interleave. `mutate` gets the current
+        checkpoint and returns the next one (or the same object for no change);
+        it may do work that must happen atomically with the change (writing a
+        CDI spec, planning against the other claims). If it raises, nothing is
+        saved. Only the files of the claims that changed are written, so the
+        cost does not depend on how many claims the node holds. The state is
+        cached in memory: the plugin's instance lock guarantees that no other
+        process writes the files while this one runs.
+
+        `durable=False` keeps the change in memory only. Prepare uses it to
+        reserve a claim's devices when nothing will need undoing after a
+        crash; the claim's next durable update writes its file.
+        """
         with self._thread_lock, self._checkpoints.lock():
-            yield self._checkpoints.load(), self._checkpoints.save
+            old = self._current_locked()
+            new = mutate(old)
+            if new is not old:
+                if durable:
+                    self._checkpoints.commit(old, new)
+                self._state = new
+            return new
 
-    def _load(self) -> Checkpoint:
-        with self._checkpoint() as (checkpoint, _save):
-            return checkpoint
+    def snapshot(self) -> Checkpoint:
+        """The checkpoint as last saved (an immutable value; read it without locks)."""
+        state = self._state
+        if state is None:
+            with self._thread_lock:
+                state = self._current_locked()
+        return state
 
-    def _prepared_device(self, claim_uid: str, item: PlannedDevice) -> PreparedDevice:
-        target = mig_target(item.device)
-        if item.mps is not None and self._mps is None:
-            raise ClaimError(
-                f"{item.device.name}: MPS was asked for, but this node has no MPS control "
-                "binary (nvidia-cuda-mps-control in the driver root)"
-            )
-        return PreparedDevice(
-            mps=None if item.mps is None or target is not None else self._mps_record(item, {}),
-            request_names=(item.result.base_request,),
-            pool=item.result.pool,
-            device=item.result.device,
-            cdi_device_ids=(cdi.qualified_device_id(claim_uid, item.device.name),),
-            share_id=item.result.share_id,
-            admin_access=item.result.admin_access,
-            mig=None if target is None else target.planned_record(),
-        )
+    def _current_locked(self) -> Checkpoint:
+        if self._state is None:
+            self._state = self._checkpoints.load()
+        return self._state
 
     def _cdi_spec(
         self,
@@ -703,7 +803,7 @@ class GpuDriver:
                 )
             if item.mps is not None:
                 uuid = device.gpu.uuid if mig is None else mig.uuid
-                assert self._mps is not None  # _start_mps refused the claim otherwise
+                assert self._mps is not None  # _with_mps_intent refused the claim otherwise
                 edits = edits.merged(container_edits(self._mps.paths(uuid), item.mps))
             devices[device.name] = cdi.CdiDevice(name=device.name, edits=edits)
         common = cdi.common_edits(uvm_major)
@@ -725,20 +825,27 @@ def _daemon_users(
     ]
 
 
-def mig_target(device: AllocatableDevice) -> MigTarget | None:
-    """What must be created for a dynamic MIG device; None for anything else."""
-    spec = device.dynamic
-    if spec is None:
-        return None
-    return MigTarget(
-        device_name=device.name,
-        parent_uuid=spec.parent_uuid,
-        parent_minor=spec.parent_minor,
-        gi_profile_id=spec.gi_profile.id,
-        ci_profile_id=spec.ci_profile_id,
-        placement=spec.placement,
-        profile_name=spec.profile_name,
+def _undo_needs_record(claim: AllocatedClaim, devices: Mapping[str, AllocatableDevice]) -> bool:
+    """Whether Prepare's PrepareStarted record must reach the disk before the side effects.
+
+    It must when Prepare creates something that a crash could leave without
+    an owner: dynamic MIG devices, and anything an opaque config asks for
+    (sharing: MPS daemons, time-slices). Whole GPUs and static MIG devices
+    need nothing undone: the CDI spec is their only side effect, and a spec
+    without a checkpoint entry is removed at start-up, so one fsync'd write
+    per Prepare is saved.
+    """
+    return bool(claim.configs) or any(
+        (device := devices.get(result.device)) is not None and device.dynamic is not None
+        for result in claim.results
     )
+
+
+def _describe(device: PreparedDevice) -> str:
+    mig = device.mig
+    if mig is None or not mig.created_by_us:
+        return device.device
+    return f"{device.device} (GI {mig.gi_id}, CI {mig.ci_id} on {mig.parent_uuid})"
 
 
 def _result_devices(devices: Sequence[PreparedDevice]) -> tuple[ResultDevice, ...]:

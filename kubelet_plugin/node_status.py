@@ -24,7 +24,7 @@ from dra_driver.driver_root import DriverRoot
 from dra_driver.mps import MPS_DIR
 from dra_driver.nvml.backend import Hardware, open_hardware
 from dra_driver.nvml.interface import GpuInfo
-from kubelet_plugin.main import CHECKPOINT_FILE, plugin_data_dir
+from kubelet_plugin.main import CHECKPOINT_DIR, LEGACY_CHECKPOINT_FILE, plugin_data_dir
 from kubelet_plugin.mps_daemons import MpsDaemons
 
 
@@ -167,7 +167,11 @@ def _mps_daemons(hardware: Hardware, data_dir: Path | None) -> dict[str, MpsStat
     """MPS status by device UUID: every daemon directory, and every daemon a claim records."""
     if data_dir is None:
         return {}
-    checkpoint = CheckpointStore(data_dir / CHECKPOINT_FILE, hardware.host.boot_id()).load()
+    checkpoint = CheckpointStore(
+        data_dir / CHECKPOINT_DIR,
+        hardware.host.boot_id(),
+        legacy_file=data_dir / LEGACY_CHECKPOINT_FILE,
+    ).load()
     clients = _clients(checkpoint)
     daemons = MpsDaemons(data_dir / MPS_DIR, ())
     found: dict[str, MpsStatus] = {}
