@@ -231,7 +231,7 @@ def _mps_step(p: _Printer, plugin: PluginProcess, version: str) -> None:
     for ref in refs:
         _show_prepare(p, ref, plugin.client.prepare([ref], version=version)[ref.uid])
     for ref in refs:
-        spec = yaml.safe_load(plugin.cdi_spec_path(ref.uid).read_text())
+        spec = yaml_io.load(plugin.cdi_spec_path(ref.uid).read_text())
         env = [e for d in spec["devices"] for e in d["containerEdits"].get("env", [])]
         p.line(f"{ref.name} containers get: {' '.join(e for e in env if 'MPS' in e)}")
     _show_node_status(p, plugin, "dra-gpu status: one daemon, both claims its clients")
