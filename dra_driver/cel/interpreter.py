@@ -44,19 +44,21 @@ from dra_driver.cel.values import (
     EMPTY_MAP,
     NONE,
     DefaultingMap,
+    MixedKeyMap,
     Optional,
     TypeValue,
     cel_equal,
     display,
     go_type_name,
     kind_of,
+    map_insert,
     map_lookup,
 )
 
 Fn = Callable[["Activation"], Any]
 
 _MISSING: Final = object()
-_MAP_TYPES: Final = (dict, DefaultingMap)
+_MAP_TYPES: Final = (dict, DefaultingMap, MixedKeyMap)
 _FUNCTION_FAILURES: Final = (ValueError, TypeError, OverflowError, ZeroDivisionError, KeyError)
 
 
@@ -447,7 +449,7 @@ class Planner:
                     if not value.has_value:
                         continue
                     value = value.value
-                result[key] = value
+                result = map_insert(result, key, value)
             return result
 
         return map_lit
@@ -938,9 +940,9 @@ def _plan_transform_map(node: Comprehension, range_fn: Fn, args: list[Fn]) -> Fn
                     for k, v in value.items():
                         if map_lookup(result, k)[0]:
                             raise EvalError(f"insert failed: key {display(k)} already exists", pos)
-                        result[k] = v
+                        result = map_insert(result, k, v)
                 else:
-                    result[item[0]] = value
+                    result = map_insert(result, item[0], value)
         finally:
             scope.restore()
         act.cost += 1

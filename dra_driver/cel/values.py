@@ -1,7 +1,8 @@
 """Run-time CEL values as plain Python objects, and CEL's equality on them.
 
 The interpreter works on native values for speed: `int`, `float`, `str`,
-`bytes`, `bool`, `None`, `list`, `dict`, plus `Uint` (CEL's uint), `TypeValue`
+`bytes`, `bool`, `None`, `list`, `dict` (`MixedKeyMap` where keys `true`
+and `1` meet), plus `Uint` (CEL's uint), `TypeValue`
 (what `type(x)` returns), `Semver`, `Quantity`, and cel-python's
 `DurationType`/`TimestampType`. `kind_of` names a value's CEL type in the
 terms overloads are declared with. Because Python's `True == 1` and
@@ -13,7 +14,7 @@ value across int, uint and double.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from celpy.celtypes import DurationType, TimestampType
@@ -95,6 +96,78 @@ class DefaultingMap(dict[str, Any]):
 
 EMPTY_MAP: Final[dict[str, Any]] = {}
 
+
+class _BoolKey:
+    """A bool map key as `MixedKeyMap` stores it: unequal to every number."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: bool) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _BoolKey) and other.value is self.value
+
+    def __hash__(self) -> int:
+        return hash((_BoolKey, self.value))
+
+
+def _store_key(key: Any) -> Any:
+    return _BoolKey(key) if type(key) is bool else key
+
+
+def _load_key(key: Any) -> Any:
+    return key.value if type(key) is _BoolKey else key
+
+
+class MixedKeyMap(dict[Any, Any]):
+    """A map with a bool key beside a number key that Python thinks equal.
+
+    In CEL `{1: "a", true: "b"}` has two entries, while a Python dict merges
+    them (`True == 1`). Maps are plain dicts; `map_insert` switches one to
+    this class only when such a collision happens. It stores bool keys
+    wrapped and hands them back unwrapped from iteration and lookups.
+    """
+
+    __slots__ = ()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        dict.__setitem__(self, _store_key(key), value)
+
+    def __getitem__(self, key: Any) -> Any:
+        return dict.__getitem__(self, _store_key(key))
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, _store_key(key))
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return dict.get(self, _store_key(key), default)
+
+    def __iter__(self) -> Iterator[Any]:
+        return (_load_key(k) for k in dict.__iter__(self))
+
+    def keys(self) -> Any:
+        return list(self)
+
+    def items(self) -> Any:
+        return [(_load_key(k), v) for k, v in dict.items(self)]
+
+
+def map_insert(m: dict[Any, Any], key: Any, value: Any) -> dict[Any, Any]:
+    """Adds an entry whose key `map_lookup` found absent; returns the map to keep.
+
+    That is `m` itself unless the key collides in Python with a key of
+    another CEL type (`true` and `1`): then a `MixedKeyMap` copy.
+    """
+    if type(m) is not MixedKeyMap and key in m:
+        mixed = MixedKeyMap()
+        for k, v in dict.items(m):
+            mixed[k] = v
+        m = mixed
+    m[key] = value
+    return m
+
+
 NULL_TYPE: Final = type(None)
 
 _KINDS: Final[dict[type, str]] = {
@@ -108,6 +181,7 @@ _KINDS: Final[dict[type, str]] = {
     list: "list",
     dict: "map",
     DefaultingMap: "map",
+    MixedKeyMap: "map",
     Semver: "kubernetes.Semver",
     Quantity: "kubernetes.Quantity",
     DurationType: "google.protobuf.Duration",
@@ -183,7 +257,7 @@ def cel_equal(a: Any, b: Any) -> bool:
     if ta is type(b):
         if ta is list:
             return len(a) == len(b) and all(cel_equal(x, y) for x, y in zip(a, b, strict=True))
-        if ta is dict or ta is DefaultingMap:
+        if ta is dict or ta is DefaultingMap or ta is MixedKeyMap:
             return _map_equal(a, b)
         return bool(a == b)
     ka = kind_of(a)

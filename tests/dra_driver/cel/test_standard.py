@@ -278,3 +278,23 @@ def test_time_functions() -> None:
     )
     assert evaluate("timestamp(0) == timestamp('1970-01-01T00:00:00Z')")
     assert "invalid duration" in runtime_error("duration(dyn('soon')) > duration('1s')")
+
+
+MIXED_KEYS = '{dyn(1): "a", dyn(true): "b"}'
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        f'{MIXED_KEYS}[dyn(true)] == "b" && {MIXED_KEYS}[dyn(1)] == "a"',
+        'size({dyn(1): "a", dyn(true): "b", dyn(0u): "c", dyn(false): "d"}) == 4',
+        f'{MIXED_KEYS} == {{dyn(true): "b", dyn(1): "a"}}',
+        f'{MIXED_KEYS} != {{dyn(1): "a", dyn(2): "b"}}',
+        f"{MIXED_KEYS}.filter(k, type(k) == bool) == [true]",
+        f'{MIXED_KEYS}.transformMap(k, v, v + "!") == {{dyn(1): "a!", dyn(true): "b!"}}',
+        f"dyn(1u) in {MIXED_KEYS}",
+    ],
+)
+def test_bool_and_number_keys_are_distinct(expression: str) -> None:
+    # Python's dicts say True == 1; CEL's maps keep both keys.
+    assert evaluate(expression)

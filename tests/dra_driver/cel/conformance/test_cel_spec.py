@@ -108,6 +108,10 @@ FORMAT_V2 = {
     ),
     "string_ext/format/dyntype NaN/infinity support": ("value", '["NaN", "+Inf", "-Inf"]'),
     "string_ext/format/dyntype support for lists": ("value", '[6, 4.200000, "a string"]'),
+    "string_ext/format/map support (all key types)": (
+        "value",
+        '{1:"value1", 2:"value2", true:"NaN"}',
+    ),
     "string_ext/format/dyntype support for maps": (
         "value",
         '{"strKey":"x", 6:duration("422s"), true:42}',
@@ -120,9 +124,6 @@ KNOWN_GAPS = {
     "timestamps/timestamp_conversions/toString_timestamp_nanos": ("value", "9999-12-31T23:59:59Z"),
     "timestamps/timestamp_range/add_duration_nanos_over": ("no error", None),
     "timestamps/timestamp_range/add_duration_nanos_under": ("no error", None),
-    # Maps are Python dicts, where the keys true and 1 collide (cel-go: {1:"value1",
-    # 2:"value2", true:"NaN"} under the version 2 formatter).
-    "string_ext/format/map support (all key types)": ("value", '{1:"NaN", 2:"value2"}'),
 }
 
 # What the type checker says when it rejects an expression cel-spec runs
