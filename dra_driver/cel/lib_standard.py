@@ -17,12 +17,11 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any, Final
 
-from celpy.celtypes import DurationType
-
 from dra_driver.cel import cost as costs
 from dra_driver.cel import regex
 from dra_driver.cel.diagnostics import FunctionError
 from dra_driver.cel.functions import glob, member, register
+from dra_driver.cel.lib_time import duration_nanos, time_arith
 from dra_driver.cel.types import (
     BOOL,
     BYTES,
@@ -158,18 +157,16 @@ def _list_concat_cost(_args: Sequence[Any], result: Any) -> int:
 
 
 # cel-go keeps durations as Go's time.Duration: whole nanoseconds in an int64.
-_MAX_DURATION_MICROSECONDS: Final = (2**63 - 1) // 1000
+_MAX_DURATION_NANOS: Final = 2**63 - 1
 
 
 def _time_arith(a: Any, b: Any, op: str) -> Any:
     try:
-        result = a + b if op == "+" else a - b
-        if isinstance(result, datetime.timedelta):
-            micros = (result.days * 86400 + result.seconds) * 1_000_000 + result.microseconds
-            if abs(micros) > _MAX_DURATION_MICROSECONDS:
-                raise OverflowError("duration out of range")
-            if not isinstance(result, DurationType):
-                result = DurationType(result)
+        result = time_arith(a, b, op)
+        if isinstance(result, datetime.timedelta) and abs(duration_nanos(result)) > (
+            _MAX_DURATION_NANOS
+        ):
+            raise OverflowError("duration out of range")
     except (OverflowError, ValueError) as exc:
         raise FunctionError(f"timestamp or duration out of range: {exc}") from exc
     return result

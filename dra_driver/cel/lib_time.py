@@ -3,29 +3,191 @@
 Device selectors have no clock to compare against, so these matter little;
 they are here because every Kubernetes CEL environment has them and a
 selector that uses them should compile. Values are cel-python's
-`DurationType`/`TimestampType` (microsecond precision); getters take an
-optional time zone as in CEL.
+`DurationType`/`TimestampType`, which stop at microseconds; `Timestamp` and
+`Duration` add the nanoseconds below that (cel-go's precision) for parsing,
+comparison, arithmetic and `string(timestamp)`. Getters take an optional
+time zone as in CEL.
 """
 
 from __future__ import annotations
 
 import datetime
-from typing import Any
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any, Final
 
 from celpy.celtypes import DurationType, TimestampType
 
 from dra_driver.cel.diagnostics import FunctionError
 from dra_driver.cel.functions import glob, member, register
 from dra_driver.cel.types import DURATION, INT, STRING, TIMESTAMP
+from dra_driver.cel.values import register_kind
+
+
+def nanos_of(value: Any) -> int:
+    """The nanoseconds below a time value's microseconds (0-999; 0 for cel-python's own)."""
+    return int(getattr(value, "nanos", 0))
+
+
+class Timestamp(TimestampType):
+    """A cel-python timestamp plus `nanos`, the nanoseconds below its microseconds."""
+
+    nanos: int = 0
+
+    @classmethod
+    def of(cls, value: datetime.datetime, nanos: int = 0) -> Timestamp:
+        result = cls(value)
+        result.nanos = nanos
+        return result
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, datetime.datetime):
+            return NotImplemented
+        return _timestamp_key(self) == _timestamp_key(other)
+
+    def __ne__(self, other: object) -> bool:
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    def __lt__(self, other: Any) -> bool:
+        return _timestamp_key(self) < _timestamp_key(other)
+
+    def __le__(self, other: Any) -> bool:
+        return _timestamp_key(self) <= _timestamp_key(other)
+
+    def __gt__(self, other: Any) -> bool:
+        return _timestamp_key(self) > _timestamp_key(other)
+
+    def __ge__(self, other: Any) -> bool:
+        return _timestamp_key(self) >= _timestamp_key(other)
+
+    def __hash__(self) -> int:
+        return hash(_timestamp_key(self))
+
+    def __str__(self) -> str:
+        """RFC 3339 with as many fraction digits as needed, like Go's RFC3339Nano."""
+        base = TimestampType.__str__(self)
+        zone = "Z" if base.endswith("Z") else base[-6:]
+        text = (
+            f"{self.year:04d}-{self.month:02d}-{self.day:02d}"
+            f"T{self.hour:02d}:{self.minute:02d}:{self.second:02d}"
+        )
+        fraction = self.microsecond * 1000 + self.nanos
+        if fraction:
+            text += "." + f"{fraction:09d}".rstrip("0")
+        return text + zone
+
+
+def _timestamp_key(value: datetime.datetime) -> tuple[datetime.datetime, int]:
+    plain = datetime.datetime(
+        value.year,
+        value.month,
+        value.day,
+        value.hour,
+        value.minute,
+        value.second,
+        value.microsecond,
+        value.tzinfo,
+    )
+    return plain, nanos_of(value)
+
+
+class Duration(DurationType):
+    """A cel-python duration plus `nanos`, the nanoseconds below its microseconds (floored)."""
+
+    nanos: int = 0
+
+    @classmethod
+    def from_nanos(cls, total: int) -> Duration:
+        micros, nanos = divmod(total, 1000)
+        result = cls(datetime.timedelta(microseconds=micros))
+        result.nanos = nanos
+        return result
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, datetime.timedelta):
+            return NotImplemented
+        return duration_nanos(self) == duration_nanos(other)
+
+    def __ne__(self, other: object) -> bool:
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    def __lt__(self, other: Any) -> bool:
+        return duration_nanos(self) < duration_nanos(other)
+
+    def __le__(self, other: Any) -> bool:
+        return duration_nanos(self) <= duration_nanos(other)
+
+    def __gt__(self, other: Any) -> bool:
+        return duration_nanos(self) > duration_nanos(other)
+
+    def __ge__(self, other: Any) -> bool:
+        return duration_nanos(self) >= duration_nanos(other)
+
+    def __hash__(self) -> int:
+        return hash(duration_nanos(self))
+
+
+register_kind(Timestamp, "google.protobuf.Timestamp")
+register_kind(Duration, "google.protobuf.Duration")
+
+_MICROSECOND: Final = datetime.timedelta(microseconds=1)
+
+
+def duration_nanos(value: datetime.timedelta) -> int:
+    """A duration in whole nanoseconds."""
+    return (value // _MICROSECOND) * 1000 + nanos_of(value)
+
+
+# Go's time.ParseDuration syntax, which cel-go uses.
+_DURATION_PART: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_UNIT_NANOS: Final = {
+    "ns": 1,
+    "us": 1000,
+    "µs": 1000,
+    "μs": 1000,
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
+}
+
+
+def _exact_nanos(text: str) -> int | None:
+    """`text`'s duration in nanoseconds, or None where it is not Go syntax."""
+    sign = -1 if text.startswith("-") else 1
+    body = text[1:] if text[:1] in "+-" else text
+    if body == "0":
+        return 0
+    total = Decimal(0)
+    end = 0
+    for part in _DURATION_PART.finditer(body):
+        if part.start() != end:
+            return None
+        end = part.end()
+        try:
+            total += Decimal(part.group(1)) * _UNIT_NANOS[part.group(2)]
+        except InvalidOperation:
+            return None
+    if end != len(body) or end == 0:
+        return None
+    return sign * int(total)
 
 
 def _duration(value: Any) -> DurationType:
     if isinstance(value, DurationType):
         return value
     try:
-        return DurationType(value)
+        checked = DurationType(value)  # cel-python's syntax and range checks
     except (ValueError, TypeError, OverflowError) as exc:
         raise FunctionError(f"invalid duration {value!r}: {exc}") from exc
+    exact = _exact_nanos(value) if isinstance(value, str) else None
+    return checked if exact is None else Duration.from_nanos(exact)
+
+
+# The fraction of seconds in an RFC 3339 text, which cel-python cuts at microseconds.
+_FRACTION: Final = re.compile(r"T\d\d:\d\d:\d\d\.(\d+)")
 
 
 def _timestamp(value: Any) -> TimestampType:
@@ -34,9 +196,28 @@ def _timestamp(value: Any) -> TimestampType:
     try:
         if isinstance(value, int):
             return TimestampType(datetime.datetime.fromtimestamp(value, tz=datetime.UTC))
-        return TimestampType(value)
+        parsed = TimestampType(value)
     except Exception as exc:  # pendulum raises its own parser errors
         raise FunctionError(f"invalid timestamp {value!r}: {exc}") from exc
+    fraction = _FRACTION.search(value)
+    if fraction is None:
+        return parsed
+    digits = fraction.group(1)[:9].ljust(9, "0")
+    return Timestamp.of(parsed.replace(microsecond=int(digits[:6])), int(digits[6:]))
+
+
+def time_arith(a: Any, b: Any, op: str) -> Any:
+    """`+`/`-` on timestamps and durations, to the nanosecond; OverflowError out of range."""
+    if isinstance(a, datetime.datetime) and isinstance(b, datetime.datetime):
+        micros = (a - b) // _MICROSECOND
+        return Duration.from_nanos(micros * 1000 + nanos_of(a) - nanos_of(b))
+    if isinstance(b, datetime.datetime):  # duration + timestamp
+        a, b = b, a
+    delta = duration_nanos(b) if op == "+" else -duration_nanos(b)
+    if isinstance(a, datetime.datetime):
+        micros, nanos = divmod(nanos_of(a) + delta, 1000)
+        return Timestamp.of(a + datetime.timedelta(microseconds=micros), nanos)
+    return Duration.from_nanos(duration_nanos(a) + delta)
 
 
 register(

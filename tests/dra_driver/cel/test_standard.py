@@ -298,3 +298,25 @@ MIXED_KEYS = '{dyn(1): "a", dyn(true): "b"}'
 def test_bool_and_number_keys_are_distinct(expression: str) -> None:
     # Python's dicts say True == 1; CEL's maps keep both keys.
     assert evaluate(expression)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "timestamp('2023-01-01T00:00:00.000000001Z') > timestamp('2023-01-01T00:00:00Z')",
+        "timestamp('2023-01-01T00:00:00.000000001Z') - timestamp('2023-01-01T00:00:00Z')"
+        " == duration('1ns')",
+        "string(timestamp('2023-01-01T00:00:00.5Z') + duration('1.000000001s'))"
+        " == '2023-01-01T00:00:01.500000001Z'",
+        "duration('-1ns') < duration('0s') && duration('1ns') > duration('0s')",
+        "duration('1h1m') == duration('3660s')",
+    ],
+)
+def test_time_keeps_nanoseconds(expression: str) -> None:
+    assert evaluate(expression)
+
+
+def test_time_range_is_checked_to_the_nanosecond() -> None:
+    assert "out of range" in runtime_error(
+        "timestamp('9999-12-31T23:59:59.999999999Z') + duration('1ns') > timestamp(0)"
+    )
