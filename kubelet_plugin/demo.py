@@ -25,13 +25,13 @@ import yaml
 
 from dra_driver import DEFAULT_DRIVER_NAME, mig_status
 from dra_driver.api_objects import Obj
+from dra_driver.device_classes import default_device_classes
 from kubelet_plugin.demo_claims import demo_claims, mig_profile_claim
 from kubelet_plugin.plugin_process import PluginProcess
 from kubelet_plugin.service import ClaimRef, PrepareResult
 
 NODE = "demo-node"
 SHAPE = "dgx-h100"
-DEPLOY_DIR = Path(__file__).resolve().parents[1] / "deploy"
 
 
 class NodeAllocator(Protocol):
@@ -82,8 +82,8 @@ def run_demo(*, allocate: NodeAllocator, keep: bool = False, out: TextIO = sys.s
     work = plugin.work
     try:
         cluster = plugin.cluster
-        for doc in yaml.safe_load_all((DEPLOY_DIR / "deviceclasses.yaml").read_text()):
-            cluster.put_device_class(doc)
+        for device_class in default_device_classes():
+            cluster.put_device_class(device_class)
 
         p.step(f"Start the kubelet plugin on a simulated {SHAPE} node")
         plugin.start()
