@@ -46,8 +46,8 @@ wheel-check: wheel
 	$(PY) -m tests.wheel_contents $(WHEEL_GLOB)
 	rm -rf $(WHEEL_VENV) && $(PYTHON) -m venv $(WHEEL_VENV)
 	$(WHEEL_VENV)/bin/pip install --quiet $(WHEEL_GLOB)
-	cd "$$(mktemp -d)" && $(CURDIR)/$(WHEEL_VENV)/bin/dra-gpu demo >demo.log \
-		|| { cat demo.log; exit 1; }
+	tmp="$$(mktemp -d)" && cd "$$tmp" && { $(CURDIR)/$(WHEEL_VENV)/bin/dra-gpu demo >demo.log 2>&1; \
+		rc=$$?; [ $$rc = 0 ] || cat demo.log; cd / && rm -rf "$$tmp"; exit $$rc; }
 	@echo "wheel-check: $$(ls $(WHEEL_GLOB)) installs and runs the demo outside the source tree"
 
 ## demo: the main job, on a simulated dgx-h100 node

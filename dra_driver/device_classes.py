@@ -30,5 +30,7 @@ def default_device_classes() -> list[dict[str, Any]]:
     try:
         documents = list(yaml.safe_load_all(device_classes_text()))
     except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"dra_driver/{RESOURCE}: cannot read the default DeviceClasses: {exc}") from exc
+        raise ConfigError(
+            f"dra_driver/{RESOURCE}: cannot read the default DeviceClasses: {exc}"
+        ) from exc
     return [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") == "DeviceClass"]

@@ -35,6 +35,7 @@ def _instructions(keyword: str) -> list[str]:
 def _daemonset() -> dict[str, Any]:
     docs = yaml.safe_load_all((ROOT / "deploy/base/kubelet-plugin.yaml").read_text())
     (daemonset,) = [d for d in docs if d and d["kind"] == "DaemonSet"]
+    assert isinstance(daemonset, dict)
     return daemonset
 
 
@@ -81,10 +82,15 @@ def test_no_mount_hides_what_the_image_installs() -> None:
     container = _daemonset()["spec"]["template"]["spec"]["containers"][0]
     mounts = [m["mountPath"] for m in container["volumeMounts"]]
     assert "/driver-root" in mounts  # where the comment says NVML is found
-    installed = ["/usr/local", "/tmp/wheels", *(shlex.split(w)[0] for w in _instructions("WORKDIR"))]
+    installed = [
+        "/usr/local",
+        "/tmp/wheels",
+        *(shlex.split(w)[0] for w in _instructions("WORKDIR")),
+    ]
     for mount in mounts:
         for path in installed:
-            assert not path.startswith(mount.rstrip("/") + "/") and path != mount
+            assert path != mount
+            assert not path.startswith(mount.rstrip("/") + "/")
 
 
 def test_wheel_contents_rejects_test_code_and_missing_package_data() -> None:

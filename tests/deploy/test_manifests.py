@@ -132,7 +132,9 @@ def test_dynamic_mig_overlay_turns_dynamic_mig_on_and_the_base_does_not() -> Non
 
 
 def test_openshift_overlay_lets_the_plugin_use_the_privileged_scc() -> None:
-    bindings = [d for d in _render(ROOT / "deploy/overlays/openshift") if d["kind"] == "RoleBinding"]
+    bindings = [
+        d for d in _render(ROOT / "deploy/overlays/openshift") if d["kind"] == "RoleBinding"
+    ]
     (binding,) = bindings
     assert binding["roleRef"]["name"] == "system:openshift:scc:privileged"
     assert binding["subjects"][0]["name"] == "dra-gpu-kubelet-plugin"

@@ -24,7 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 NOT_WORKLOADS = ("shapes/",)  # node shapes the examples use, not workloads
 
-_MIG_SAME_GPU = "gpu-{i}-mig-1g5gb-19-3,gpu-{i}-mig-1g5gb-19-2,gpu-{i}-mig-2g10gb-14-0,gpu-{i}-mig-3g20gb-9-4"
+_MIG_SAME_GPU = (
+    "gpu-{i}-mig-1g5gb-19-3,gpu-{i}-mig-1g5gb-19-2,gpu-{i}-mig-2g10gb-14-0,gpu-{i}-mig-3g20gb-9-4"
+)
 
 PLACEMENTS: dict[str, dict[str, str | None]] = {
     "gpu-single.yaml": {"gpu-single/cuda": "l4-node-0 gpu-0"},

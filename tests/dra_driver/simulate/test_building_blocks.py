@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import io
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from controller.simulated_nodes import build_simulated_nodes
 from dra_driver.allocator import AllocatedState, Allocator
+from dra_driver.device_classes import default_device_classes
 from dra_driver.errors import ConfigError
 from dra_driver.simulate.claims import generate_name, resolve_pod_claims
 from dra_driver.simulate.command import parse_features
-from dra_driver.device_classes import default_device_classes
 from dra_driver.simulate.documents import SourcedObject, parse_documents
 from dra_driver.simulate.engine import RESERVED_FOR_MAX_SIZE, Simulation, build_workload
 from dra_driver.simulate.inputs import collect_inputs
