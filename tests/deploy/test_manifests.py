@@ -155,9 +155,9 @@ def test_default_deviceclasses_match_nvidia_names_and_selectors() -> None:
         )
 
 
-def test_the_daemonset_probes_and_scrapes_the_ports_the_plugin_serves() -> None:
-    (daemonset,) = _documents(ROOT / "deploy/kubelet-plugin.yaml")
-    pod = daemonset["spec"]["template"]
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=_name)
+def test_the_daemonset_probes_and_scrapes_the_ports_the_plugin_serves(directory: Path) -> None:
+    pod = _daemonset(directory)["spec"]["template"]
     (container,) = pod["spec"]["containers"]
     args = container["command"]
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
@@ -169,9 +169,7 @@ def test_the_daemonset_probes_and_scrapes_the_ports_the_plugin_serves() -> None:
 
 
 def test_the_plugin_may_create_events_and_read_nodes_but_no_more() -> None:
-    role = next(
-        doc for doc in _documents(ROOT / "deploy/rbac.yaml") if doc["kind"] == "ClusterRole"
-    )
+    role = next(doc for doc in _render(BASE) if doc["kind"] == "ClusterRole")
     rules = {
         (group, resource): sorted(rule["verbs"])
         for rule in role["rules"]
