@@ -55,7 +55,12 @@ def _name(path: Path) -> str:
 
 
 def test_the_overlays_an_admin_needs_exist() -> None:
-    assert {p.name for p in OVERLAYS} >= {"dynamic-mig", "gpu-operator", "openshift"}
+    assert {p.name for p in OVERLAYS} >= {
+        "dynamic-mig",
+        "extended-resources",
+        "gpu-operator",
+        "openshift",
+    }
 
 
 def test_there_is_one_copy_of_the_manifests() -> None:
@@ -138,6 +143,16 @@ def test_openshift_overlay_lets_the_plugin_use_the_privileged_scc() -> None:
     (binding,) = bindings
     assert binding["roleRef"]["name"] == "system:openshift:scc:privileged"
     assert binding["subjects"][0]["name"] == "dra-gpu-kubelet-plugin"
+
+
+def test_extended_resources_overlay_serves_nvidia_com_gpu_from_whole_gpus() -> None:
+    classes = {
+        d["metadata"]["name"]: d["spec"]
+        for d in _render(ROOT / "deploy/overlays/extended-resources")
+        if d["kind"] == "DeviceClass"
+    }
+    assert classes["gpu.nvidia.com"]["extendedResourceName"] == "nvidia.com/gpu"
+    assert "extendedResourceName" not in classes["mig.nvidia.com"]
 
 
 def test_deployed_deviceclasses_are_the_ones_the_cli_ships() -> None:
