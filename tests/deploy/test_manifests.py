@@ -28,7 +28,8 @@ KUBERNETES = "1.37.0"
 BASE = ROOT / "deploy/base"
 OVERLAYS = sorted(p.parent for p in ROOT.glob("deploy/overlays/*/kustomization.yaml"))
 KUSTOMIZATIONS = [BASE, *OVERLAYS]
-EXAMPLES = sorted(ROOT.glob("examples/**/*.yaml"))
+# examples/shapes/ holds node shapes for `dra-gpu simulate`, not Kubernetes objects.
+EXAMPLES = sorted(p for p in ROOT.glob("examples/**/*.yaml") if "shapes" not in p.parts)
 
 
 def _documents(text: str) -> list[dict[str, Any]]:
