@@ -32,7 +32,7 @@ unit: $(STAMP)
 
 ## kubectl: tests/deploy renders deploy/ with `kubectl kustomize` (Debian's kubernetes-client)
 kubectl:
-	command -v kubectl >/dev/null || apt-get install -y kubernetes-client
+	command -v kubectl >/dev/null || { apt-get update -q && apt-get install -y -q kubernetes-client; }
 
 ## wheel: the wheel deploy/Dockerfile installs (dist/dra_gpu-VERSION-py3-none-any.whl)
 WHEEL_GLOB := dist/dra_gpu-*-py3-none-any.whl
