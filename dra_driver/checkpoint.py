@@ -154,6 +154,59 @@ class MigRecord:
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class MpsRecord:
+    """The MPS control daemon a claim's device is a client of.
+
+    One daemon serves every MPS claim on a device, so several entries carry
+    the same record. It is saved with `pid` None *before* the daemon is
+    started (the intent: a crash then leaves enough to find it through the
+    pid file in `daemon_dir`), then with the pid and the process start time
+    (`/proc/<pid>/stat` field 22, clock ticks since boot), which tell the
+    daemon from a later process that got its pid. `limits` are the claim's
+    own (`CUDA_MPS_*` values its containers get); `gpu_uuid` is the GPU
+    whose lock guards the daemon (the parent of a MIG device).
+    """
+
+    device_uuid: str
+    gpu_uuid: str
+    daemon_dir: str
+    device_memory_mib: int
+    pid: int | None = None
+    start_ticks: int | None = None
+    multi_user: bool = False
+    active_thread_percentage: int | None = None
+    pinned_memory_mib: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "deviceUuid": self.device_uuid,
+            "gpuUuid": self.gpu_uuid,
+            "daemonDir": self.daemon_dir,
+            "deviceMemoryMiB": self.device_memory_mib,
+            "pid": self.pid,
+            "startTicks": self.start_ticks,
+            "multiUser": self.multi_user,
+            "activeThreadPercentage": self.active_thread_percentage,
+            "pinnedMemoryMiB": self.pinned_memory_mib,
+        }
+
+    @classmethod
+    def from_dict(cls, obj: object, where: str = "mps") -> MpsRecord:
+        m = _obj(obj, where)
+        return cls(
+            device_uuid=_req(m, "deviceUuid", str, where),
+            gpu_uuid=_req(m, "gpuUuid", str, where),
+            daemon_dir=_req(m, "daemonDir", str, where),
+            device_memory_mib=_req(m, "deviceMemoryMiB", int, where),
+            pid=_opt(m, "pid", int, where, None),
+            start_ticks=_opt(m, "startTicks", int, where, None),
+            multi_user=_opt(m, "multiUser", bool, where, False),
+            active_thread_percentage=_opt(m, "activeThreadPercentage", int, where, None),
+            pinned_memory_mib=_opt(m, "pinnedMemoryMiB", int, where, None),
+        )
+
+
 @dataclass(frozen=True)
 class PreparedDevice:
     """One device of a prepared claim, as returned to the kubelet.
@@ -170,6 +223,7 @@ class PreparedDevice:
     share_id: str | None = None
     mig: MigRecord | None = None
     admin_access: bool = False
+    mps: MpsRecord | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -180,12 +234,14 @@ class PreparedDevice:
             "shareId": self.share_id,
             "mig": None if self.mig is None else self.mig.to_dict(),
             "adminAccess": self.admin_access,
+            "mps": None if self.mps is None else self.mps.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, obj: object, where: str = "device") -> PreparedDevice:
         m = _obj(obj, where)
         raw_mig = m.get("mig")
+        raw_mps = m.get("mps")
         return cls(
             request_names=_str_tuple(m, "requestNames", where),
             pool=_req(m, "pool", str, where),
@@ -194,6 +250,7 @@ class PreparedDevice:
             share_id=_opt(m, "shareId", str, where, None),
             mig=None if raw_mig is None else MigRecord.from_dict(raw_mig, f"{where}.mig"),
             admin_access=_opt(m, "adminAccess", bool, where, False),
+            mps=None if raw_mps is None else MpsRecord.from_dict(raw_mps, f"{where}.mps"),
         )
 
 
@@ -304,6 +361,13 @@ class Checkpoint:
     def update_devices(self, uid: str, devices: Iterable[PreparedDevice]) -> Checkpoint:
         """Record progress of a started Prepare (e.g. a MIG instance just created)."""
         entry = self._require(uid, ClaimState.PrepareStarted, "update its devices")
+        return self._with(dataclasses.replace(entry, devices=tuple(devices)))
+
+    def replace_devices(self, uid: str, devices: Iterable[PreparedDevice]) -> Checkpoint:
+        """Rewrite the devices of a claim in any state (e.g. its MPS daemon was restarted)."""
+        entry = self.claims.get(uid)
+        if entry is None:
+            raise CheckpointError(f"claim {uid} is not in the checkpoint; cannot replace devices")
         return self._with(dataclasses.replace(entry, devices=tuple(devices)))
 
     def complete(self, uid: str, devices: Iterable[PreparedDevice]) -> Checkpoint:

@@ -13,8 +13,7 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any, Final
 
-import yaml
-
+from dra_driver import yaml_io
 from dra_driver.errors import ConfigError
 
 RESOURCE: Final = "data/deviceclasses.yaml"
@@ -28,8 +27,8 @@ def device_classes_text() -> str:
 def default_device_classes() -> list[dict[str, Any]]:
     """The DeviceClasses our deployment installs (`gpu.nvidia.com`, `mig.nvidia.com`)."""
     try:
-        documents = list(yaml.safe_load_all(device_classes_text()))
-    except (OSError, yaml.YAMLError) as exc:
+        documents = list(yaml_io.load_all(device_classes_text()))
+    except (OSError, yaml_io.YAMLError) as exc:
         raise ConfigError(
             f"dra_driver/{RESOURCE}: cannot read the default DeviceClasses: {exc}"
         ) from exc

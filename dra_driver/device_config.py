@@ -9,10 +9,11 @@ which device the way NVIDIA does: class configs, then claim configs, the last
 matching one wins; a config naming requests applies only to them and must fit
 the device type; an unnamed config applies to devices of its own type.
 
-Sharing (time-slicing, MPS) is decoded and validated here, but this version
-of the node plugin cannot apply it yet, so `unsupported_sharing` turns a
-request for it into a clear per-claim error instead of silently handing out
-an exclusive device.
+Sharing (time-slicing, MPS) is decoded and validated here. MPS is applied
+by the node plugin (`mps_config_of` says which devices ask for it);
+time-slicing cannot be applied yet, so `unsupported_sharing` turns a request
+for it into a clear per-claim error instead of silently handing out an
+exclusive device.
 """
 
 from __future__ import annotations
@@ -168,13 +169,28 @@ def unsupported_sharing(
     """Why this plugin cannot honour the claim's sharing settings, or None."""
     for result in claim.results:
         config = configs.get(_key(result))
-        if config is not None and config.sharing is not None:
+        if config is None or config.sharing is None:
+            continue
+        if config.sharing.strategy is not SharingStrategy.MPS:
             return (
                 f"{claim.ref}: request {result.request!r} asks for {config.sharing.strategy} "
                 f"sharing of {result.device} ({config.kind}), which this dra-gpu release does "
                 "not apply yet; remove the sharing section to get the device exclusively"
             )
     return None
+
+
+def mps_config_of(
+    result: DeviceResult, configs: Mapping[str, DeviceConfig | None]
+) -> MpsConfig | None:
+    """The MPS settings of `result`'s device (defaults when none are given), or None
+    when its config does not ask for MPS."""
+    config = configs.get(_key(result))
+    if config is None or config.sharing is None:
+        return None
+    if config.sharing.strategy is not SharingStrategy.MPS:
+        return None
+    return config.sharing.mps_config or MpsConfig()
 
 
 def _key(result: DeviceResult) -> str:
@@ -188,5 +204,6 @@ __all__ = [
     "MigDeviceConfig",
     "decode",
     "effective_configs",
+    "mps_config_of",
     "unsupported_sharing",
 ]

@@ -51,6 +51,10 @@ PLACEMENTS: dict[str, dict[str, str | None]] = {
         "mig-dynamic/inference-0": "dgx-h100-0 gpu-0-mig-3g40gb-9-4",
         "mig-dynamic/inference-1": "dgx-h100-0 gpu-0-mig-3g40gb-9-0",
     },
+    "gpu-mps.yaml": {f"mps/inference-{i}": "dgx-h100-0 gpu-0" for i in range(4)},
+    "mig-mps.yaml": {
+        f"mig-mps/small-models-{i}": "dgx-h100-0 gpu-0-mig-1g10gb-19-6" for i in range(3)
+    },
     "simulate/b200-training.yaml": {"ml/pretrain-0": None, "ml/pretrain-1": None},
     "simulate/from-cluster.yaml": {
         "team-a/producer": "gpu-node-1 gpu-0",
