@@ -1,4 +1,4 @@
-"""The manifests we ship: every kustomization renders and is valid for a 1.37 API server.
+"""The manifests we ship: every kustomization renders and is valid for 1.35 and 1.37 API servers.
 
 `deploy/base/` is the one copy of the node daemon's manifests; each overlay in
 `deploy/overlays/` changes it for one feature or platform. The tests render
@@ -24,7 +24,7 @@ from dra_driver.cli import build_parser
 from dra_driver.device_classes import device_classes_text
 
 ROOT = Path(__file__).resolve().parents[2]
-KUBERNETES = "1.37.0"
+KUBERNETES = ("1.35.0", "1.37.0")  # strict schemas: the oldest release users run, the newest
 BASE = ROOT / "deploy/base"
 OVERLAYS = sorted(p.parent for p in ROOT.glob("deploy/overlays/*/kustomization.yaml"))
 KUSTOMIZATIONS = [BASE, *OVERLAYS]
@@ -58,7 +58,6 @@ def _name(path: Path) -> str:
 def test_the_overlays_an_admin_needs_exist() -> None:
     assert {p.name for p in OVERLAYS} >= {
         "dynamic-mig",
-        "extended-resources",
         "gpu-operator",
         "openshift",
     }
@@ -68,25 +67,27 @@ def test_there_is_one_copy_of_the_manifests() -> None:
     assert sorted(p.name for p in ROOT.glob("deploy/*.yaml")) == []
 
 
+@pytest.mark.parametrize("version", KUBERNETES)
 @pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=_name)
-def test_kustomization_renders_and_validates_against_strict_1_37_schema(
-    directory: Path,
+def test_kustomization_renders_and_validates_against_strict_schemas(
+    directory: Path, version: str
 ) -> None:
     documents = _render(directory)
     kinds = {doc["kind"] for doc in documents}
     assert {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"} <= kinds
     assert {"ValidatingAdmissionPolicy", "DaemonSet", "DeviceClass"} <= kinds
     for doc in documents:
-        kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+        kubernetes_validate.validate(doc, version, strict=True)
 
 
+@pytest.mark.parametrize("version", KUBERNETES)
 @pytest.mark.parametrize("path", EXAMPLES, ids=_name)
-def test_example_validates_against_strict_1_37_schema(path: Path) -> None:
+def test_example_validates_against_strict_schemas(path: Path, version: str) -> None:
     documents = _documents(path.read_text())
     assert documents, f"{path} is empty"
     for doc in documents:
         if doc["kind"] != "List":
-            kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+            kubernetes_validate.validate(doc, version, strict=True)
 
 
 @pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=_name)
@@ -146,16 +147,6 @@ def test_openshift_overlay_lets_the_plugin_use_the_privileged_scc() -> None:
     assert binding["subjects"][0]["name"] == "dra-gpu-kubelet-plugin"
 
 
-def test_extended_resources_overlay_serves_nvidia_com_gpu_from_whole_gpus() -> None:
-    classes = {
-        d["metadata"]["name"]: d["spec"]
-        for d in _render(ROOT / "deploy/overlays/extended-resources")
-        if d["kind"] == "DeviceClass"
-    }
-    assert classes["gpu.nvidia.com"]["extendedResourceName"] == "nvidia.com/gpu"
-    assert "extendedResourceName" not in classes["mig.nvidia.com"]
-
-
 def test_deployed_deviceclasses_are_the_ones_the_cli_ships() -> None:
     assert (BASE / "deviceclasses.yaml").read_text() == device_classes_text()
 
@@ -169,6 +160,9 @@ def test_default_deviceclasses_match_nvidia_names_and_selectors() -> None:
             "device.driver == 'gpu.nvidia.com' && "
             f"device.attributes['gpu.nvidia.com'].type == '{kind}'"
         )
+    # As NVIDIA's chart: pods asking for nvidia.com/gpu get GPUs through DRA (KEP-5004).
+    assert classes["gpu.nvidia.com"]["spec"]["extendedResourceName"] == "nvidia.com/gpu"
+    assert "extendedResourceName" not in classes["mig.nvidia.com"]["spec"]
 
 
 @pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=_name)

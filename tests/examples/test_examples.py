@@ -55,6 +55,16 @@ PLACEMENTS: dict[str, dict[str, str | None]] = {
     "mig-mps.yaml": {
         f"mig-mps/small-models-{i}": "dgx-h100-0 gpu-0-mig-1g10gb-19-6" for i in range(3)
     },
+    "extended-resource-gpu.yaml": {
+        **{f"default/trainer-{i}": f"dgx-h100-0 gpu-{2 * i},gpu-{2 * i + 1}" for i in range(4)},
+        "default/trainer-4": None,
+    },
+    "extended-resource-implicit.yaml": {
+        "default/any-mig": "dgx-h200-0 gpu-0-mig-1g18gb-19-6,gpu-0-mig-1g18gb-19-5",
+    },
+    "extended-resource-mig.yaml": {
+        "default/small-inference": "h100-nvl-node-0 gpu-0-mig-1g12gb-19-6",
+    },
     "simulate/b200-training.yaml": {"ml/pretrain-0": None, "ml/pretrain-1": None},
     "simulate/from-cluster.yaml": {
         "team-a/producer": "gpu-node-1 gpu-0",
