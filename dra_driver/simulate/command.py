@@ -18,9 +18,9 @@ from typing import Any, Final, TextIO
 
 from dra_driver.allocator import Features, Node, Release
 from dra_driver.api_objects import Obj
+from dra_driver.device_classes import default_device_classes
 from dra_driver.errors import ConfigError
 from dra_driver.simulate.claims import PodClaim
-from dra_driver.simulate.default_classes import default_device_classes
 from dra_driver.simulate.documents import read_documents
 from dra_driver.simulate.engine import Simulation, WorkItem, Workload, build_workload
 from dra_driver.simulate.explain import AllocatedClaim, render_report

@@ -21,11 +21,11 @@ from controller.limits import validate_resource_slice, validate_schema
 from dra_driver import DEFAULT_DRIVER_NAME, cdi
 from dra_driver.allocator import Features, Node
 from dra_driver.checkpoint import ClaimState
+from dra_driver.device_classes import default_device_classes
 from dra_driver.errors import PluginError
 from dra_driver.host import HostInfo
 from dra_driver.nvml.backend import sim_proc_root
 from dra_driver.sim.hardware import SimHardware
-from dra_driver.simulate.default_classes import builtin_device_classes
 from dra_driver.simulate.engine import Simulation, WorkItem
 from dra_driver.simulate.extended import class_mapping, extended_resource_claim
 from kubelet_plugin.registration import SUPPORTED_VERSIONS
@@ -511,7 +511,7 @@ def test_prepares_the_claim_the_scheduler_makes_for_nvidia_com_gpu(plugin: Plugi
             ]
         },
     }
-    classes = builtin_device_classes()
+    classes = default_device_classes()
     made = extended_resource_claim(pod, class_mapping(classes), taken={})
     assert made is not None
     claim = made.claim
