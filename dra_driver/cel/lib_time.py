@@ -29,40 +29,55 @@ def nanos_of(value: Any) -> int:
     return int(getattr(value, "nanos", 0))
 
 
-class Timestamp(TimestampType):
-    """A cel-python timestamp plus `nanos`, the nanoseconds below its microseconds."""
+class _NanoOrder:
+    """`==`, `<` and `hash` on `_order_key`, which counts the nanoseconds too."""
 
-    nanos: int = 0
+    _peer: type = object  # the Python type a value compares with
 
-    @classmethod
-    def of(cls, value: datetime.datetime, nanos: int = 0) -> Timestamp:
-        result = cls(value)
-        result.nanos = nanos
-        return result
+    @staticmethod
+    def _order_key(value: Any) -> Any:
+        raise NotImplementedError
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, datetime.datetime):
+        if not isinstance(other, self._peer):
             return NotImplemented
-        return _timestamp_key(self) == _timestamp_key(other)
+        return bool(self._order_key(self) == self._order_key(other))
 
     def __ne__(self, other: object) -> bool:
         result = self.__eq__(other)
         return result if result is NotImplemented else not result
 
     def __lt__(self, other: Any) -> bool:
-        return _timestamp_key(self) < _timestamp_key(other)
+        return bool(self._order_key(self) < self._order_key(other))
 
     def __le__(self, other: Any) -> bool:
-        return _timestamp_key(self) <= _timestamp_key(other)
+        return bool(self._order_key(self) <= self._order_key(other))
 
     def __gt__(self, other: Any) -> bool:
-        return _timestamp_key(self) > _timestamp_key(other)
+        return bool(self._order_key(self) > self._order_key(other))
 
     def __ge__(self, other: Any) -> bool:
-        return _timestamp_key(self) >= _timestamp_key(other)
+        return bool(self._order_key(self) >= self._order_key(other))
 
     def __hash__(self) -> int:
-        return hash(_timestamp_key(self))
+        return hash(self._order_key(self))
+
+
+class Timestamp(_NanoOrder, TimestampType):
+    """A cel-python timestamp plus `nanos`, the nanoseconds below its microseconds."""
+
+    nanos: int = 0
+    _peer = datetime.datetime
+
+    @staticmethod
+    def _order_key(value: Any) -> Any:
+        return _timestamp_key(value)
+
+    @classmethod
+    def of(cls, value: datetime.datetime, nanos: int = 0) -> Timestamp:
+        result = cls(value)
+        result.nanos = nanos
+        return result
 
     def __str__(self) -> str:
         """RFC 3339 with as many fraction digits as needed, like Go's RFC3339Nano."""
@@ -92,10 +107,15 @@ def _timestamp_key(value: datetime.datetime) -> tuple[datetime.datetime, int]:
     return plain, nanos_of(value)
 
 
-class Duration(DurationType):
+class Duration(_NanoOrder, DurationType):
     """A cel-python duration plus `nanos`, the nanoseconds below its microseconds (floored)."""
 
     nanos: int = 0
+    _peer = datetime.timedelta
+
+    @staticmethod
+    def _order_key(value: Any) -> Any:
+        return duration_nanos(value)
 
     @classmethod
     def from_nanos(cls, total: int) -> Duration:
@@ -103,30 +123,6 @@ class Duration(DurationType):
         result = cls(datetime.timedelta(microseconds=micros))
         result.nanos = nanos
         return result
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, datetime.timedelta):
-            return NotImplemented
-        return duration_nanos(self) == duration_nanos(other)
-
-    def __ne__(self, other: object) -> bool:
-        result = self.__eq__(other)
-        return result if result is NotImplemented else not result
-
-    def __lt__(self, other: Any) -> bool:
-        return duration_nanos(self) < duration_nanos(other)
-
-    def __le__(self, other: Any) -> bool:
-        return duration_nanos(self) <= duration_nanos(other)
-
-    def __gt__(self, other: Any) -> bool:
-        return duration_nanos(self) > duration_nanos(other)
-
-    def __ge__(self, other: Any) -> bool:
-        return duration_nanos(self) >= duration_nanos(other)
-
-    def __hash__(self) -> int:
-        return hash(duration_nanos(self))
 
 
 register_kind(Timestamp, "google.protobuf.Timestamp")
