@@ -14,6 +14,7 @@ from typing import Any, TextIO
 import yaml
 
 from controller.slices import Layout, build_resource_slices
+from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.devices import AllocatableDevice, build_devices, inventory_warnings
 from dra_driver.inventory import discover
 from dra_driver.nvml.backend import open_hardware
@@ -29,11 +30,12 @@ def print_inventory(
     output: str,
     dynamic_mig: bool = False,
     layout: Layout = "v1.35",
+    consumable_shares: ConsumableShares | None = None,
     out: TextIO = sys.stdout,
 ) -> int:
     hardware = open_hardware(nvml, sim_state=sim_state, node_name=node_name)
     inventory = discover(hardware.nvml)
-    devices = build_devices(inventory, dynamic_mig=dynamic_mig)
+    devices = build_devices(inventory, dynamic_mig=dynamic_mig, consumable_shares=consumable_shares)
     slices = build_resource_slices(devices, driver=driver_name, node_name=node_name, layout=layout)
     for warning in inventory_warnings(inventory, dynamic_mig=dynamic_mig):
         print(f"warning: {warning}", file=sys.stderr)

@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="include partitionable MIG devices, as the plugin publishes them with --dynamic-mig",
     )
     inventory.add_argument("--partitionable-layout", choices=("v1.34", "v1.35"), default="v1.35")
+    _add_consumable_shares_flag(inventory)
     _add_hardware_flags(inventory)
 
     plugin = commands.add_parser("kubelet-plugin", help="run the node daemon")
@@ -110,6 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="destroy MIG instances no prepared claim owns at start-up (default: publish them "
         "as static MIG devices and leave them alone)",
+    )
+    _add_consumable_shares_flag(plugin)
+    plugin.add_argument(
+        "--nvidia-smi",
+        type=Path,
+        default=Path("/usr/bin/nvidia-smi"),
+        help="the driver's nvidia-smi, used to set time-slice intervals (default: "
+        "%(default)s, i.e. under a driver root of /)",
     )
     plugin.add_argument(
         "--keep-mig-enabled",
@@ -169,6 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_consumable_shares_flag(parser: argparse.ArgumentParser) -> None:
+    from dra_driver.consumable_shares import FLAG_HELP
+
+    parser.add_argument(
+        "--consumable-shares", default="", metavar="unlimited|memory|N", help=FLAG_HELP
+    )
+
+
 def _add_scenario_flags(parser: argparse.ArgumentParser, *, files_required: bool) -> None:
     parser.add_argument(
         "-f",
@@ -211,6 +228,7 @@ def _add_scenario_flags(parser: argparse.ArgumentParser, *, files_required: bool
         metavar="GATES",
         help="scheduler DRA gates, e.g. DRAConsumableCapacity=true,DRADeviceTaints=false",
     )
+    _add_consumable_shares_flag(parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -228,6 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    from dra_driver.consumable_shares import parse_consumable_shares
+
     if args.command == "inventory":
         from controller.inventory_command import print_inventory
 
@@ -239,6 +259,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             output=args.output,
             dynamic_mig=args.dynamic_mig,
             layout=args.partitionable_layout,
+            consumable_shares=parse_consumable_shares(args.consumable_shares),
         )
     if args.command == "kubelet-plugin":
         from dra_driver.sim.hardware import parse_latency
@@ -260,6 +281,8 @@ def _dispatch(args: argparse.Namespace) -> int:
                 partitionable_layout=args.partitionable_layout,
                 mig_reclaim_unknown=args.mig_reclaim_unknown,
                 keep_mig_enabled=args.keep_mig_enabled,
+                consumable_shares=parse_consumable_shares(args.consumable_shares),
+                nvidia_smi=args.nvidia_smi,
             )
         )
     if args.command == "mig":
@@ -284,6 +307,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             release=args.release,
             mig=args.mig,
             feature_gates=args.feature_gates,
+            consumable_shares=parse_consumable_shares(args.consumable_shares),
         )
     if args.command == "explain":
         from controller.simulate.command import run_explain
@@ -301,6 +325,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             release=args.release,
             mig=args.mig,
             feature_gates=args.feature_gates,
+            consumable_shares=parse_consumable_shares(args.consumable_shares),
         )
     raise AssertionError(f"unhandled command {args.command}")
 

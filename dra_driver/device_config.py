@@ -9,10 +9,10 @@ which device the way NVIDIA does: class configs, then claim configs, the last
 matching one wins; a config naming requests applies only to them and must fit
 the device type; an unnamed config applies to devices of its own type.
 
-Sharing (time-slicing, MPS) is decoded and validated here, but this version
-of the node plugin cannot apply it yet, so `unsupported_sharing` turns a
-request for it into a clear per-claim error instead of silently handing out
-an exclusive device.
+Sharing is decoded and validated here. The node plugin applies
+time-slicing (`kubelet_plugin.sharing`); MPS it cannot apply yet, so
+`unsupported_sharing` turns a request for it into a clear per-claim error
+instead of silently handing out an unshared device.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def effective_configs(
                 match = value
             elif value.kind == wanted:
                 match = value
-        chosen[_key(result)] = match
+        chosen[config_key(result)] = match
     return chosen
 
 
@@ -167,8 +167,12 @@ def unsupported_sharing(
 ) -> str | None:
     """Why this plugin cannot honour the claim's sharing settings, or None."""
     for result in claim.results:
-        config = configs.get(_key(result))
-        if config is not None and config.sharing is not None:
+        config = configs.get(config_key(result))
+        if (
+            config is not None
+            and config.sharing is not None
+            and config.sharing.strategy is SharingStrategy.MPS
+        ):
             return (
                 f"{claim.ref}: request {result.request!r} asks for {config.sharing.strategy} "
                 f"sharing of {result.device} ({config.kind}), which this dra-gpu release does "
@@ -177,13 +181,15 @@ def unsupported_sharing(
     return None
 
 
-def _key(result: DeviceResult) -> str:
+def config_key(result: DeviceResult) -> str:
+    """The key of `result` in `effective_configs`: "request/device"."""
     return f"{result.request}/{result.device}"
 
 
 __all__ = [
     "API_VERSION",
     "DeviceConfig",
+    "config_key",
     "GpuConfig",
     "MigDeviceConfig",
     "decode",

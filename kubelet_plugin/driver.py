@@ -5,10 +5,14 @@ through one transaction, recorded in the checkpoint so that a crash at any
 point is finished or rolled back later:
 
     Prepare:   fetch the claim -> plan it (pure: our devices? held by another
-               claim?) -> checkpoint PrepareStarted (MIG devices as "planned")
-               -> create dynamic MIG devices, checkpointing each GI/CI id
-               -> write the CDI spec -> checkpoint PrepareCompleted -> answer
+               claim? shares within capacity? sharing settings that agree?)
+               -> checkpoint PrepareStarted (MIG devices as "planned", the
+               wanted sharing settings) -> create dynamic MIG devices,
+               checkpointing each GI/CI id -> apply sharing settings
+               (time-slice intervals) -> write the CDI spec -> checkpoint
+               PrepareCompleted -> answer
     Unprepare: remove the CDI spec -> destroy the MIG devices we created
+               -> release sharing settings no other claim wants
                -> drop the checkpoint entry -> answer
 
 A repeated Prepare of a completed claim returns the recorded devices without
@@ -28,6 +32,11 @@ Overlap guard: a dynamic MIG device whose memory slices overlap another
 prepared (or half-prepared) claim's, or a whole GPU and a MIG device of it,
 are refused before anything is touched; the scheduler's counters should have
 prevented such an allocation, so it names both devices and claims.
+
+Sharing: each share of a multi-allocatable device (a result with a
+`shareID`) gets its own CDI device, `<claimUID>-<device>-<shareID>`, and
+the kubelet learns its `share_id`; `kubelet_plugin.sharing.shares` refuses
+overcommit. Sharing mechanisms plug in as `SharingStrategy` objects.
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ from dra_driver.checkpoint import Checkpoint, ClaimEntry, ClaimState, MigRecord,
 from dra_driver.checkpoint_store import CheckpointStore
 from dra_driver.claims import AllocatedClaim, parse_allocated_claim
 from dra_driver.cluster.interface import Cluster
+from dra_driver.device_config import effective_configs
 from dra_driver.devices import AllocatableDevice
 from dra_driver.errors import ClaimError, DraGpuError, NotFoundError
 from dra_driver.host import HostInfo
@@ -55,6 +65,9 @@ from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle, MigTarget
 from kubelet_plugin.prepare_plan import PlannedDevice, plan_claim
 from kubelet_plugin.service import ClaimRef, PrepareResult, ResultDevice, UnprepareResult
+from kubelet_plugin.sharing import SharingStrategy
+from kubelet_plugin.sharing.gpu_policy import GpuPolicy, UnavailableGpuPolicy
+from kubelet_plugin.sharing.timeslicing import TimeSlicing
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +88,7 @@ class RecoveryReport:
     unprepare_finished: list[str] = field(default_factory=list)
     missing_mig_devices: list[str] = field(default_factory=list)
     rollback_failed: list[str] = field(default_factory=list)
+    sharing_problems: list[str] = field(default_factory=list)
 
 
 class GpuDriver:
@@ -92,6 +106,7 @@ class GpuDriver:
         cdi_store: CdiStore,
         mig: MigLifecycle,
         gpu_locks: GpuLocks,
+        gpu_policy: GpuPolicy | None = None,
     ) -> None:
         self._driver_name = driver_name
         self._pool_name = pool_name
@@ -104,6 +119,9 @@ class GpuDriver:
         self._gpu_locks = gpu_locks
         self._thread_lock = threading.Lock()
         self._claim_locks = _KeyedLocks()
+        self._sharing: tuple[SharingStrategy, ...] = (
+            TimeSlicing(gpu_policy or UnavailableGpuPolicy(), gpu_locks, self._load),
+        )
 
     def set_devices(self, devices: Sequence[AllocatableDevice]) -> None:
         """Replace the devices Prepare accepts (after a re-discovery)."""
@@ -154,6 +172,8 @@ class GpuDriver:
                 log.warning("%s has no CDI spec: finishing its interrupted Unprepare", entry.ref)
                 if self._recover_roll_back(entry, report):
                     report.unprepare_finished.append(entry.uid)
+        for strategy in self._sharing:
+            report.sharing_problems.extend(strategy.reconcile(self._load()))
         with self._checkpoint() as (checkpoint, _save):
             for temp in self._cdi.remove_temp_files():
                 log.warning("removed %s, left by an interrupted CDI spec write", temp)
@@ -315,6 +335,11 @@ class GpuDriver:
                 claim, pool_name=self._pool_name, devices=self._devices, checkpoint=checkpoint
             )
             prepared = [self._prepared_device(claim.uid, item) for item in planned]
+            configs = effective_configs(
+                claim, {item.device.name: item.device.kind for item in planned}
+            )
+            for strategy in self._sharing:
+                prepared = strategy.plan(claim, configs, prepared, self._devices, checkpoint)
             save(
                 checkpoint.start(
                     ClaimEntry(
@@ -329,6 +354,9 @@ class GpuDriver:
 
         try:
             created = self._create_mig_devices(claim.uid, planned)
+            started = self._load().claims[claim.uid]
+            for strategy in self._sharing:
+                strategy.apply(started)
             spec = self._cdi_spec(claim.uid, planned, created)
             with self._checkpoint() as (checkpoint, save):
                 self._cdi.write(claim.uid, spec)
@@ -412,6 +440,8 @@ class GpuDriver:
         ours failed. It must survive the rollback.
         """
         self._destroy_mig_devices(entry, search_unrecorded=search_unrecorded)
+        for strategy in self._sharing:
+            strategy.release(entry)
         with self._checkpoint() as (checkpoint, save):
             self._cdi.remove(entry.uid)
             save(checkpoint.remove(entry.uid))
@@ -425,6 +455,8 @@ class GpuDriver:
         self._cdi.remove(uid)
         failpoints.hit("unprepare-after-cdi-removed")
         self._destroy_mig_devices(entry)
+        for strategy in self._sharing:
+            strategy.release(entry)
         with self._checkpoint() as (checkpoint, save):
             save(checkpoint.remove(uid))
         failpoints.hit("unprepare-after-checkpoint-removed")
@@ -477,9 +509,10 @@ class GpuDriver:
             request_names=(item.result.base_request,),
             pool=item.result.pool,
             device=item.result.device,
-            cdi_device_ids=(cdi.qualified_device_id(claim_uid, item.device.name),),
+            cdi_device_ids=(cdi.qualified_device_id(claim_uid, _cdi_device(item)),),
             share_id=item.result.share_id,
             admin_access=item.result.admin_access,
+            consumed_capacity=item.result.consumed_capacity,
             mig=None if target is None else target.planned_record(),
         )
 
@@ -493,7 +526,8 @@ class GpuDriver:
         devices: dict[str, cdi.CdiDevice] = {}
         for item in planned:
             device = item.device
-            if device.name in devices:
+            name = _cdi_device(item)
+            if name in devices:
                 continue
             mig = created[device.name] if device.dynamic is not None else device.mig
             if mig is None:
@@ -507,8 +541,14 @@ class GpuDriver:
                         mig.parent_minor, mig.gpu_instance_id, mig.compute_instance_id
                     ),
                 )
-            devices[device.name] = cdi.CdiDevice(name=device.name, edits=edits)
+            devices[name] = cdi.CdiDevice(name=name, edits=edits)
         return cdi.claim_spec(claim_uid, list(devices.values()), cdi.common_edits(uvm_major))
+
+
+def _cdi_device(item: PlannedDevice) -> str:
+    """The claim's CDI device for a result: one per device, or per share of a shared one."""
+    share = item.result.share_id
+    return item.device.name if share is None else f"{item.device.name}-{share}"
 
 
 def mig_target(device: AllocatableDevice) -> MigTarget | None:

@@ -24,6 +24,7 @@ from controller.slices import build_resource_slices, choose_layout
 from dra_driver.cdi_store import CdiStore
 from dra_driver.checkpoint_store import CheckpointStore
 from dra_driver.cluster import Cluster, open_cluster
+from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.devices import build_devices, inventory_warnings
 from dra_driver.errors import DraGpuError
 from dra_driver.inventory import discover
@@ -32,6 +33,7 @@ from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle
 from kubelet_plugin.server import PluginServer
+from kubelet_plugin.sharing.gpu_policy import open_gpu_policy
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,8 @@ class PluginOptions:
     partitionable_layout: str = "auto"
     mig_reclaim_unknown: bool = False
     keep_mig_enabled: bool = False
+    consumable_shares: ConsumableShares | None = None
+    nvidia_smi: Path = Path("/usr/bin/nvidia-smi")
 
 
 def plugin_data_dir(kubelet_root: Path, driver_name: str) -> Path:
@@ -102,6 +106,7 @@ def _serve(
     cluster: Cluster,
     data_dir: Path,
 ) -> int:
+    gpu_locks = GpuLocks(data_dir / "locks")
     driver = GpuDriver(
         driver_name=options.driver_name,
         pool_name=options.node_name,
@@ -111,7 +116,8 @@ def _serve(
         checkpoints=CheckpointStore(data_dir / CHECKPOINT_FILE, hardware.host.boot_id()),
         cdi_store=CdiStore(options.cdi_root),
         mig=MigLifecycle(hardware.nvml, disable_mig_when_empty=not options.keep_mig_enabled),
-        gpu_locks=GpuLocks(data_dir / "locks"),
+        gpu_locks=gpu_locks,
+        gpu_policy=open_gpu_policy(hardware, options.nvidia_smi),
     )
 
     # 1. Make checkpoint, hardware and CDI agree; 2. deal with MIG instances
@@ -130,7 +136,12 @@ def _serve(
         inventory, dynamic_mig=options.dynamic_mig, owned_instances=owned
     ):
         log.warning("%s", warning)
-    devices = build_devices(inventory, dynamic_mig=options.dynamic_mig, owned_instances=owned)
+    devices = build_devices(
+        inventory,
+        dynamic_mig=options.dynamic_mig,
+        owned_instances=owned,
+        consumable_shares=options.consumable_shares,
+    )
     driver.set_devices(devices)
     layout = choose_layout(cluster.server_version(), options.partitionable_layout)
     slices = build_resource_slices(

@@ -3,7 +3,8 @@
 Given an allocated claim, the devices this node publishes and the current
 checkpoint, `plan_claim` checks that every result names a device we own,
 that no other prepared claim holds it or overlaps it (a whole GPU and a
-MIG device on it, or two MIG placements sharing memory slices), that its opaque
+MIG device on it, or two MIG placements sharing memory slices), that shares
+of a shared device fit its capacity (`kubelet_plugin.sharing.shares`), that its opaque
 configs decode and can be honoured, and returns the devices to prepare. It
 is pure so every refusal can be tested directly; the I/O (CDI files,
 checkpoint writes) happens in `kubelet_plugin.driver`.
@@ -20,6 +21,7 @@ from dra_driver.device_config import effective_configs, unsupported_sharing
 from dra_driver.devices import AllocatableDevice
 from dra_driver.errors import ClaimError
 from dra_driver.nvml.interface import Placement
+from kubelet_plugin.sharing.shares import check_shares
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ def plan_claim(
 
     Raises ClaimError naming the claim and the offending result.
     """
+    check_shares(claim, devices, checkpoint)
     planned: list[PlannedDevice] = []
     for index, result in enumerate(claim.results):
         where = f"ResourceClaim {claim.namespace}/{claim.name}: status.allocation.devices.results"
@@ -55,7 +58,8 @@ def plan_claim(
                 f"{where}[{index}] names device {result.device!r}, which this node does not "
                 "publish (it may have been removed or repartitioned since allocation)"
             )
-        if not result.admin_access:
+        if not result.admin_access and result.share_id is None:
+            # Shares, and exclusive results on shared devices: check_shares.
             owner = checkpoint.device_owner(result.pool, result.device)
             if owner is not None and owner != claim.uid:
                 raise ClaimError(

@@ -30,6 +30,7 @@ from controller.simulate.nodes import (
 from controller.simulate.progress import ProgressBar
 from controller.simulate.render import render_table, render_yaml
 from dra_driver.allocator import Features, Node
+from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.errors import ConfigError
 
 Obj = dict[str, Any]
@@ -54,9 +55,16 @@ class Scenario:
     classes: list[Obj] = field(default_factory=list)
 
 
-def parse_features(gates: str, release: Release) -> Features:
-    """`--feature-gates Name=true,...` over the allocator's defaults for `release`."""
-    features = Features(release=release)
+def parse_features(
+    gates: str, release: Release, *, consumable_shares: ConsumableShares | None = None
+) -> Features:
+    """`--feature-gates Name=true,...` over the allocator's defaults for `release`.
+
+    `--consumable-shares` means the cluster runs with DRAConsumableCapacity
+    (the apiserver drops `allowMultipleAllocations` without it), so it turns
+    the gate on unless the gates say otherwise.
+    """
+    features = Features(release=release, consumable_capacity=consumable_shares is not None)
     for part in (p.strip() for p in gates.split(",")):
         if not part:
             continue
@@ -79,6 +87,7 @@ def load_scenario(
     namespace: str = "default",
     release: Release = "1.35",
     mig: MigMode = "dynamic",
+    consumable_shares: ConsumableShares | None = None,
     err: TextIO | None = None,
 ) -> Scenario:
     """Read the files, build the `--nodes`, add our DeviceClasses where the files have none."""
@@ -90,7 +99,9 @@ def load_scenario(
         err.write(f"note: ignored {total} object(s) the simulator does not use: {kinds}\n")
     scenario = Scenario(inputs)
     if nodes:
-        built = build_simulated_nodes(parse_node_spec(nodes), mig=mig, release=release)
+        built = build_simulated_nodes(
+            parse_node_spec(nodes), mig=mig, release=release, consumable_shares=consumable_shares
+        )
         scenario.nodes, scenario.slices = built.nodes, built.slices
     scenario.slices = scenario.slices + inputs.slices
     by_name = {node.name: node for node in scenario.nodes}
@@ -118,14 +129,21 @@ def run_simulate(
     release: Release = "1.35",
     mig: MigMode = "dynamic",
     feature_gates: str = "",
+    consumable_shares: ConsumableShares | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
     """`dra-gpu simulate`: place everything, print, 1 if anything was not placed."""
     out, err = out or sys.stdout, err or sys.stderr
-    features = parse_features(feature_gates, release)
+    features = parse_features(feature_gates, release, consumable_shares=consumable_shares)
     scenario = load_scenario(
-        files, nodes=nodes, namespace=namespace, release=release, mig=mig, err=err
+        files,
+        nodes=nodes,
+        namespace=namespace,
+        release=release,
+        mig=mig,
+        consumable_shares=consumable_shares,
+        err=err,
     )
     workload = build_workload(scenario.inputs)
     simulation = _simulation(scenario, workload, features)
@@ -165,12 +183,13 @@ def run_explain(
     release: Release = "1.35",
     mig: MigMode = "dynamic",
     feature_gates: str = "",
+    consumable_shares: ConsumableShares | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
     """`dra-gpu explain`: why a claim or a pod's claims fit or not; 1 if they do not."""
     out, err = out or sys.stdout, err or sys.stderr
-    features = parse_features(feature_gates, release)
+    features = parse_features(feature_gates, release, consumable_shares=consumable_shares)
     if claim and pod:
         raise ConfigError("give --claim or --pod, not both")
     if bool(files) == bool(cluster):
@@ -183,7 +202,13 @@ def run_explain(
         simulation, item = _from_cluster(cluster, kubeconfig, claim_key, pod_key, features)
     else:
         scenario = load_scenario(
-            files, nodes=nodes, namespace=namespace, release=release, mig=mig, err=err
+            files,
+            nodes=nodes,
+            namespace=namespace,
+            release=release,
+            mig=mig,
+            consumable_shares=consumable_shares,
+            err=err,
         )
         workload = build_workload(scenario.inputs)
         found = _replay(scenario, workload, features, claim_key, pod_key)

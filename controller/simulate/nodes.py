@@ -31,6 +31,7 @@ from typing import Any, Final, Literal
 from controller.slices import build_resource_slices, choose_layout, resource_slice_name
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.allocator import Node
+from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.devices import build_devices
 from dra_driver.errors import ConfigError
 from dra_driver.inventory import NodeInventory, discover
@@ -106,6 +107,7 @@ def build_simulated_nodes(
     driver: str = DEFAULT_DRIVER_NAME,
     mig: MigMode = "dynamic",
     release: Release = "1.35",
+    consumable_shares: ConsumableShares | None = None,
 ) -> SimulatedNodes:
     """Simulated nodes and their slices, in request order (see the module docstring)."""
     built = SimulatedNodes()
@@ -115,7 +117,14 @@ def build_simulated_nodes(
             name = f"{request.prefix}-{index}"
             inventory = _inventory(request.shape, name)
             if template is None:
-                slices = node_slices(inventory, name, driver=driver, mig=mig, release=release)
+                slices = node_slices(
+                    inventory,
+                    name,
+                    driver=driver,
+                    mig=mig,
+                    release=release,
+                    consumable_shares=consumable_shares,
+                )
                 template = (name, inventory, slices)
             else:
                 slices = _renamed(template, name, inventory, driver)
@@ -131,9 +140,12 @@ def node_slices(
     driver: str = DEFAULT_DRIVER_NAME,
     mig: MigMode = "dynamic",
     release: Release = "1.35",
+    consumable_shares: ConsumableShares | None = None,
 ) -> list[Obj]:
     """The ResourceSlices the kubelet plugin publishes for `inventory` on `node_name`."""
-    devices = build_devices(inventory, dynamic_mig=mig == "dynamic")
+    devices = build_devices(
+        inventory, dynamic_mig=mig == "dynamic", consumable_shares=consumable_shares
+    )
     return build_resource_slices(
         devices,
         driver=driver,
