@@ -8,7 +8,8 @@ an OOM kill or a node crash would stop it. The crash tests start the real
 plugin process with each point in turn and check that a restart recovers
 without leaking anything. `PREPARE_STEPS` and `UNPREPARE_STEPS` list every
 point of the claim transaction, `MIG_PREPARE_STEPS` and `MIG_UNPREPARE_STEPS`
-every point of dynamic MIG creation and destruction, so a new step cannot be
+every point of dynamic MIG creation and destruction, `SHARING_*_STEPS` those
+of time-slicing, so a new step cannot be
 added without the tests covering it.
 """
 
@@ -49,6 +50,12 @@ MIG_UNPREPARE_STEPS: Final[tuple[str, ...]] = (
     "mig-after-gi-destroyed",
     "mig-after-mig-disabled",
 )
+
+# Time-slicing, per GPU: after the interval is set (between the dynamic MIG
+# steps and "prepare-after-cdi-written"), and after it is reset to Default
+# (after the MIG steps of Unprepare, or while rolling back).
+SHARING_PREPARE_STEPS: Final[tuple[str, ...]] = ("timeslice-after-set",)
+SHARING_UNPREPARE_STEPS: Final[tuple[str, ...]] = ("timeslice-after-reset",)
 
 _armed: frozenset[str] = frozenset(
     name.strip() for name in os.environ.get(ENV_VAR, "").split(",") if name.strip()
