@@ -181,10 +181,12 @@ def test_conflicting_interval_on_a_shared_gpu_is_refused(plugin: PluginProcess) 
 
     assert "ResourceClaim default/claim-2" in error
     assert "asks for time-slice interval Short" in error
-    assert "claim default/claim-1" in error and "uses Long" in error
+    assert "claim default/claim-1" in error
+    assert "uses Long" in error
     assert time_slice(plugin, 0) == 3
     checkpoint = plugin.checkpoint()
-    assert checkpoint is not None and two.uid not in checkpoint.claims
+    assert checkpoint is not None
+    assert two.uid not in checkpoint.claims
     unprepare(plugin, one, two)
     assert time_slice(plugin, 0) == 0
     assert_nothing_left(plugin)
