@@ -141,7 +141,8 @@ def test_the_gate_can_still_be_turned_off_explicitly(
     path = _scaled(tmp_path, "integer-sharing.yaml", 9)
 
     gate_off = ("--feature-gates", "DRAConsumableCapacity=false")
-    code = main(["simulate", "-f", path, *NODE, "--consumable-shares", "4", *gate_off, "-o", "yaml"])
+    shares = ("--consumable-shares", "4")
+    code = main(["simulate", "-f", path, *NODE, *shares, *gate_off, "-o", "yaml"])
 
     assert code == 1
     assert sum(1 for r in yaml.safe_load(capsys.readouterr().out) if r["placed"]) == 8
