@@ -81,8 +81,9 @@ def check_shares(
             if in_use + amount > capacity:
                 raise ClaimError(
                     f"{where}[{index}]: share {result.share_id} of device {result.device!r} "
-                    f"consumes {text} {name}, but {_fmt(in_use)} of its {_fmt(Fraction(capacity))} are "
-                    "already held by other shares on this node; refusing to overcommit it"
+                    f"consumes {text} {name}, but {_fmt(in_use)} of its "
+                    f"{_fmt(Fraction(capacity))} are already held by other shares on this node; "
+                    "refusing to overcommit it"
                 )
             totals[name] = in_use + amount
 
