@@ -153,3 +153,46 @@ def test_a_bad_flag_value_is_refused(capsys: pytest.CaptureFixture[str]) -> None
     assert "--consumable-shares '0': expected 'unlimited', 'memory' or a positive number" in (
         capsys.readouterr().err
     )
+
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+EVERY_GPU = range(8)
+
+
+@pytest.mark.parametrize(
+    ("example", "shares", "per_device", "unplaced"),
+    [
+        ("gpu-time-slicing.yaml", (), {"gpu-0": 3}, []),
+        (
+            "gpu-4-way-shares.yaml",
+            ("--consumable-shares", "4"),
+            {f"gpu-{m}": 4 for m in EVERY_GPU},
+            ["quarter-gpu-workers-32"],
+        ),
+        (
+            "gpu-memory-shares.yaml",
+            ("--consumable-shares", "memory"),
+            {f"gpu-{m}": 3 for m in EVERY_GPU},
+            ["inference-24"],
+        ),
+    ],
+)
+def test_the_sharing_examples_place_what_their_comments_say(
+    capsys: pytest.CaptureFixture[str],
+    example: str,
+    shares: tuple[str, ...],
+    per_device: dict[str, int],
+    unplaced: list[str],
+) -> None:
+    code = main(["simulate", "-f", str(EXAMPLES / example), *NODE, *shares, "-o", "yaml"])
+    records = yaml.safe_load(capsys.readouterr().out)
+
+    assert code == (1 if unplaced else 0)
+    done = [r for r in records if r["placed"]]
+    assert _devices(done) == per_device  # 3, 32 and 24 pods
+    assert [r["pod"].split("/")[1] for r in records if not r["placed"]] == unplaced
+    configs = [claim["config"] for r in done for claim in r["claims"]]
+    if example != "gpu-memory-shares.yaml":  # both others ask for time-slicing
+        assert all("TimeSlicing" in str(config) for config in configs)
