@@ -2,7 +2,7 @@
 
 The simulator is only useful on real cluster sizes if the allocator (our port
 of kube-scheduler's structured allocator, `dra_driver.allocator`) and the
-placement loop around it (`controller.simulate.engine`) are fast. Shapes:
+placement loop around it (`dra_driver.simulate.engine`) are fast. Shapes:
 
 * `gpus`: 500 nodes with 10 whole GPUs each (A100-SXM4-80GB, MIG off; built
   by our inventory code from a simulated shape), 5,000 single-GPU claims from
@@ -47,15 +47,16 @@ from pathlib import Path
 from typing import Any, Final
 
 from bench import BenchOptions, BenchResult
-from controller.simulate.command import Scenario
-from controller.simulate.default_classes import default_device_classes
-from controller.simulate.documents import SourcedObject
-from controller.simulate.engine import Simulation, build_workload
-from controller.simulate.inputs import collect_inputs
-from controller.simulate.nodes import NodeRequest, SimulatedNodes, build_simulated_nodes
+from controller.simulated_nodes import build_simulated_nodes
 from dra_driver.allocator import AllocatedState, Allocator
 from dra_driver.cel import compile_selector
 from dra_driver.errors import AllocationError
+from dra_driver.simulate.command import Scenario
+from dra_driver.simulate.default_classes import default_device_classes
+from dra_driver.simulate.documents import SourcedObject
+from dra_driver.simulate.engine import Simulation, build_workload
+from dra_driver.simulate.inputs import collect_inputs
+from dra_driver.simulate.nodes import NodeRequest, SimulatedNodes
 
 NAME: Final = "allocator"
 DESCRIPTION: Final = "claims allocated per second by the simulate engine (scheduler allocator)"

@@ -297,9 +297,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return run_demo(keep=args.keep)
     if args.command == "simulate":
-        from controller.simulate.command import run_simulate
+        from controller.simulated_nodes import build_simulated_nodes
+        from dra_driver.simulate.command import run_simulate
 
         return run_simulate(
+            build_nodes=build_simulated_nodes,
             files=args.files,
             nodes=args.nodes,
             output=args.output,
@@ -310,9 +312,11 @@ def _dispatch(args: argparse.Namespace) -> int:
             consumable_shares=parse_consumable_shares(args.consumable_shares),
         )
     if args.command == "explain":
-        from controller.simulate.command import run_explain
+        from controller.simulated_nodes import build_simulated_nodes
+        from dra_driver.simulate.command import run_explain
 
         return run_explain(
+            build_nodes=build_simulated_nodes,
             files=args.files,
             nodes=args.nodes,
             cluster=args.cluster,

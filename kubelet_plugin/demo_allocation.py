@@ -13,9 +13,9 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from controller.simulate.diagnosis import Diagnoser
 from dra_driver.allocator import AllocatedState, Allocator, Node, claim_key
 from dra_driver.errors import AllocationError
+from dra_driver.simulate.diagnosis import Diagnoser
 
 Obj = dict[str, Any]
 

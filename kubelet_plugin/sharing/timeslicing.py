@@ -39,8 +39,8 @@ from kubelet_plugin.sharing.timeslice_plan import (
 
 log = logging.getLogger(__name__)
 
-SET_FAILPOINT, = failpoints.SHARING_PREPARE_STEPS
-RESET_FAILPOINT, = failpoints.SHARING_UNPREPARE_STEPS
+(SET_FAILPOINT,) = failpoints.SHARING_PREPARE_STEPS
+(RESET_FAILPOINT,) = failpoints.SHARING_UNPREPARE_STEPS
 
 
 class TimeSlicing:

@@ -6,11 +6,11 @@ import copy
 
 import pytest
 
-from controller.simulate.default_classes import default_device_classes
-from controller.simulate.nodes import node_slices
+from controller.simulated_nodes import node_slices
 from dra_driver.errors import AllocationError
 from dra_driver.inventory import discover
 from dra_driver.nvml.backend import open_hardware
+from dra_driver.simulate.default_classes import default_device_classes
 from kubelet_plugin.demo_allocation import allocate_demo_claims, demo_claims
 
 NODE = "demo-node"

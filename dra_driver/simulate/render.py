@@ -25,8 +25,8 @@ from typing import Any
 
 import yaml
 
-from controller.simulate.engine import ClaimOutcome, Placement
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.simulate.engine import ClaimOutcome, Placement
 
 Obj = dict[str, Any]
 

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
-from controller.simulate import selector_text
 from dra_driver.allocator import (
     AllocatedState,
     Allocator,
@@ -54,6 +53,7 @@ from dra_driver.allocator.trace import (
     Reason,
 )
 from dra_driver.errors import AllocationError, CelError
+from dra_driver.simulate import selector_text
 
 Obj = dict[str, Any]
 Cause = Literal["allocated", "counters", "capacity", "taint", "unusable"]

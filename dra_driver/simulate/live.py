@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.simulate.claims import claim_from_template
-from controller.simulate.nodes import nodes_from_objects
 from dra_driver.allocator import Node
 from dra_driver.cluster import open_cluster
 from dra_driver.errors import ClusterError, ConfigError, NotFoundError
+from dra_driver.simulate.claims import claim_from_template
+from dra_driver.simulate.nodes import nodes_from_objects
 
 Obj = dict[str, Any]
 

@@ -14,24 +14,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, TextIO
 
-from controller.simulate.claims import PodClaim
-from controller.simulate.default_classes import default_device_classes
-from controller.simulate.documents import read_documents
-from controller.simulate.engine import Simulation, WorkItem, Workload, build_workload
-from controller.simulate.explain import AllocatedClaim, render_report
-from controller.simulate.inputs import SimulationInputs, collect_inputs
-from controller.simulate.nodes import (
-    MigMode,
-    Release,
-    build_simulated_nodes,
-    nodes_from_objects,
-    parse_node_spec,
-)
-from controller.simulate.progress import ProgressBar
-from controller.simulate.render import render_table, render_yaml
 from dra_driver.allocator import Features, Node
 from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.errors import ConfigError
+from dra_driver.simulate.claims import PodClaim
+from dra_driver.simulate.default_classes import default_device_classes
+from dra_driver.simulate.documents import read_documents
+from dra_driver.simulate.engine import Simulation, WorkItem, Workload, build_workload
+from dra_driver.simulate.explain import AllocatedClaim, render_report
+from dra_driver.simulate.inputs import SimulationInputs, collect_inputs
+from dra_driver.simulate.nodes import (
+    MigMode,
+    NodeBuilder,
+    Release,
+    nodes_from_objects,
+    parse_node_spec,
+)
+from dra_driver.simulate.progress import ProgressBar
+from dra_driver.simulate.render import render_table, render_yaml
 
 Obj = dict[str, Any]
 
@@ -84,13 +84,18 @@ def load_scenario(
     files: Sequence[str],
     *,
     nodes: str | None,
+    build_nodes: NodeBuilder,
     namespace: str = "default",
     release: Release = "1.35",
     mig: MigMode = "dynamic",
     consumable_shares: ConsumableShares | None = None,
     err: TextIO | None = None,
 ) -> Scenario:
-    """Read the files, build the `--nodes`, add our DeviceClasses where the files have none."""
+    """Read the files, build the `--nodes`, add our DeviceClasses where the files have none.
+
+    `build_nodes` builds the `--nodes` and their slices (the CLI passes
+    `controller.simulated_nodes.build_simulated_nodes`).
+    """
     err = err or sys.stderr
     inputs = collect_inputs(read_documents(files), default_namespace=namespace)
     if inputs.ignored:
@@ -99,7 +104,7 @@ def load_scenario(
         err.write(f"note: ignored {total} object(s) the simulator does not use: {kinds}\n")
     scenario = Scenario(inputs)
     if nodes:
-        built = build_simulated_nodes(
+        built = build_nodes(
             parse_node_spec(nodes), mig=mig, release=release, consumable_shares=consumable_shares
         )
         scenario.nodes, scenario.slices = built.nodes, built.slices
@@ -124,6 +129,7 @@ def run_simulate(
     *,
     files: Sequence[str],
     nodes: str | None,
+    build_nodes: NodeBuilder,
     output: str = "table",
     namespace: str = "default",
     release: Release = "1.35",
@@ -139,6 +145,7 @@ def run_simulate(
     scenario = load_scenario(
         files,
         nodes=nodes,
+        build_nodes=build_nodes,
         namespace=namespace,
         release=release,
         mig=mig,
@@ -171,6 +178,7 @@ def _simulation(scenario: Scenario, workload: Workload, features: Features) -> S
 
 def run_explain(
     *,
+    build_nodes: NodeBuilder,
     files: Sequence[str] = (),
     nodes: str | None = None,
     cluster: str | None = None,
@@ -204,6 +212,7 @@ def run_explain(
         scenario = load_scenario(
             files,
             nodes=nodes,
+            build_nodes=build_nodes,
             namespace=namespace,
             release=release,
             mig=mig,
@@ -269,7 +278,7 @@ def _from_cluster(
     pod_key: str | None,
     features: Features,
 ) -> tuple[Simulation, WorkItem]:
-    from controller.simulate.live import read_cluster
+    from dra_driver.simulate.live import read_cluster
 
     pod_ref = tuple(pod_key.split("/", 1)) if pod_key else None
     objects = read_cluster(

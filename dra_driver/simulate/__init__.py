@@ -7,19 +7,19 @@ questions with the project's port of kube-scheduler's structured allocator
 simulated nodes (published by our own node code) or on the slices a cluster
 exports, and explains per node and device why a claim does not fit.
 
-Why here, in `controller`, and not in `dra_driver`: a simulation builds the
-ResourceSlices our publisher would publish, which `controller.slices` makes,
-and it is a cluster-level tool like the publisher; `dra_driver` is the core
-library that `controller` builds on and must not depend on it. The logic is
-pure (`engine`, `diagnosis`, `claims`, `workloads`, `inputs`, `render`,
-`explain`, `selector_text`); only `documents` (files), `nodes` (simulated
-hardware), `default_classes` (the deploy file) and `live` (a cluster) read
-anything, and `command` wires them to the CLI.
+It sits beside the allocator in the core: it is the allocator's driver
+loop, and it imports nothing from `controller` or `kubelet_plugin`. The one
+piece that needs the controller, building the slices of simulated nodes, is
+handed in by the CLI (`nodes.NodeBuilder`, made by
+`controller.simulated_nodes`). The logic is pure (`engine`, `diagnosis`,
+`claims`, `workloads`, `inputs`, `render`, `explain`, `selector_text`,
+`nodes`); only `documents` (files), `default_classes` (the deploy file) and
+`live` (a cluster) read anything, and `command` wires them to the CLI.
 """
 
-from controller.simulate.command import load_scenario, parse_features, run_explain, run_simulate
-from controller.simulate.diagnosis import Diagnoser, Diagnosis, NodeDiagnosis
-from controller.simulate.engine import (
+from dra_driver.simulate.command import load_scenario, parse_features, run_explain, run_simulate
+from dra_driver.simulate.diagnosis import Diagnoser, Diagnosis, NodeDiagnosis
+from dra_driver.simulate.engine import (
     ClaimOutcome,
     Placement,
     Simulation,
@@ -27,7 +27,7 @@ from controller.simulate.engine import (
     Workload,
     build_workload,
 )
-from controller.simulate.render import placement_records
+from dra_driver.simulate.render import placement_records
 
 __all__ = [
     "ClaimOutcome",

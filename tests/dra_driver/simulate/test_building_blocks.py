@@ -9,29 +9,23 @@ from typing import Any
 import pytest
 import yaml
 
-from controller.simulate.claims import generate_name, resolve_pod_claims
-from controller.simulate.command import parse_features
-from controller.simulate.default_classes import (
+from controller.simulated_nodes import build_simulated_nodes
+from dra_driver.allocator import AllocatedState, Allocator
+from dra_driver.errors import ConfigError
+from dra_driver.simulate.claims import generate_name, resolve_pod_claims
+from dra_driver.simulate.command import parse_features
+from dra_driver.simulate.default_classes import (
     DEPLOY_FILE,
     builtin_device_classes,
     default_device_classes,
 )
-from controller.simulate.documents import SourcedObject, parse_documents
-from controller.simulate.engine import RESERVED_FOR_MAX_SIZE, Simulation, build_workload
-from controller.simulate.inputs import collect_inputs
-from controller.simulate.nodes import (
-    NodeRequest,
-    build_simulated_nodes,
-    node_slices,
-    parse_node_spec,
-)
-from controller.simulate.progress import ProgressBar
-from controller.simulate.selector_text import conjuncts, describe
-from controller.simulate.workloads import expand_workload
-from dra_driver.allocator import AllocatedState, Allocator
-from dra_driver.errors import ConfigError
-from dra_driver.inventory import discover
-from dra_driver.nvml.backend import open_hardware
+from dra_driver.simulate.documents import SourcedObject, parse_documents
+from dra_driver.simulate.engine import RESERVED_FOR_MAX_SIZE, Simulation, build_workload
+from dra_driver.simulate.inputs import collect_inputs
+from dra_driver.simulate.nodes import NodeRequest, parse_node_spec
+from dra_driver.simulate.progress import ProgressBar
+from dra_driver.simulate.selector_text import conjuncts, describe
+from dra_driver.simulate.workloads import expand_workload
 
 
 def _sourced(*objects: dict[str, Any]) -> list[SourcedObject]:
@@ -210,19 +204,6 @@ def test_node_spec_parsing() -> None:
     )
     with pytest.raises(ConfigError, match="named twice"):
         parse_node_spec("l4-node=1,l4-node=2")
-
-
-@pytest.mark.parametrize("release", ["1.34", "1.35"])
-def test_derived_nodes_equal_a_full_build(release: str) -> None:
-    built = build_simulated_nodes([NodeRequest("dgx-a100-40gb", 2)], release=release)  # type: ignore[arg-type]
-    inventory = discover(open_hardware("sim:dgx-a100-40gb", node_name="dgx-a100-40gb-1").nvml)
-
-    full = node_slices(inventory, "dgx-a100-40gb-1", release=release)  # type: ignore[arg-type]
-
-    second = [s for s in built.slices if s["spec"]["nodeName"] == "dgx-a100-40gb-1"]
-    first = [s for s in built.slices if s["spec"]["nodeName"] == "dgx-a100-40gb-0"]
-    assert second == full
-    assert first != second  # different names and GPU UUIDs
 
 
 def test_packaged_device_classes_match_the_deploy_file(tmp_path: Path) -> None:

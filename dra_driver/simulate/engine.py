@@ -37,13 +37,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from controller.simulate.claims import PodClaim, claim_uid, resolve_pod_claims
-from controller.simulate.diagnosis import Diagnoser
-from controller.simulate.inputs import SimulationInputs
-from controller.simulate.workloads import ExpandedPod, expand_workload
 from dra_driver.allocator import AllocatedState, Allocator, Features, Node
 from dra_driver.allocator.nodes import selector_matches
 from dra_driver.errors import AllocationError, ConfigError
+from dra_driver.simulate.claims import PodClaim, claim_uid, resolve_pod_claims
+from dra_driver.simulate.diagnosis import Diagnoser
+from dra_driver.simulate.inputs import SimulationInputs
+from dra_driver.simulate.workloads import ExpandedPod, expand_workload
 
 Obj = dict[str, Any]
 ClaimState = Literal["allocated", "pre-allocated", "shared", "unallocated"]

@@ -22,13 +22,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller.simulate.diagnosis import (
-    Diagnoser,
-    Diagnosis,
-    NodeDiagnosis,
-    RequestGroup,
-    RequestOnNode,
-)
 from dra_driver.allocator import DeviceRef, Explanation, Reason
 from dra_driver.allocator.requests import ALL
 from dra_driver.allocator.trace import (
@@ -36,6 +29,13 @@ from dra_driver.allocator.trace import (
     ClassSelectorFalse,
     CountersExhausted,
     DeviceVerdict,
+)
+from dra_driver.simulate.diagnosis import (
+    Diagnoser,
+    Diagnosis,
+    NodeDiagnosis,
+    RequestGroup,
+    RequestOnNode,
 )
 
 Obj = dict[str, Any]

@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from controller.simulate.documents import SourcedObject
 from dra_driver.errors import ConfigError
+from dra_driver.simulate.documents import SourcedObject
 
 Obj = dict[str, Any]
 

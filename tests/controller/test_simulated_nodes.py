@@ -1,0 +1,23 @@
+"""Simulated nodes publish the slices our plugin would, however many of a shape."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.simulated_nodes import build_simulated_nodes, node_slices
+from dra_driver.inventory import discover
+from dra_driver.nvml.backend import open_hardware
+from dra_driver.simulate.nodes import NodeRequest
+
+
+@pytest.mark.parametrize("release", ["1.34", "1.35"])
+def test_derived_nodes_equal_a_full_build(release: str) -> None:
+    built = build_simulated_nodes([NodeRequest("dgx-a100-40gb", 2)], release=release)  # type: ignore[arg-type]
+    inventory = discover(open_hardware("sim:dgx-a100-40gb", node_name="dgx-a100-40gb-1").nvml)
+
+    full = node_slices(inventory, "dgx-a100-40gb-1", release=release)  # type: ignore[arg-type]
+
+    second = [s for s in built.slices if s["spec"]["nodeName"] == "dgx-a100-40gb-1"]
+    first = [s for s in built.slices if s["spec"]["nodeName"] == "dgx-a100-40gb-0"]
+    assert second == full
+    assert first != second  # different names and GPU UUIDs
