@@ -176,7 +176,9 @@ class PreparedDevice:
     which the node's share accounting is derived after a restart.
     `time_slice` is the time-slice interval the claim wants on the device's
     GPU, recorded before it is applied so a crash can neither leak nor lose
-    the setting.
+    the setting. Both were added within schema version 1 (rule 3): a dra-gpu
+    from before them cannot prepare shared or time-sliced claims at all, so
+    downgrading with such claims prepared is not supported.
     """
 
     request_names: tuple[str, ...]
