@@ -20,13 +20,11 @@ overwritten by the reset of one that is going away.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 
 from dra_driver import failpoints
-from dra_driver.checkpoint import Checkpoint, ClaimEntry, PreparedDevice
-from dra_driver.claims import AllocatedClaim
-from dra_driver.device_config import DeviceConfig, TimeSliceInterval
-from dra_driver.devices import AllocatableDevice
+from dra_driver.checkpoint import Checkpoint, ClaimEntry
+from dra_driver.device_config import TimeSliceInterval
 from dra_driver.errors import DraGpuError, GpuSettingError
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.sharing.gpu_policy import GpuPolicy
@@ -53,15 +51,7 @@ class TimeSlicing:
         self._gpu_locks = gpu_locks
         self._load = load
 
-    def plan(
-        self,
-        claim: AllocatedClaim,
-        configs: Mapping[str, DeviceConfig | None],
-        prepared: Sequence[PreparedDevice],
-        devices: Mapping[str, AllocatableDevice],
-        checkpoint: Checkpoint,
-    ) -> list[PreparedDevice]:
-        return plan_time_slices(claim, configs, prepared, devices, checkpoint)
+    plan = staticmethod(plan_time_slices)
 
     def apply(self, entry: ClaimEntry) -> None:
         for uuid, interval in sorted(_wanted_by(entry).items()):

@@ -9,15 +9,13 @@ time-slice interval is leaked (left on a GPU no claim wants it on) or lost
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 
-import grpc
 import pytest
 
 from dra_driver import failpoints
 from dra_driver.testing import PluginProcess
-from kubelet_plugin.service import ClaimRef
+from tests.kubelet_plugin.test_crash_recovery import _crash_during
 from tests.kubelet_plugin.test_sharing_over_socket import (
     SHARE_A,
     SHARE_B,
@@ -43,20 +41,11 @@ def plugin() -> Iterator[PluginProcess]:
         yield process
 
 
-def crash_during(plugin: PluginProcess, call: str, ref: ClaimRef, step: str) -> None:
-    plugin.restart(failpoints=[step])
-    rpc = plugin.client.prepare if call == "prepare" else plugin.client.unprepare
-    with pytest.raises(grpc.RpcError) as failed:
-        rpc([ref])
-    assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
-    assert plugin.wait_exit() == -signal.SIGKILL, plugin.log_tail()
-
-
 @pytest.mark.parametrize("step", failpoints.SHARING_PREPARE_STEPS)
 def test_crash_after_setting_the_interval_leaks_nothing(plugin: PluginProcess, step: str) -> None:
     victim = store(plugin, 1, [("gpu", "gpu-0")], (time_slicing("Long"),))
 
-    crash_during(plugin, "prepare", victim, step)
+    _crash_during(plugin, "prepare", victim, step)
     assert time_slice(plugin, 0) == LONG  # set, and the plugin died before answering
     plugin.restart()
 
@@ -76,7 +65,7 @@ def test_crash_while_sharing_a_gpu_keeps_the_other_claims_interval(
     victim = store(plugin, 2, [share("gpu-0", SHARE_B)], (time_slicing("Long"),))
     assert prepare_error(plugin, survivor) == ""
 
-    crash_during(plugin, "prepare", victim, step)
+    _crash_during(plugin, "prepare", victim, step)
     plugin.restart()
 
     assert time_slice(plugin, 0) == LONG  # the survivor still wants it: not reset
@@ -87,35 +76,22 @@ def test_crash_while_sharing_a_gpu_keeps_the_other_claims_interval(
     assert_nothing_left(plugin)
 
 
+@pytest.mark.parametrize("retry", ["unprepare", "prepare"])
 @pytest.mark.parametrize("step", failpoints.SHARING_UNPREPARE_STEPS)
-def test_crash_after_resetting_the_interval_then_unprepare_again(
-    plugin: PluginProcess, step: str
+def test_crash_after_resetting_the_interval_then_retry(
+    plugin: PluginProcess, step: str, retry: str
 ) -> None:
+    # The kubelet repeats Unprepare, or prepares the claim again for a new pod.
     victim = store(plugin, 1, [("gpu", "gpu-0")], (time_slicing("Short"),))
     assert prepare_error(plugin, victim) == ""
 
-    crash_during(plugin, "unprepare", victim, step)
+    _crash_during(plugin, "unprepare", victim, step)
     plugin.restart()
 
-    assert time_slice(plugin, 0) == 0
-    unprepare(plugin, victim)
-    assert time_slice(plugin, 0) == 0
-    assert_nothing_left(plugin)
-
-
-@pytest.mark.parametrize("step", failpoints.SHARING_UNPREPARE_STEPS)
-def test_crash_after_resetting_then_prepare_again_restores_the_interval(
-    plugin: PluginProcess, step: str
-) -> None:
-    # The kubelet may prepare the claim again (a new pod) instead of finishing Unprepare.
-    victim = store(plugin, 1, [("gpu", "gpu-0")], (time_slicing("Short"),))
-    assert prepare_error(plugin, victim) == ""
-
-    crash_during(plugin, "unprepare", victim, step)
-    plugin.restart()
-
-    assert prepare_error(plugin, victim) == ""
-    assert time_slice(plugin, 0) == 1
+    assert time_slice(plugin, 0) == 0  # recovery finished the Unprepare
+    if retry == "prepare":
+        assert prepare_error(plugin, victim) == ""
+        assert time_slice(plugin, 0) == 1  # Short
     unprepare(plugin, victim)
     assert time_slice(plugin, 0) == 0
     assert_nothing_left(plugin)
