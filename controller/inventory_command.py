@@ -71,6 +71,11 @@ def render_table(devices: list[AllocatableDevice], *, slice_count: int) -> str:
         for row in rows
     ]
     lines.append(f"{len(devices)} devices in {slice_count} ResourceSlice(s)")
+    shared = [device for device in devices if device.allow_multiple_allocations]
+    if shared:
+        shares = {device.capacity.get("shares") for device in shared} - {None}
+        per_device = f", {shares.pop()} shares each" if len(shares) == 1 else ""
+        lines.append(f"{len(shared)} devices may be shared between claims{per_device}")
     return "\n".join(lines) + "\n"
 
 

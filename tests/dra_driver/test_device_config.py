@@ -115,3 +115,9 @@ def test_sharing_is_refused_clearly_rather_than_ignored() -> None:
     assert problem is not None
     assert "asks for MPS sharing of gpu-0" in problem
     assert "remove the sharing section" in problem
+
+
+def test_time_slicing_is_no_longer_refused() -> None:
+    ts = {**GPU, "sharing": {"strategy": "TimeSlicing"}}
+    claim = _claim([make_opaque_config(ts)])
+    assert unsupported_sharing(claim, effective_configs(claim, KINDS)) is None
