@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PACKAGES := dra_driver kubelet_plugin controller
 
-.PHONY: test lint typecheck unit demo bench proto clean
+.PHONY: test lint imports typecheck unit demo bench proto clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -13,15 +13,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-## test: install into .venv, then ruff, mypy --strict and pytest
-test: $(STAMP) lint typecheck unit
+## test: install into .venv, then ruff, the import contracts (.importlinter), mypy --strict and pytest
+test: $(STAMP) lint imports typecheck unit
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check $(PACKAGES) tests bench
 	$(VENV)/bin/ruff format --check $(PACKAGES) tests bench
 
+## imports: the boundaries between dra_driver, kubelet_plugin and controller
+imports: $(STAMP)
+	$(VENV)/bin/lint-imports
+
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy $(PACKAGES)
+	$(VENV)/bin/mypy $(PACKAGES) tests/fakes
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q

@@ -35,13 +35,13 @@ from typing import Any
 
 from bench import BenchOptions, BenchResult, summarize_ns
 from dra_driver.errors import PluginError
-from dra_driver.testing import (
+from kubelet_plugin.service import ClaimRef
+from tests.fakes import (
     PluginProcess,
     live_mig_instances,
     make_allocated_claim,
     plugin_sim,
 )
-from kubelet_plugin.service import ClaimRef
 
 NAME = "mig-parallel"
 DESCRIPTION = "dynamic MIG prepares on 8 GPUs vs on 1 GPU, with simulated NVML latencies"

@@ -20,8 +20,8 @@ import grpc
 
 from bench import BenchOptions, BenchResult, summarize_ns
 from dra_driver.errors import PluginError
-from dra_driver.testing import PluginProcess, make_allocated_claim
 from kubelet_plugin.service import ClaimRef
+from tests.fakes import PluginProcess, make_allocated_claim
 
 NAME = "prepare"
 DESCRIPTION = "NodePrepareResources + NodeUnprepareResources round trips over the v1 socket"

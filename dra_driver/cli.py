@@ -1,9 +1,15 @@
-"""The `dra-gpu` command line.
+"""The `dra-gpu` command line: the composition root.
 
-One entry point with a sub-command per job. This module only parses flags
-and hands over; each command's work lives with the package it belongs to
-(the daemon in `kubelet_plugin`, publishing in `controller`), imported
-lazily so `dra-gpu inventory` does not pay for gRPC start-up.
+One entry point with a sub-command per job, all in one table (`COMMANDS`):
+each row names the command, its help, a function that adds its flags and a
+function that runs it. This module only parses flags and hands over; each
+command's work lives with the package it belongs to (the daemon in
+`kubelet_plugin`, slice building and publishing in `controller`, the
+simulator in `dra_driver.simulate`), imported lazily so `dra-gpu inventory`
+does not pay for gRPC start-up. It is the one core module allowed to import
+`kubelet_plugin` and `controller` (see `.importlinter`): it wires the
+controller's slice builder into the simulator and the simulator's allocation
+into the demo. Adding a command is one function pair and one row.
 """
 
 from __future__ import annotations
@@ -11,10 +17,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.consumable_shares import FLAG_HELP, parse_consumable_shares
 from dra_driver.errors import DraGpuError
 
 NVML_HELP = (
@@ -22,6 +30,17 @@ NVML_HELP = (
     "(shapes: dgx-a100-40gb, dgx-a100-80gb, dgx-h100, dgx-h200, a30-node, l4-node, "
     "h100-pcie-node, or a path to a YAML shape file)"
 )
+
+
+@dataclass(frozen=True)
+class Command:
+    """One sub-command: its name and help, how to add its flags, and how to run it."""
+
+    name: str
+    help: str
+    add_flags: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    description: str | None = None
 
 
 def _positive_seconds(text: str) -> float:
@@ -52,99 +71,160 @@ def _add_hardware_flags(parser: argparse.ArgumentParser, *, latency: bool = Fals
         )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="dra-gpu", description="DRA driver for NVIDIA GPUs: node plugin and tools"
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+# ---------------------------------------------------------------- inventory
 
-    inventory = commands.add_parser(
-        "inventory", help="print the ResourceSlices this node would publish (writes nothing)"
-    )
-    inventory.add_argument("--node-name", required=True)
-    inventory.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
-    inventory.add_argument("-o", "--output", choices=("yaml", "table"), default="table")
-    inventory.add_argument(
+
+def _inventory_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node-name", required=True)
+    parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
+    parser.add_argument("-o", "--output", choices=("yaml", "table"), default="table")
+    parser.add_argument(
         "--dynamic-mig",
         action=argparse.BooleanOptionalAction,
         default=False,
         help="include partitionable MIG devices, as the plugin publishes them with --dynamic-mig",
     )
-    inventory.add_argument("--partitionable-layout", choices=("v1.34", "v1.35"), default="v1.35")
-    _add_consumable_shares_flag(inventory)
-    _add_hardware_flags(inventory)
+    parser.add_argument("--partitionable-layout", choices=("v1.34", "v1.35"), default="v1.35")
+    _add_consumable_shares_flag(parser)
+    _add_hardware_flags(parser)
 
-    plugin = commands.add_parser("kubelet-plugin", help="run the node daemon")
-    plugin.add_argument("--node-name", required=True)
-    plugin.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
-    plugin.add_argument(
+
+def _run_inventory(args: argparse.Namespace) -> int:
+    from controller.inventory_command import print_inventory
+
+    return print_inventory(
+        node_name=args.node_name,
+        driver_name=args.driver_name,
+        nvml=args.nvml,
+        sim_state=args.sim_state,
+        output=args.output,
+        dynamic_mig=args.dynamic_mig,
+        layout=args.partitionable_layout,
+        consumable_shares=parse_consumable_shares(args.consumable_shares),
+    )
+
+
+# ---------------------------------------------------------------- kubelet-plugin
+
+
+def _plugin_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node-name", required=True)
+    parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
+    parser.add_argument(
         "--cluster",
         default="kube",
         help="'kube' (in-cluster or kubeconfig) or 'local:DIR' (a directory of YAML objects)",
     )
-    plugin.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then ~/.kube)")
-    plugin.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"))
-    plugin.add_argument("--cdi-root", type=Path, default=Path("/var/run/cdi"))
-    plugin.add_argument(
+    parser.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then ~/.kube)")
+    parser.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"))
+    parser.add_argument("--cdi-root", type=Path, default=Path("/var/run/cdi"))
+    parser.add_argument(
         "--publish-interval",
         type=_positive_seconds,
         default=30.0,
         help="seconds between ResourceSlice re-syncs (the kubelet wipes slices when it restarts)",
     )
-    _add_hardware_flags(plugin, latency=True)
-    plugin.add_argument(
+    _add_hardware_flags(parser, latency=True)
+    parser.add_argument(
         "--dynamic-mig",
         action=argparse.BooleanOptionalAction,
         default=False,
         help="publish every MIG placement as a partitionable device and create MIG instances at "
         "Prepare (needs the DRAPartitionableDevices feature gate on Kubernetes 1.34/1.35)",
     )
-    plugin.add_argument(
+    parser.add_argument(
         "--partitionable-layout",
         choices=("auto", "v1.34", "v1.35"),
         default="auto",
         help="slice layout of partitionable devices; auto reads the API server version",
     )
-    plugin.add_argument(
+    parser.add_argument(
         "--mig-reclaim-unknown",
         action="store_true",
         help="destroy MIG instances no prepared claim owns at start-up (default: publish them "
         "as static MIG devices and leave them alone)",
     )
-    _add_consumable_shares_flag(plugin)
-    plugin.add_argument(
+    _add_consumable_shares_flag(parser)
+    parser.add_argument(
         "--nvidia-smi",
         type=Path,
         default=Path("/usr/bin/nvidia-smi"),
         help="the driver's nvidia-smi, used to set time-slice intervals (default: "
         "%(default)s, i.e. under a driver root of /)",
     )
-    plugin.add_argument(
+    parser.add_argument(
         "--keep-mig-enabled",
         action="store_true",
         help="leave MIG mode on when the last dynamic MIG device of a Hopper+ GPU is gone",
     )
 
-    mig = commands.add_parser("mig", help="MIG tools")
-    mig_commands = mig.add_subparsers(dest="mig_command", required=True, metavar="MIG_COMMAND")
+
+def _run_plugin(args: argparse.Namespace) -> int:
+    from dra_driver.sim.hardware import parse_latency
+    from kubelet_plugin.main import PluginOptions, run
+
+    return run(
+        PluginOptions(
+            node_name=args.node_name,
+            nvml=args.nvml,
+            cluster=args.cluster,
+            kubelet_root=args.kubelet_root,
+            cdi_root=args.cdi_root,
+            driver_name=args.driver_name,
+            sim_state=args.sim_state,
+            sim_latency=parse_latency(args.sim_latency) if args.sim_latency else None,
+            kubeconfig=args.kubeconfig,
+            publish_interval=args.publish_interval,
+            dynamic_mig=args.dynamic_mig,
+            partitionable_layout=args.partitionable_layout,
+            mig_reclaim_unknown=args.mig_reclaim_unknown,
+            keep_mig_enabled=args.keep_mig_enabled,
+            consumable_shares=parse_consumable_shares(args.consumable_shares),
+            nvidia_smi=args.nvidia_smi,
+        )
+    )
+
+
+# ---------------------------------------------------------------- mig
+
+
+def _mig_flags(parser: argparse.ArgumentParser) -> None:
+    mig_commands = parser.add_subparsers(dest="mig_command", required=True, metavar="MIG_COMMAND")
     status = mig_commands.add_parser("status", help="print the live MIG layout of every GPU")
     status.add_argument("--node-name", default="sim-node", help="node name (simulated UUIDs)")
     _add_hardware_flags(status)
 
-    demo = commands.add_parser("demo", help="the whole path on a simulated dgx-h100 node")
-    demo.add_argument("--keep", action="store_true", help="keep the temporary directory")
 
-    simulate = commands.add_parser(
-        "simulate",
-        help="place pods and claims from YAML files on simulated nodes with the scheduler's "
-        "allocator",
-        description="Place the Pods (and the pods of Deployments, ReplicaSets, StatefulSets "
-        "and Jobs) in the files, in order, first fit, allocating their ResourceClaims exactly "
-        "as kube-scheduler would. Exit status 1 if anything was not placed.",
-    )
-    _add_scenario_flags(simulate, files_required=True)
-    simulate.add_argument(
+def _run_mig(args: argparse.Namespace) -> int:
+    # `status` is the only MIG command (argparse refuses any other).
+    from dra_driver import mig_status
+    from dra_driver.nvml.backend import open_hardware
+
+    hardware = open_hardware(args.nvml, sim_state=args.sim_state, node_name=args.node_name)
+    print(mig_status.render(mig_status.collect(hardware.nvml)), end="")
+    return 0
+
+
+# ---------------------------------------------------------------- demo
+
+
+def _demo_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from dra_driver.simulate.node_allocation import allocate_on_node
+    from kubelet_plugin.demo import run_demo
+
+    return run_demo(allocate=allocate_on_node, keep=args.keep)
+
+
+# ---------------------------------------------------------------- simulate, explain
+
+
+def _simulate_flags(parser: argparse.ArgumentParser) -> None:
+    _add_scenario_flags(parser, files_required=True)
+    parser.add_argument(
         "-o",
         "--output",
         choices=("table", "yaml"),
@@ -153,36 +233,61 @@ def build_parser() -> argparse.ArgumentParser:
         "claims: [{claim, results: [{request, driver, pool, device}], config}]}",
     )
 
-    explain = commands.add_parser(
-        "explain",
-        help="why a claim (or a pod's claims) does or does not fit, per node and device",
-        description="Explain a claim or a pod from the files (the simulation up to it) or "
-        "from a cluster. Without --claim/--pod, the first item simulate could not place. "
-        "Exit status 1 if it does not fit.",
+
+def _run_simulate(args: argparse.Namespace) -> int:
+    from controller.simulated_nodes import build_simulated_nodes
+    from dra_driver.simulate.command import run_simulate
+
+    return run_simulate(
+        build_nodes=build_simulated_nodes,
+        files=args.files,
+        nodes=args.nodes,
+        output=args.output,
+        namespace=args.namespace,
+        release=args.release,
+        mig=args.mig,
+        feature_gates=args.feature_gates,
+        consumable_shares=parse_consumable_shares(args.consumable_shares),
     )
-    _add_scenario_flags(explain, files_required=False)
-    explain.add_argument(
+
+
+def _explain_flags(parser: argparse.ArgumentParser) -> None:
+    _add_scenario_flags(parser, files_required=False)
+    parser.add_argument(
         "--cluster",
         help="read the cluster instead of files: 'kube' (kubeconfig / in-cluster) or 'local:DIR'",
     )
-    explain.add_argument("--kubeconfig", help="kubeconfig path for --cluster kube")
-    explain.add_argument("--claim", help="the ResourceClaim to explain, NAMESPACE/NAME")
-    explain.add_argument("--pod", help="the pod whose claims to explain, NAMESPACE/NAME")
-    explain.add_argument("--node", help="only this node (default: every node the pod may use)")
-    explain.add_argument(
+    parser.add_argument("--kubeconfig", help="kubeconfig path for --cluster kube")
+    parser.add_argument("--claim", help="the ResourceClaim to explain, NAMESPACE/NAME")
+    parser.add_argument("--pod", help="the pod whose claims to explain, NAMESPACE/NAME")
+    parser.add_argument("--node", help="only this node (default: every node the pod may use)")
+    parser.add_argument(
         "--verbose",
         dest="details",
         action="store_true",
         help="every node and every device, not a summary",
     )
-    return parser
 
 
-def _add_consumable_shares_flag(parser: argparse.ArgumentParser) -> None:
-    from dra_driver.consumable_shares import FLAG_HELP
+def _run_explain(args: argparse.Namespace) -> int:
+    from controller.simulated_nodes import build_simulated_nodes
+    from dra_driver.simulate.command import run_explain
 
-    parser.add_argument(
-        "--consumable-shares", default="", metavar="unlimited|memory|N", help=FLAG_HELP
+    return run_explain(
+        build_nodes=build_simulated_nodes,
+        files=args.files,
+        nodes=args.nodes,
+        cluster=args.cluster,
+        kubeconfig=args.kubeconfig,
+        claim=args.claim,
+        pod=args.pod,
+        node=args.node,
+        verbose=args.details,
+        namespace=args.namespace,
+        release=args.release,
+        mig=args.mig,
+        feature_gates=args.feature_gates,
+        consumable_shares=parse_consumable_shares(args.consumable_shares),
     )
 
 
@@ -231,6 +336,59 @@ def _add_scenario_flags(parser: argparse.ArgumentParser, *, files_required: bool
     _add_consumable_shares_flag(parser)
 
 
+def _add_consumable_shares_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--consumable-shares", default="", metavar="unlimited|memory|N", help=FLAG_HELP
+    )
+
+
+# ---------------------------------------------------------------- the table
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "inventory",
+        "print the ResourceSlices this node would publish (writes nothing)",
+        _inventory_flags,
+        _run_inventory,
+    ),
+    Command("kubelet-plugin", "run the node daemon", _plugin_flags, _run_plugin),
+    Command("mig", "MIG tools", _mig_flags, _run_mig),
+    Command("demo", "the whole path on a simulated dgx-h100 node", _demo_flags, _run_demo),
+    Command(
+        "simulate",
+        "place pods and claims from YAML files on simulated nodes with the scheduler's allocator",
+        _simulate_flags,
+        _run_simulate,
+        description="Place the Pods (and the pods of Deployments, ReplicaSets, StatefulSets "
+        "and Jobs) in the files, in order, first fit, allocating their ResourceClaims exactly "
+        "as kube-scheduler would. Exit status 1 if anything was not placed.",
+    ),
+    Command(
+        "explain",
+        "why a claim (or a pod's claims) does or does not fit, per node and device",
+        _explain_flags,
+        _run_explain,
+        description="Explain a claim or a pod from the files (the simulation up to it) or "
+        "from a cluster. Without --claim/--pod, the first item simulate could not place. "
+        "Exit status 1 if it does not fit.",
+    ),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dra-gpu", description="DRA driver for NVIDIA GPUs: node plugin and tools"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        sub = commands.add_parser(command.name, help=command.help, description=command.description)
+        command.add_flags(sub)
+        sub.set_defaults(run=command.run)
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -239,99 +397,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        return _dispatch(args)
+        code: int = args.run(args)
     except DraGpuError as exc:
         print(f"dra-gpu {args.command}: {exc}", file=sys.stderr)
         return 2
-
-
-def _dispatch(args: argparse.Namespace) -> int:
-    from dra_driver.consumable_shares import parse_consumable_shares
-
-    if args.command == "inventory":
-        from controller.inventory_command import print_inventory
-
-        return print_inventory(
-            node_name=args.node_name,
-            driver_name=args.driver_name,
-            nvml=args.nvml,
-            sim_state=args.sim_state,
-            output=args.output,
-            dynamic_mig=args.dynamic_mig,
-            layout=args.partitionable_layout,
-            consumable_shares=parse_consumable_shares(args.consumable_shares),
-        )
-    if args.command == "kubelet-plugin":
-        from dra_driver.sim.hardware import parse_latency
-        from kubelet_plugin.main import PluginOptions, run
-
-        return run(
-            PluginOptions(
-                node_name=args.node_name,
-                nvml=args.nvml,
-                cluster=args.cluster,
-                kubelet_root=args.kubelet_root,
-                cdi_root=args.cdi_root,
-                driver_name=args.driver_name,
-                sim_state=args.sim_state,
-                sim_latency=parse_latency(args.sim_latency) if args.sim_latency else None,
-                kubeconfig=args.kubeconfig,
-                publish_interval=args.publish_interval,
-                dynamic_mig=args.dynamic_mig,
-                partitionable_layout=args.partitionable_layout,
-                mig_reclaim_unknown=args.mig_reclaim_unknown,
-                keep_mig_enabled=args.keep_mig_enabled,
-                consumable_shares=parse_consumable_shares(args.consumable_shares),
-                nvidia_smi=args.nvidia_smi,
-            )
-        )
-    if args.command == "mig":
-        from dra_driver import mig_status
-        from dra_driver.nvml.backend import open_hardware
-
-        hardware = open_hardware(args.nvml, sim_state=args.sim_state, node_name=args.node_name)
-        print(mig_status.render(mig_status.collect(hardware.nvml)), end="")
-        return 0
-    if args.command == "demo":
-        from kubelet_plugin.demo import run_demo
-
-        return run_demo(keep=args.keep)
-    if args.command == "simulate":
-        from controller.simulated_nodes import build_simulated_nodes
-        from dra_driver.simulate.command import run_simulate
-
-        return run_simulate(
-            build_nodes=build_simulated_nodes,
-            files=args.files,
-            nodes=args.nodes,
-            output=args.output,
-            namespace=args.namespace,
-            release=args.release,
-            mig=args.mig,
-            feature_gates=args.feature_gates,
-            consumable_shares=parse_consumable_shares(args.consumable_shares),
-        )
-    if args.command == "explain":
-        from controller.simulated_nodes import build_simulated_nodes
-        from dra_driver.simulate.command import run_explain
-
-        return run_explain(
-            build_nodes=build_simulated_nodes,
-            files=args.files,
-            nodes=args.nodes,
-            cluster=args.cluster,
-            kubeconfig=args.kubeconfig,
-            claim=args.claim,
-            pod=args.pod,
-            node=args.node,
-            verbose=args.details,
-            namespace=args.namespace,
-            release=args.release,
-            mig=args.mig,
-            feature_gates=args.feature_gates,
-            consumable_shares=parse_consumable_shares(args.consumable_shares),
-        )
-    raise AssertionError(f"unhandled command {args.command}")
+    return code
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ because the person reading them is an admin looking at a pending pod.
 
     DraGpuError
     ├── ConfigError            bad command line, shape file, or opaque config
+    │   └── QuantityError      a string is not a Kubernetes quantity (`problem` says why)
     ├── NvmlError              an NVML call failed (carries the NVML return code)
     ├── InventoryError         the hardware cannot be turned into devices
     ├── SliceError             a ResourceSlice would break an API limit
@@ -35,6 +36,20 @@ class DraGpuError(Exception):
 
 class ConfigError(DraGpuError):
     """A flag, a shape file or an opaque device config is invalid."""
+
+
+class QuantityError(ConfigError):
+    """A string is not a Kubernetes quantity.
+
+    `problem` names the rule it breaks, so callers that must word it their
+    own way (CEL uses apimachinery's messages) branch on it, not on the text:
+    "format" (not a number with an optional suffix), "suffix" (an unknown
+    unit) or "exponent" (a decimal exponent beyond the supported range).
+    """
+
+    def __init__(self, message: str, *, problem: str) -> None:
+        super().__init__(message)
+        self.problem = problem
 
 
 class NvmlError(DraGpuError):

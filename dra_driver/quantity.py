@@ -1,58 +1,67 @@
-"""Kubernetes resource quantities, written and read the way the apiserver does.
+"""Kubernetes resource quantities: one `Quantity` to parse, compare and print.
 
-Device capacities (`memory`, `multiprocessors`, counters) travel as quantity
-strings. The publisher compares the slices it wants with the slices the
-apiserver returns, so the strings we write must already be in the apiserver's
-canonical form, or every comparison would see a change that is not there.
-CEL's `quantity()` and the allocator need the reverse: a string to an exact
-number. Both directions live here, pure and without third-party code.
+Device capacities (`memory`, `multiprocessors`, counters), claim requests,
+CEL's `quantity()` and the slice publisher all deal in quantity strings, and
+all of them use this module:
 
-Canonical form (apimachinery `Quantity.String()` after a parse round trip):
+* `parse_quantity` / `Quantity.parse` read a string to an exact value (a
+  Fraction) and the format apimachinery gives it (BinarySI for `Gi`-style
+  suffixes, DecimalSI for `k`/`m`/plain numbers, DecimalExponent for `1e3`).
+  The syntax is checked here (apimachinery's grammar is stricter than the
+  Python client's), then the number is computed by the kubernetes client's
+  `kubernetes.utils.quantity.parse_quantity` in a Decimal context wide enough
+  to be exact, and rounded like `ParseQuantity` (away from zero to whole nano
+  units; BinarySI capped at 2^63-1). Errors are `QuantityError`, whose
+  `problem` says which rule broke.
+* `Quantity` compares by value (`80Gi == 85899345920`, as resource.Quantity's
+  `Cmp`), and prints apimachinery's canonical `Quantity.String()` in its format,
+  so a consumed capacity of "1024" stays "1024" and "1Gi" stays "1Gi".
+* `format_quantity` prints an integer the way the apiserver stores it after a
+  round trip: a non-zero multiple of 1024 in BinarySI with the largest suffix
+  that keeps the mantissa whole (85899345920 -> "80Gi", 1024000 -> "1000Ki"),
+  anything else in DecimalSI (5 -> "5", 1000 -> "1k"). Go's
+  `NewQuantity(2000, BinarySI).String()` prints "2000", but the apiserver
+  parses that as DecimalSI and stores "2k"; we write "2k" so what the
+  publisher sends is what it reads back.
 
-* a non-zero multiple of 1024 is written in BinarySI with the largest binary
-  suffix that keeps the mantissa whole: 85899345920 -> "80Gi",
-  85520809984 -> "81559Mi", 1024000 -> "1000Ki";
-* anything else is written in DecimalSI: 5 -> "5", 1000 -> "1k", 1500 -> "1500".
-
-Go's `NewQuantity(2000, BinarySI).String()` prints "2000", but the apiserver
-parses that string as DecimalSI and stores "2k"; we write "2k" so what we send
-is what we read back. For byte counts (always multiples of 1 MiB here) the two
-agree.
+The canonical printing is written here: the Python client has none (its
+`format_quantity` prints a value in a suffix the caller picks).
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal, Inexact, localcontext
 from fractions import Fraction
-from typing import Final
+from typing import Final, Literal
 
-from dra_driver.errors import ConfigError
+from kubernetes.utils import quantity as _client
 
+from dra_driver.errors import ConfigError, QuantityError
+
+Format = Literal["BinarySI", "DecimalSI", "DecimalExponent"]
+
+INT64_MIN: Final = -(2**63)
 INT64_MAX: Final = 2**63 - 1
+MAX_DECIMAL_EXPONENT: Final = 1000
 
 _BINARY_SUFFIXES: Final = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
-_DECIMAL_SUFFIXES: Final = ("", "k", "M", "G", "T", "P", "E")
-
-# suffix -> (base, exponent); what apimachinery's quantitySuffixer.interpret accepts
-_BINARY_EXPONENTS: Final[dict[str, int]] = {
-    "Ki": 10,
-    "Mi": 20,
-    "Gi": 30,
-    "Ti": 40,
-    "Pi": 50,
-    "Ei": 60,
-}
-_DECIMAL_EXPONENTS: Final[dict[str, int]] = {
-    "n": -9,
-    "u": -6,
-    "m": -3,
-    "": 0,
-    "k": 3,
-    "M": 6,
-    "G": 9,
-    "T": 12,
-    "P": 15,
-    "E": 18,
+_DECIMAL_SUFFIXES: Final = frozenset(("n", "u", "m", "", "k", "M", "G", "T", "P", "E"))
+_DECIMAL_SUFFIX_BY_EXPONENT: Final[dict[int, str]] = {
+    -9: "n",
+    -6: "u",
+    -3: "m",
+    0: "",
+    3: "k",
+    6: "M",
+    9: "G",
+    12: "T",
+    15: "P",
+    18: "E",
 }
 
 # sign, whole digits, optional fraction, suffix (letters from apimachinery's
@@ -62,7 +71,120 @@ _QUANTITY_RE: Final = re.compile(
 )
 _EXPONENT_RE: Final = re.compile(r"[eE](?P<exp>[-+]?[0-9]+)")
 _NANO: Final = Fraction(1, 10**9)
-MAX_DECIMAL_EXPONENT: Final = 1000
+# The kubernetes client's parser (untyped), for the arithmetic once the syntax is checked.
+_client_parse_quantity: Final[Callable[[str], Decimal]] = _client.parse_quantity
+_ZERO: Final = Fraction(0)
+
+
+@dataclass(frozen=True, slots=True)
+class Quantity:
+    """An exact quantity value plus the format Kubernetes prints it in.
+
+    Equal and ordered by value only, like resource.Quantity's `Cmp`.
+    """
+
+    value: Fraction
+    fmt: Format = field(default="DecimalSI", compare=False)
+
+    @staticmethod
+    def parse(text: str) -> Quantity:
+        """The quantity a string means; QuantityError naming the string if it is none."""
+        if not isinstance(text, str):
+            raise QuantityError(f"quantity {text!r}: must be a string", problem="format")
+        return _parse(text)
+
+    def compare(self, other: Quantity) -> int:
+        """-1, 0 or 1, as `Quantity.Cmp`."""
+        return (self.value > other.value) - (self.value < other.value)
+
+    def sign(self) -> int:
+        return (self.value > 0) - (self.value < 0)
+
+    def ceil_int(self) -> int:
+        """apimachinery `Quantity.Value()`: the value rounded up to an integer."""
+        return math.ceil(self.value)
+
+    def as_int64(self) -> int | None:
+        """The value as int64 if it is a whole number in range (`AsInt64`), else None."""
+        if self.value.denominator != 1:
+            return None
+        number = self.value.numerator
+        return number if INT64_MIN <= number <= INT64_MAX else None
+
+    def as_float(self) -> float:
+        try:
+            return float(self.value)
+        except OverflowError:
+            return math.inf if self.value > 0 else -math.inf
+
+    def __str__(self) -> str:
+        return format_canonical(self.value, self.fmt)
+
+
+def parse_quantity(text: str) -> Fraction:
+    """The exact value of a Kubernetes quantity string.
+
+    Accepts what apimachinery's `ParseQuantity` accepts: an optional sign,
+    digits with an optional fraction, and one suffix out of Ki Mi Gi Ti Pi Ei
+    (powers of 1024), n u m k M G T P E (powers of 1000), or a decimal exponent
+    (`1e3`, `5E-2`, |exponent| <= 1000: the exact value of 1e999999999 would
+    take gigabytes). Stricter than apimachinery in one way: a number needs at
+    least one digit ("", "-", "." are errors, not zero).
+
+    Raises QuantityError (a ConfigError) naming the string when it is not a quantity.
+    """
+    return Quantity.parse(text).value
+
+
+def quantity_format(text: str) -> Format:
+    """The format apimachinery assigns to a quantity string, from its suffix."""
+    stripped = text.rstrip("0123456789+-")
+    if stripped.endswith("i"):
+        return "BinarySI"
+    if stripped.endswith(("e", "E")):
+        return "DecimalExponent"
+    return "DecimalSI"
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str) -> Quantity:
+    match = _QUANTITY_RE.fullmatch(text)
+    if match is None:
+        raise QuantityError(
+            f"quantity {text!r}: not a number with an optional unit suffix", problem="format"
+        )
+    if not match["whole"] and not match["frac"]:
+        raise QuantityError(f"quantity {text!r}: has no digits", problem="format")
+    suffix = match["suffix"]
+    fmt: Format
+    if suffix[:-1] in ("K", "M", "G", "T", "P", "E") and suffix.endswith("i"):
+        fmt = "BinarySI"
+    elif suffix in _DECIMAL_SUFFIXES:
+        fmt = "DecimalSI"
+    else:
+        exponent = _EXPONENT_RE.fullmatch(suffix)
+        if exponent is None:
+            raise QuantityError(f"quantity {text!r}: unknown suffix {suffix!r}", problem="suffix")
+        if abs(int(exponent["exp"])) > MAX_DECIMAL_EXPONENT:
+            raise QuantityError(
+                f"quantity {text!r}: exponent out of range (|exponent| <= {MAX_DECIMAL_EXPONENT})",
+                problem="exponent",
+            )
+        fmt = "DecimalExponent"
+    with localcontext() as context:
+        # Wide enough for every digit of the text times 1024^6: the product is exact.
+        context.prec = len(text) + 40
+        context.traps[Inexact] = True
+        try:
+            magnitude = Fraction(_client_parse_quantity(text.lstrip("+-")))
+        except ValueError as exc:  # the syntax was checked above; kept for safety
+            raise QuantityError(f"quantity {text!r}: {exc}", problem="format") from exc
+    if magnitude:
+        # Round away from zero to whole nanos, as ParseQuantity does.
+        magnitude = -((-magnitude) // _NANO) * _NANO
+    if fmt == "BinarySI" and magnitude > INT64_MAX:
+        magnitude = Fraction(INT64_MAX)
+    return Quantity(-magnitude if match["sign"] == "-" else magnitude, fmt)
 
 
 def format_quantity(n: int) -> str:
@@ -75,72 +197,50 @@ def format_quantity(n: int) -> str:
         raise ConfigError(f"quantity {n!r}: must be an integer")
     if abs(n) > INT64_MAX:
         raise ConfigError(f"quantity {n}: outside the int64 range a quantity can hold")
-    if n == 0:
+    return format_canonical(Fraction(n), "BinarySI" if n % 1024 == 0 else "DecimalSI")
+
+
+def readable(value: Fraction) -> str:
+    """A quantity string for messages: integers like the apiserver prints them
+    (`80Gi`, `2k`), other values in DecimalSI (`500m`)."""
+    if value.denominator != 1:
+        return format_canonical(value, "DecimalSI")
+    return format_quantity(int(value)) if abs(value) <= INT64_MAX else str(int(value))
+
+
+def format_canonical(value: Fraction, fmt: Format) -> str:
+    """apimachinery's canonical `Quantity.String()` for a value in a format."""
+    if value == _ZERO:
         return "0"
+    if fmt == "BinarySI" and value.denominator == 1 and abs(value) >= 1024:
+        return _binary(int(value))
+    return _decimal(value, "DecimalExponent" if fmt == "DecimalExponent" else "DecimalSI")
+
+
+def _binary(n: int) -> str:
     sign = "-" if n < 0 else ""
     mantissa = abs(n)
-    if mantissa % 1024 == 0:
-        power = 0
-        while mantissa % 1024 == 0 and power < len(_BINARY_SUFFIXES) - 1:
-            mantissa //= 1024
-            power += 1
-        return f"{sign}{mantissa}{_BINARY_SUFFIXES[power]}"
     power = 0
-    while mantissa % 1000 == 0 and power < len(_DECIMAL_SUFFIXES) - 1:
-        mantissa //= 1000
+    while mantissa % 1024 == 0 and power < len(_BINARY_SUFFIXES) - 1:
+        mantissa //= 1024
         power += 1
-    return f"{sign}{mantissa}{_DECIMAL_SUFFIXES[power]}"
+    return f"{sign}{mantissa}{_BINARY_SUFFIXES[power]}"
 
 
-def parse_quantity(text: str) -> Fraction:
-    """The exact value of a Kubernetes quantity string.
-
-    Accepts what apimachinery's `ParseQuantity` accepts: an optional sign,
-    digits with an optional fraction, and one suffix out of Ki Mi Gi Ti Pi Ei
-    (powers of 1024), n u m k M G T P E (powers of 1000), or a decimal exponent
-    (`1e3`, `5E-2`). Like the apiserver, non-zero values are rounded away from
-    zero to a whole number of nano units, and BinarySI values are capped at
-    2^63-1. Stricter than apimachinery in one way: a number needs at least one
-    digit ("", "-", "." are errors, not zero).
-
-    Raises ConfigError naming the string when it is not a quantity.
-    """
-    if not isinstance(text, str):
-        raise ConfigError(f"quantity {text!r}: must be a string")
-    match = _QUANTITY_RE.fullmatch(text)
-    if match is None:
-        raise ConfigError(f"quantity {text!r}: not a number with an optional unit suffix")
-    whole = match["whole"]
-    frac = match["frac"] or ""
-    if not whole and not frac:
-        raise ConfigError(f"quantity {text!r}: has no digits")
-    suffix = match["suffix"]
-    binary = suffix in _BINARY_EXPONENTS
-    if binary:
-        multiplier = Fraction(2) ** _BINARY_EXPONENTS[suffix]
-    elif suffix in _DECIMAL_EXPONENTS:
-        multiplier = Fraction(10) ** _DECIMAL_EXPONENTS[suffix]
+def _decimal(value: Fraction, fmt: Format) -> str:
+    sign = "-" if value < 0 else ""
+    # Quantities hold at most nano precision; round up like the apiserver does.
+    nanos = -((-abs(value) * 10**9) // 1)
+    mantissa, exponent = int(nanos), -9
+    while mantissa % 10 == 0:
+        mantissa //= 10
+        exponent += 1
+    remainder = exponent % 3
+    if remainder:
+        mantissa *= 10**remainder
+        exponent -= remainder
+    if fmt == "DecimalSI" and exponent in _DECIMAL_SUFFIX_BY_EXPONENT:
+        suffix = _DECIMAL_SUFFIX_BY_EXPONENT[exponent]
     else:
-        exponent = _EXPONENT_RE.fullmatch(suffix)
-        if exponent is None:
-            raise ConfigError(f"quantity {text!r}: unknown suffix {suffix!r}")
-        power = int(exponent["exp"])
-        if abs(power) > MAX_DECIMAL_EXPONENT:
-            # The exact value of 1e999999999 would take gigabytes to build; no
-            # device or request needs more than a few hundred decimal digits.
-            raise ConfigError(
-                f"quantity {text!r}: exponent out of range (|exponent| <= {MAX_DECIMAL_EXPONENT})"
-            )
-        multiplier = Fraction(10) ** power
-    magnitude = (Fraction(int(whole or "0")) + _fraction_digits(frac)) * multiplier
-    if magnitude:
-        # Round away from zero to whole nanos, as ParseQuantity does.
-        nanos = -((-magnitude) // _NANO)
-        magnitude = nanos * _NANO
-    if binary and magnitude > INT64_MAX:
-        magnitude = Fraction(INT64_MAX)
-    return -magnitude if match["sign"] == "-" else magnitude
-
-
-def _fraction_digits(digits: str) -> Fraction:
-    return Fraction(int(digits), 10 ** len(digits)) if digits else Fraction(0)
+        suffix = "" if exponent == 0 else f"e{exponent}"
+    return f"{sign}{mantissa}{suffix}"

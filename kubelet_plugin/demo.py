@@ -17,18 +17,32 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import yaml
 
 from dra_driver import DEFAULT_DRIVER_NAME, mig_status
-from dra_driver.testing import PluginProcess, make_mig_profile_claim, plugin_hardware
-from kubelet_plugin.demo_allocation import allocate_demo_claims, demo_claims
+from kubelet_plugin.demo_claims import demo_claims, mig_profile_claim
+from kubelet_plugin.plugin_process import PluginProcess
 from kubelet_plugin.service import ClaimRef, PrepareResult
 
 NODE = "demo-node"
 SHAPE = "dgx-h100"
+Obj = dict[str, Any]
 DEPLOY_DIR = Path(__file__).resolve().parents[1] / "deploy"
+
+
+class NodeAllocator(Protocol):
+    """Allocates claims on one node as kube-scheduler would; returns them and how it was done.
+
+    The CLI passes `dra_driver.simulate.node_allocation.allocate_on_node`
+    (scheduling is the simulator's job, and the daemon's package does not
+    import the simulator).
+    """
+
+    def __call__(
+        self, claims: Sequence[Obj], slices: Sequence[Obj], classes: Sequence[Obj], node: str
+    ) -> tuple[list[Obj], str]: ...
 
 
 class _Printer:
@@ -48,7 +62,7 @@ class _Printer:
         self._out.flush()
 
 
-def run_demo(*, keep: bool = False, out: TextIO = sys.stdout) -> int:
+def run_demo(*, allocate: NodeAllocator, keep: bool = False, out: TextIO = sys.stdout) -> int:
     started = time.monotonic()
     p = _Printer(out)
     plugin = PluginProcess(
@@ -104,7 +118,7 @@ def run_demo(*, keep: bool = False, out: TextIO = sys.stdout) -> int:
 
         p.step("Allocate claims for two pods")
         claims = demo_claims()
-        allocated, how = allocate_demo_claims(claims, slices, cluster.list_device_classes(), NODE)
+        allocated, how = allocate(claims, slices, cluster.list_device_classes(), NODE)
         p.line(how)
         for claim in allocated:
             plugin.store_claim(claim)
@@ -149,13 +163,11 @@ def run_demo(*, keep: bool = False, out: TextIO = sys.stdout) -> int:
         _show_checkpoint(p, plugin)
 
         p.step("Dynamic MIG: three 1g.10gb slices on one GPU, created at Prepare, gone after")
-        mig_claim = make_mig_profile_claim(
+        mig_claim = mig_profile_claim(
             "inference-slices", "5e1f0c2a-7b3d-4e9a-8c61-0d2b4f6a8e13", ["1g.10gb"] * 3
         )
         p.line("requests: 3 x mig.nvidia.com with profile == '1g.10gb', matchAttribute parentUUID")
-        (mig_allocated,), _how = allocate_demo_claims(
-            [mig_claim], slices, cluster.list_device_classes(), NODE
-        )
+        (mig_allocated,), _how = allocate([mig_claim], slices, cluster.list_device_classes(), NODE)
         plugin.store_claim(mig_allocated)
         mig_ref = ClaimRef("default", mig_claim["metadata"]["uid"], "inference-slices")
         mig_devices = [
@@ -199,7 +211,7 @@ def _show_prepare(p: _Printer, ref: ClaimRef, result: PrepareResult) -> None:
 
 def _show_mig_status(p: _Printer, plugin: PluginProcess, minor: int, title: str) -> None:
     """The `dra-gpu mig status` block of GPU `minor`."""
-    layouts = mig_status.collect(plugin_hardware(plugin).nvml)
+    layouts = mig_status.collect(plugin.hardware().nvml)
     p.line(title)
     p.line(mig_status.render([g for g in layouts if g.gpu.minor == minor]).rstrip(), indent=5)
 
@@ -251,4 +263,4 @@ def _rogue_claim(device: str) -> dict[str, Any]:
     }
 
 
-__all__: Sequence[str] = ["run_demo"]
+__all__: Sequence[str] = ["NodeAllocator", "run_demo"]

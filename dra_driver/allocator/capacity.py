@@ -19,13 +19,14 @@ from fractions import Fraction
 from typing import Any, cast
 
 from dra_driver.allocator.pools import DeviceRecord
-from dra_driver.allocator.quantities import Quantity, to_quantity
+from dra_driver.allocator.quantities import to_quantity
 from dra_driver.allocator.trace import (
     CapacityInsufficient,
     CapacityPolicyViolated,
     CapacityUndefined,
     Reason,
 )
+from dra_driver.quantity import Quantity
 
 _ZERO = Fraction(0)
 

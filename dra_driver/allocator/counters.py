@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from dra_driver.allocator.pools import CounterDomain, DeviceID, DeviceRecord, device_id_str
-from dra_driver.allocator.quantities import readable
 from dra_driver.allocator.state import AllocatedState
 from dra_driver.allocator.trace import CountersExhausted
+from dra_driver.quantity import readable
 
 CounterKey = tuple[str, str]  # (counter set, counter)
 _ZERO = Fraction(0)

@@ -18,9 +18,10 @@ from typing import Any
 from dra_driver.allocator.constraints import Constraint, DistinctAttribute, MatchAttribute
 from dra_driver.allocator.features import ALLOCATION_RESULTS_MAX_SIZE, Features
 from dra_driver.allocator.pools import Candidate
-from dra_driver.allocator.quantities import Quantity, to_quantity
+from dra_driver.allocator.quantities import to_quantity
 from dra_driver.allocator.state import claim_key
 from dra_driver.errors import AllocationError
+from dra_driver.quantity import Quantity
 
 EXACT_COUNT = "ExactCount"
 ALL = "All"

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.allocator.pools import Candidate
-from dra_driver.allocator.quantities import Quantity
 from dra_driver.allocator.requests import ClaimPlan, RequestData
 from dra_driver.errors import AllocationError
+from dra_driver.quantity import Quantity
 
 
 @dataclass(slots=True)

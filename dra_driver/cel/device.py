@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.cel.diagnostics import EvalError
-from dra_driver.cel.quantity import QuantityError, parse_quantity
+from dra_driver.cel.quantity import parse_quantity
 from dra_driver.cel.semver import SemverError, parse_semver
 from dra_driver.cel.values import DefaultingMap, register_kind
+from dra_driver.errors import QuantityError
 
 
 @dataclass(frozen=True)

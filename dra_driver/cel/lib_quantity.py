@@ -17,8 +17,10 @@ from typing import Any
 from dra_driver.cel import cost as costs
 from dra_driver.cel.diagnostics import FunctionError
 from dra_driver.cel.functions import glob, member, register
-from dra_driver.cel.quantity import Quantity, QuantityError, parse_quantity
+from dra_driver.cel.quantity import parse_quantity
 from dra_driver.cel.types import BOOL, DOUBLE, INT, QUANTITY, STRING
+from dra_driver.errors import QuantityError
+from dra_driver.quantity import Quantity
 
 
 def _quantity(text: str) -> Quantity:

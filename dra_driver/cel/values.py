@@ -18,8 +18,8 @@ from typing import Any, Final
 
 from celpy.celtypes import DurationType, TimestampType
 
-from dra_driver.cel.quantity import Quantity
 from dra_driver.cel.semver import Semver
+from dra_driver.quantity import Quantity
 
 
 class Uint(int):

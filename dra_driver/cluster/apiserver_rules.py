@@ -1,6 +1,6 @@
 """The apiserver's bookkeeping rules for the objects dra-gpu stores, as pure functions.
 
-`LocalCluster` (a YAML directory) and the fake apiserver in `dra_driver.testing`
+`LocalCluster` (a YAML directory) and the fake apiserver in `tests.fakes`
 must treat writes the way kube-apiserver does, or code tested against them
 would break on a real cluster: system metadata (`uid`, `creationTimestamp`,
 `generation`, `resourceVersion`) is owned by the server, updates carry

@@ -7,7 +7,7 @@ quirks. Everything above it sees the plain records of
 return code and a message naming the GPU and the operation.
 
 The pynvml module is injected (`RealNvml(lib=...)`) so tests can run this code
-unchanged over the fake module in `dra_driver.testing`.
+unchanged over the fake module in `tests.fakes`.
 
 Facts this module relies on (see the NVML notes, sections 1 and 4):
 

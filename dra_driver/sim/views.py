@@ -1,7 +1,7 @@
 """Immutable views of the simulated hardware, as `SimHardware` hands them out.
 
 The mutable state stays inside `SimHardware`, behind its lock; callers (the
-`SimNvml` backend, the fake pynvml module in `dra_driver.testing`, tests) get
+`SimNvml` backend, the fake pynvml module in `tests.fakes`, tests) get
 frozen records that already carry the looked-up profile specs, placements,
 UUIDs and capability minors, so they never re-derive anything.
 """

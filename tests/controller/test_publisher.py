@@ -21,7 +21,7 @@ from dra_driver.cluster import Cluster, ConflictError, LocalCluster
 from dra_driver.cluster.kube import KubeCluster
 from dra_driver.devices import build_devices
 from dra_driver.errors import ClusterError, SliceError
-from dra_driver.testing import FakeApiServer, RecordingCluster, dgx_h100_inventory
+from tests.fakes import FakeApiServer, RecordingCluster, dgx_h100_inventory
 
 DRIVER = "gpu.nvidia.com"
 NODE = "node-1"

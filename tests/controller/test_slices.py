@@ -27,7 +27,7 @@ from dra_driver.errors import ConfigError, SliceError
 from dra_driver.inventory import NodeInventory, discover
 from dra_driver.nvml.backend import open_hardware
 from dra_driver.nvml.interface import Placement
-from dra_driver.testing import (
+from tests.fakes import (
     a100_40gb_gi_profiles,
     a100_static_mig_inventory,
     dgx_h100_inventory,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from dra_driver.claims import AllocatedClaim, DeviceResult, parse_allocated_claim
 from dra_driver.errors import ClaimError
-from dra_driver.testing import (
+from tests.fakes import (
     TEST_CLAIM_UID,
     make_allocated_claim,
     make_opaque_config,

@@ -14,7 +14,7 @@ from dra_driver.consumable_shares import (
 )
 from dra_driver.devices import build_devices
 from dra_driver.errors import ConfigError
-from dra_driver.testing import a100_static_mig_inventory, dgx_h100_inventory
+from tests.fakes import a100_static_mig_inventory, dgx_h100_inventory
 
 H100_MEMORY = {"value": "81559Mi"}
 

@@ -14,7 +14,7 @@ from dra_driver.device_config import (
     unsupported_sharing,
 )
 from dra_driver.errors import ClaimError
-from dra_driver.testing import TEST_CLAIM_UID, make_allocated_claim, make_opaque_config
+from tests.fakes import TEST_CLAIM_UID, make_allocated_claim, make_opaque_config
 
 GPU = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}
 MIG = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "MigDeviceConfig"}

@@ -21,7 +21,7 @@ from dra_driver.inventory import NodeInventory
 from dra_driver.nvml import codes
 from dra_driver.nvml.interface import GpuInstanceProfile, Placement
 from dra_driver.nvml.naming import mig_profile_name
-from dra_driver.testing import (
+from tests.fakes import (
     a100_40gb_gi_profiles,
     a100_static_mig_inventory,
     dgx_h100_inventory,

@@ -21,7 +21,7 @@ from dra_driver.inventory import GpuInventory, NodeInventory, discover
 from dra_driver.nvml import codes
 from dra_driver.nvml.backend import open_hardware
 from dra_driver.nvml.interface import ComputeInstanceProfile, Placement
-from dra_driver.testing import (
+from tests.fakes import (
     a100_40gb_gi_profiles,
     dgx_h100_inventory,
     h100_80gb_gi_profiles,

@@ -9,7 +9,7 @@ import pytest
 from dra_driver.errors import InventoryError, NvmlError
 from dra_driver.inventory import NodeInventory, discover, pci_sort_key
 from dra_driver.nvml import codes
-from dra_driver.testing import (
+from tests.fakes import (
     InventoryNvml,
     a100_40gb_gi_profiles,
     a100_static_mig_inventory,

@@ -25,7 +25,7 @@ from dra_driver.placement_order import (
     placement_damage,
     profile_groups,
 )
-from dra_driver.testing import (
+from tests.fakes import (
     a100_40gb_gi_profiles,
     h100_80gb_gi_profiles,
     make_gpu_info,

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from decimal import localcontext
 from fractions import Fraction
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kubernetes.utils.quantity import parse_quantity as client_parse_quantity
 
-from dra_driver.errors import ConfigError
-from dra_driver.quantity import INT64_MAX, format_quantity, parse_quantity
+from dra_driver.errors import ConfigError, QuantityError
+from dra_driver.quantity import INT64_MAX, Quantity, format_quantity, parse_quantity
 
 
 @pytest.mark.parametrize(
@@ -149,3 +151,43 @@ def test_format_is_a_fixed_point_of_the_round_trip(value: int, scale: int) -> No
 def test_huge_exponent_is_refused_quickly() -> None:
     with pytest.raises(ConfigError, match="exponent out of range"):
         parse_quantity("1e999999999")
+
+
+@pytest.mark.parametrize(
+    ("bad", "problem"),
+    [
+        ("4K", "suffix"),
+        ("10Mm", "suffix"),
+        ("20Mo", "format"),
+        ("1.2.3", "format"),
+        ("", "format"),
+        ("1e2000", "exponent"),
+    ],
+)
+def test_parse_errors_say_which_rule_broke(bad: str, problem: str) -> None:
+    with pytest.raises(QuantityError) as err:
+        parse_quantity(bad)
+    assert err.value.problem == problem
+
+
+@given(
+    st.integers(min_value=0, max_value=10**30),
+    st.sampled_from(["", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "e3"]),
+)
+def test_parse_agrees_with_the_kubernetes_client_on_whole_numbers(number: int, suffix: str) -> None:
+    text = f"{number}{suffix}"
+    with localcontext() as context:
+        context.prec = 80
+        expected = Fraction(client_parse_quantity(text))
+    if suffix.endswith("i"):
+        expected = min(expected, Fraction(INT64_MAX))
+    assert parse_quantity(text) == expected
+
+
+def test_quantities_compare_by_value_and_print_in_their_format() -> None:
+    assert Quantity.parse("80Gi") == Quantity.parse("85899345920")
+    assert Quantity.parse("0.2G").compare(Quantity.parse("200M")) == 0
+    assert Quantity.parse("1Gi").compare(Quantity.parse("1G")) == 1
+    assert str(Quantity.parse("1024")) == "1024"
+    assert str(Quantity.parse("1024Mi")) == "1Gi"
+    assert str(Quantity.parse("1e3")) == "1e3"

@@ -25,8 +25,8 @@ from dra_driver.checkpoint import ClaimEntry, ClaimState
 from dra_driver.fsutil import temp_prefix_for
 from dra_driver.host import HostInfo
 from dra_driver.nvml.backend import sim_proc_root
-from dra_driver.testing import PluginProcess, make_allocated_claim
 from kubelet_plugin.service import ClaimRef, PrepareResult, UnprepareResult
+from tests.fakes import PluginProcess, make_allocated_claim
 
 pytestmark = pytest.mark.slow
 

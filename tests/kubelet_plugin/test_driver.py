@@ -29,12 +29,12 @@ from dra_driver.nvml.interface import Placement
 from dra_driver.sim.hardware import SimHardware
 from dra_driver.sim.nvml import SimNvml
 from dra_driver.sim.shapes import load_shape
-from dra_driver.testing import TEST_POOL, make_allocated_claim
 from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle
 from kubelet_plugin.prepare_plan import plan_claim
 from kubelet_plugin.service import ClaimRef, UnprepareResult
+from tests.fakes import TEST_POOL, make_allocated_claim
 
 BOOT = "b00710d0-0000-4000-8000-000000000000"
 

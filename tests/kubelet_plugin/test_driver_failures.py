@@ -29,11 +29,11 @@ from dra_driver.nvml.interface import MigDeviceInfo, Placement
 from dra_driver.sim.hardware import SimHardware
 from dra_driver.sim.nvml import SimNvml
 from dra_driver.sim.shapes import load_shape
-from dra_driver.testing import TEST_POOL, make_allocated_claim
 from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle
 from kubelet_plugin.service import ClaimRef, UnprepareResult
+from tests.fakes import TEST_POOL, make_allocated_claim
 
 BOOT = "b00710d0-0000-4000-8000-0000000000f1"
 DEVICE = "gpu-1-mig-1g10gb-19-6"

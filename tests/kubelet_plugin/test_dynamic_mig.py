@@ -36,7 +36,10 @@ from dra_driver.nvml.backend import sim_proc_root
 from dra_driver.nvml.interface import Placement
 from dra_driver.sim.hardware import SimHardware
 from dra_driver.sim.shapes import load_shape
-from dra_driver.testing import (
+from kubelet_plugin.gpu_locks import GpuLocks
+from kubelet_plugin.main import plugin_data_dir
+from kubelet_plugin.service import ClaimRef, PrepareResult
+from tests.fakes import (
     LiveMigInstance,
     PluginProcess,
     live_mig_instances,
@@ -44,9 +47,6 @@ from dra_driver.testing import (
     make_mig_profile_claim,
     plugin_sim,
 )
-from kubelet_plugin.gpu_locks import GpuLocks
-from kubelet_plugin.main import plugin_data_dir
-from kubelet_plugin.service import ClaimRef, PrepareResult
 
 pytestmark = pytest.mark.slow
 

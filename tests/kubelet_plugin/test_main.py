@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from dra_driver.cluster.local import LocalCluster
-from dra_driver.testing import PluginProcess, claim_ref
 from kubelet_plugin.service import UnprepareResult
+from tests.fakes import PluginProcess, claim_ref
 
 pytestmark = pytest.mark.slow
 

@@ -32,13 +32,13 @@ from dra_driver.nvml.backend import sim_proc_root
 from dra_driver.nvml.interface import Placement
 from dra_driver.sim.hardware import SimHardware
 from dra_driver.sim.shapes import load_shape
-from dra_driver.testing import (
+from kubelet_plugin.service import ClaimRef, PrepareResult
+from tests.fakes import (
     LiveMigInstance,
     PluginProcess,
     live_mig_instances,
     make_allocated_claim,
 )
-from kubelet_plugin.service import ClaimRef, PrepareResult
 
 pytestmark = pytest.mark.slow
 

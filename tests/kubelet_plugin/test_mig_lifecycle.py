@@ -38,11 +38,11 @@ from dra_driver.nvml.interface import Placement
 from dra_driver.sim.hardware import SimHardware
 from dra_driver.sim.nvml import SimNvml
 from dra_driver.sim.shapes import load_shape
-from dra_driver.testing import TEST_POOL, live_mig_instances, make_allocated_claim
 from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle, MigTarget
 from kubelet_plugin.service import ClaimRef
+from tests.fakes import TEST_POOL, live_mig_instances, make_allocated_claim
 
 GPU = 0
 

@@ -24,9 +24,9 @@ from dra_driver.errors import PluginError
 from dra_driver.host import HostInfo
 from dra_driver.nvml.backend import sim_proc_root
 from dra_driver.sim.hardware import SimHardware
-from dra_driver.testing import TEST_POOL, PluginProcess, make_allocated_claim, make_opaque_config
 from kubelet_plugin.registration import SUPPORTED_VERSIONS
 from kubelet_plugin.service import ClaimRef, PrepareResult
+from tests.fakes import TEST_POOL, PluginProcess, make_allocated_claim, make_opaque_config
 
 GPUS = [f"gpu-{n}" for n in range(8)]  # the eight H100s of a dgx-h100, named by minor
 

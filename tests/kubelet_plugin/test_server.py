@@ -17,12 +17,6 @@ import grpc
 import pytest
 
 from dra_driver.errors import PluginError
-from dra_driver.testing import (
-    FakeDraService,
-    KubeletClient,
-    claim_ref,
-    fake_result_device,
-)
 from kubelet_plugin import server as server_module
 from kubelet_plugin.registration import RegistrationStatus
 from kubelet_plugin.server import (
@@ -31,6 +25,12 @@ from kubelet_plugin.server import (
     check_claims,
 )
 from kubelet_plugin.service import ClaimRef, PrepareResult, ResultDevice, UnprepareResult
+from tests.fakes import (
+    FakeDraService,
+    KubeletClient,
+    claim_ref,
+    fake_result_device,
+)
 
 DRIVER = "gpu.nvidia.com"
 

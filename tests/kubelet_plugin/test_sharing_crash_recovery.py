@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from dra_driver import failpoints
-from dra_driver.testing import PluginProcess
+from tests.fakes import PluginProcess
 from tests.kubelet_plugin.test_crash_recovery import _crash_during
 from tests.kubelet_plugin.test_sharing_over_socket import (
     SHARE_A,

@@ -15,8 +15,8 @@ import pytest
 
 from dra_driver.nvml.backend import sim_proc_root
 from dra_driver.sim.hardware import SimHardware
-from dra_driver.testing import PluginProcess, make_allocated_claim, make_opaque_config
 from kubelet_plugin.service import ClaimRef, UnprepareResult
+from tests.fakes import PluginProcess, make_allocated_claim, make_opaque_config
 
 pytestmark = pytest.mark.slow
 

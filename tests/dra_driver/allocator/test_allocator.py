@@ -15,7 +15,7 @@ from dra_driver.allocator import (
     Node,
 )
 from dra_driver.errors import AllocationError
-from dra_driver.testing import (
+from tests.fakes import (
     PythonSelectors,
     make_device_class,
     make_device_request,

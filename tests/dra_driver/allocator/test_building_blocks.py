@@ -21,16 +21,11 @@ from dra_driver.allocator.constraints import (
 )
 from dra_driver.allocator.nodes import Node, node_matches, selector_matches
 from dra_driver.allocator.pools import SliceRecord
-from dra_driver.allocator.quantities import (
-    Quantity,
-    format_canonical,
-    quantity_format,
-    readable,
-    to_quantity,
-)
+from dra_driver.allocator.quantities import to_quantity
 from dra_driver.allocator.taints import tolerates, untolerated_taint
 from dra_driver.allocator.trace import CapacityInsufficient, CapacityUndefined
 from dra_driver.errors import AllocationError
+from dra_driver.quantity import Quantity, format_canonical, quantity_format, readable
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,7 @@ from dra_driver.allocator.trace import (
     UntoleratedTaint,
 )
 from dra_driver.errors import AllocationError
-from dra_driver.testing import (
+from tests.fakes import (
     make_device_class,
     make_device_request,
     make_resource_claim,

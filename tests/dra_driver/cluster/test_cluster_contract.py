@@ -16,7 +16,7 @@ import pytest
 from dra_driver.cluster import AlreadyExistsError, Cluster, ConflictError, LocalCluster
 from dra_driver.cluster.kube import KubeCluster
 from dra_driver.errors import ClusterError, NotFoundError
-from dra_driver.testing import FakeApiServer
+from tests.fakes import FakeApiServer
 
 DRIVER = "gpu.nvidia.com"
 

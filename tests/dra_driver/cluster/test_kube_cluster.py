@@ -11,7 +11,7 @@ import pytest
 from dra_driver.cluster import kube, open_cluster
 from dra_driver.cluster.kube import KubeCluster
 from dra_driver.errors import ClusterError, ConfigError, NotFoundError
-from dra_driver.testing import FakeApiServer
+from tests.fakes import FakeApiServer
 
 
 @pytest.fixture

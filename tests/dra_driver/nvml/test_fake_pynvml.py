@@ -12,7 +12,7 @@ import pytest
 from dra_driver.nvml import codes
 from dra_driver.sim.hardware import SimHardware
 from dra_driver.sim.shapes import load_shape
-from dra_driver.testing import FAKE_NVML_ERRORS, FakeNVMLError, FakePynvml, fake_pynvml
+from tests.fakes import FAKE_NVML_ERRORS, FakeNVMLError, FakePynvml, fake_pynvml
 
 MIB = 2**20
 

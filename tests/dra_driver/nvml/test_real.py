@@ -12,7 +12,7 @@ from dra_driver.nvml.interface import Placement
 from dra_driver.nvml.real import RealNvml
 from dra_driver.sim.hardware import SimHardware
 from dra_driver.sim.shapes import load_shape
-from dra_driver.testing import FakePynvml, fake_pynvml, fake_sysfs
+from tests.fakes import FakePynvml, fake_pynvml, fake_sysfs
 
 MIB = 2**20
 

@@ -17,7 +17,7 @@ from dra_driver.nvml.real import RealNvml
 from dra_driver.sim.hardware import SimHardware
 from dra_driver.sim.nvml import SimNvml
 from dra_driver.sim.shapes import BUILTIN_SHAPES, load_shape
-from dra_driver.testing import fake_pynvml, fake_sysfs
+from tests.fakes import fake_pynvml, fake_sysfs
 
 
 def backends(shape: str, tmp_path: Path) -> tuple[RealNvml, SimNvml, SimHardware]:

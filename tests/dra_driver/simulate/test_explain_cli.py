@@ -11,7 +11,7 @@ import yaml
 from dra_driver.cli import main
 from dra_driver.cluster import LocalCluster
 from dra_driver.cluster.kube import KubeCluster
-from dra_driver.testing import (
+from tests.fakes import (
     FakeClusterApiServer,
     make_allocated_claim,
     make_resource_slice,

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from dra_driver.cli import main
-from dra_driver.testing import (
+from tests.fakes import (
     make_allocated_claim,
     make_device_class,
     make_resource_slice,

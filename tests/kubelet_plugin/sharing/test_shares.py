@@ -12,8 +12,8 @@ from dra_driver.claims import AllocatedClaim, parse_allocated_claim
 from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.devices import AllocatableDevice, build_devices
 from dra_driver.errors import ClaimError
-from dra_driver.testing import TEST_POOL, dgx_h100_inventory, make_allocated_claim
 from kubelet_plugin.sharing.shares import check_shares
+from tests.fakes import TEST_POOL, dgx_h100_inventory, make_allocated_claim
 
 
 def _devices(shares: ConsumableShares | None) -> dict[str, AllocatableDevice]:

@@ -12,14 +12,14 @@ from dra_driver.claims import parse_allocated_claim
 from dra_driver.device_config import effective_configs
 from dra_driver.devices import build_devices
 from dra_driver.errors import ClaimError
-from dra_driver.testing import (
+from kubelet_plugin.sharing.timeslice_plan import intervals, plan_time_slices, wanted_interval
+from tests.fakes import (
     TEST_POOL,
     a100_static_mig_inventory,
     dgx_h100_inventory,
     make_allocated_claim,
     make_opaque_config,
 )
-from kubelet_plugin.sharing.timeslice_plan import intervals, plan_time_slices, wanted_interval
 
 H100 = {d.name: d for d in build_devices(dgx_h100_inventory())}
 A100_MIG = {d.name: d for d in build_devices(a100_static_mig_inventory())}

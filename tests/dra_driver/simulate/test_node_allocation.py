@@ -11,7 +11,8 @@ from dra_driver.errors import AllocationError
 from dra_driver.inventory import discover
 from dra_driver.nvml.backend import open_hardware
 from dra_driver.simulate.default_classes import default_device_classes
-from kubelet_plugin.demo_allocation import allocate_demo_claims, demo_claims
+from dra_driver.simulate.node_allocation import allocate_on_node
+from kubelet_plugin.demo_claims import demo_claims
 
 NODE = "demo-node"
 
@@ -22,7 +23,7 @@ def _slices() -> list[dict[str, object]]:
 
 
 def test_demo_claims_get_distinct_h100s_with_a_node_selector() -> None:
-    allocated, how = allocate_demo_claims(demo_claims(), _slices(), default_device_classes(), NODE)
+    allocated, how = allocate_on_node(demo_claims(), _slices(), default_device_classes(), NODE)
 
     devices = [
         [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]]
@@ -42,4 +43,4 @@ def test_a_claim_that_does_not_fit_says_why() -> None:
     with pytest.raises(
         AllocationError, match=r"ml-team/trainer-gpus does not fit on node demo-node"
     ):
-        allocate_demo_claims([greedy], _slices(), default_device_classes(), NODE)
+        allocate_on_node([greedy], _slices(), default_device_classes(), NODE)

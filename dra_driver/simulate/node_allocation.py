@@ -1,10 +1,12 @@
-"""The claims `dra-gpu demo` schedules, and how they get allocated.
+"""Allocate claims on one node, one after another, as kube-scheduler would.
 
-Two pods' claims, written as an ML engineer would: a training job that
-wants two H100s, and a notebook that wants one GPU. In a cluster
-kube-scheduler fills `status.allocation`; the demo runs the same algorithm,
-the project's port of the scheduler's structured allocator, against the
-ResourceSlices the plugin published and the DeviceClasses in the store.
+In a cluster kube-scheduler fills `status.allocation`; `dra-gpu demo` has no
+scheduler, so it runs the same algorithm, the project's port of the
+scheduler's structured allocator, against the ResourceSlices the plugin
+published and the DeviceClasses in the store. A claim that does not fit gets
+the reason `dra-gpu explain` would give (`diagnosis.Diagnoser`). It lives
+with the simulator because it is scheduling; the CLI hands it to the demo,
+so the daemon's package does not import the simulator.
 """
 
 from __future__ import annotations
@@ -20,41 +22,7 @@ from dra_driver.simulate.diagnosis import Diagnoser
 Obj = dict[str, Any]
 
 
-def demo_claims() -> list[Obj]:
-    """The demo's ResourceClaims, unallocated (as the ResourceClaim controller creates them)."""
-    return [
-        _claim(
-            "ml-team",
-            "trainer-gpus",
-            "3f0c5b1e-8a57-4c5e-9d1b-2a6f7e0c4d21",
-            [
-                {
-                    "name": "gpus",
-                    "exactly": {
-                        "deviceClassName": "gpu.nvidia.com",
-                        "count": 2,
-                        "selectors": [
-                            {
-                                "cel": {
-                                    "expression": "device.attributes['gpu.nvidia.com']"
-                                    ".productName.lowerAscii().matches('^.*h100.*$')"
-                                }
-                            }
-                        ],
-                    },
-                }
-            ],
-        ),
-        _claim(
-            "ml-team",
-            "notebook-gpu",
-            "71d9e0a4-2c3b-4f8e-b5a6-0e9d8c7b6a54",
-            [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}],
-        ),
-    ]
-
-
-def allocate_demo_claims(
+def allocate_on_node(
     claims: Sequence[Obj], slices: Sequence[Obj], classes: Sequence[Obj], node: str
 ) -> tuple[list[Obj], str]:
     """Allocate the claims one after another on `node`, as kube-scheduler would.
@@ -88,12 +56,3 @@ def allocate_demo_claims(
         f"the other, first fit, on the {slice_count} the plugin published and the "
         f"{class_count} in the store"
     )
-
-
-def _claim(namespace: str, name: str, uid: str, requests: list[Obj]) -> Obj:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"namespace": namespace, "name": name, "uid": uid},
-        "spec": {"devices": {"requests": requests}},
-    }

@@ -1,5 +1,12 @@
-"""The real `dra-gpu kubelet-plugin` daemon in a child process, on a simulated node and a local
-cluster directory.
+"""The real `dra-gpu kubelet-plugin` daemon in a child process, on a simulated node.
+
+`dra-gpu demo` shows the node path as a cluster would run it: the real
+daemon as its own process, on simulated hardware, with a local cluster
+directory, a kubelet root and a CDI directory of its own. This module starts
+and stops that process, waits for its sockets, hands out a kubelet-like
+client (`kubelet_plugin.kubelet_client`), stores claims as an API server
+would, and reads back what the plugin left on disk (checkpoint, CDI specs).
+The tests and benchmarks drive the plugin through the same class.
 """
 
 from __future__ import annotations
@@ -23,14 +30,13 @@ from dra_driver.checkpoint import Checkpoint
 from dra_driver.checkpoint import decode as decode_checkpoint
 from dra_driver.cluster.local import LocalCluster
 from dra_driver.errors import PluginError
-from dra_driver.nvml.backend import sim_proc_root
-from dra_driver.sim.hardware import SimHardware
-from dra_driver.testing.claims import TEST_POOL
-from dra_driver.testing.kubelet import KubeletClient
+from dra_driver.nvml.backend import Hardware, open_hardware
+from kubelet_plugin.kubelet_client import KubeletClient
 from kubelet_plugin.main import CHECKPOINT_FILE, plugin_data_dir
 from kubelet_plugin.server import dra_socket_path, registration_socket_path
 
 PLUGIN_START_TIMEOUT_S = 30.0
+SIM_NODE_NAME = "sim-node"
 
 
 class PluginProcess:
@@ -54,14 +60,14 @@ class PluginProcess:
     (unless `keep`).
 
         with PluginProcess() as plugin:
-            plugin.store_claim(make_allocated_claim())
-            plugin.client.prepare([ClaimRef("default", TEST_CLAIM_UID, "claim-1")])
+            plugin.store_claim(claim)
+            plugin.client.prepare([ClaimRef("default", uid, "claim-1")])
     """
 
     def __init__(
         self,
         *,
-        node_name: str = TEST_POOL,
+        node_name: str = SIM_NODE_NAME,
         shape: str = "dgx-h100",
         driver: str = DEFAULT_DRIVER_NAME,
         failpoints: Sequence[str] = (),
@@ -195,20 +201,6 @@ class PluginProcess:
         self.client.close()
         return self.start(failpoints=failpoints or ())
 
-    def reboot_node(self) -> str:
-        """Simulate a node reboot; returns the new boot id.
-
-        The plugin dies (SIGKILL) if it runs, and the simulated hardware gets
-        a new boot id in its fake /proc (MIG instances are gone, as after a
-        power cycle). Files under the work directory stay, as a persistent
-        disk's would. Call `start()` to bring the plugin back.
-        """
-        if self.process is not None and self.process.poll() is None:
-            self.kill()
-        hardware = SimHardware(state_path=self.sim_state, proc_root=sim_proc_root(self.sim_state))
-        hardware.reboot()
-        return hardware.boot_id()
-
     def close(self) -> None:
         """Kill the plugin if it runs and remove the work directory (unless `keep`)."""
         self.client.close()
@@ -265,13 +257,12 @@ class PluginProcess:
         except FileNotFoundError:
             return []
 
-    def rss_peak_kib(self) -> int:
-        """The plugin's peak resident set size so far (VmHWM in /proc/<pid>/status), in KiB."""
-        status = Path(f"/proc/{self.pid}/status").read_text(encoding="ascii")
-        for line in status.splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-        raise PluginError(f"/proc/{self.pid}/status has no VmHWM line")
+    def hardware(self) -> Hardware:
+        """The plugin's simulated node, shared via its state file: what
+        `dra-gpu mig status --sim-state` would open (`.sim` is always set)."""
+        return open_hardware(
+            f"sim:{self.shape}", sim_state=self.sim_state, node_name=self.node_name
+        )
 
     def log_tail(self, chars: int = 3000) -> str:
         """The end of the plugin's log (all runs)."""

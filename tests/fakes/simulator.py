@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from dra_driver.testing.apiserver import FakeApiServer, _ApiFailure
+from tests.fakes.apiserver import FakeApiServer, _ApiFailure
 
 
 class FakeClusterApiServer(FakeApiServer):

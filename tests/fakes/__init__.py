@@ -1,13 +1,13 @@
-"""Fakes and builders shared by the tests, the demo and the benchmarks.
+"""Fakes and builders shared by the tests and the benchmarks (not part of the installed package).
 
-One import point, `dra_driver.testing`, split by job:
+One import point, `tests.fakes`, split by job:
 
     inventory       NVML records and node inventories with real numbers
-    kubelet         a kubelet-like gRPC client; a fake DraService
+    kubelet         a fake DraService (the kubelet-like client is kubelet_plugin.kubelet_client)
     claims          allocated ResourceClaims and opaque configs
     apiserver       a small resource.k8s.io/v1 apiserver over HTTP; a recording Cluster
     fake_pynvml     a fake pynvml module over the simulated hardware
-    plugin_process  the real plugin daemon in a child process
+    plugin_process  kubelet_plugin.plugin_process plus test-only powers (node reboot, RSS)
     allocator       slices, classes and claims for allocator scenarios
     mig             dynamic-MIG claims and live-instance views
     simulator       an apiserver with Nodes, Pods and templates for `explain`
@@ -15,7 +15,7 @@ One import point, `dra_driver.testing`, split by job:
 
 from __future__ import annotations
 
-from dra_driver.testing.allocator import (
+from tests.fakes.allocator import (
     PythonSelectors,
     make_api_attribute,
     make_device_class,
@@ -24,18 +24,18 @@ from dra_driver.testing.allocator import (
     make_resource_slice,
     make_slice_device,
 )
-from dra_driver.testing.apiserver import (
+from tests.fakes.apiserver import (
     FakeApiServer,
     RecordingCluster,
 )
-from dra_driver.testing.claims import (
+from tests.fakes.claims import (
     TEST_CLAIM_UID,
     TEST_DRIVER,
     TEST_POOL,
     make_allocated_claim,
     make_opaque_config,
 )
-from dra_driver.testing.fake_pynvml import (
+from tests.fakes.fake_pynvml import (
     FAKE_NVML_ERRORS,
     FakeNVMLError,
     FakePynvml,
@@ -43,7 +43,7 @@ from dra_driver.testing.fake_pynvml import (
     fake_pynvml,
     fake_sysfs,
 )
-from dra_driver.testing.inventory import (
+from tests.fakes.inventory import (
     DGX_H100_BUSES,
     GPU_MODELS,
     InventoryNvml,
@@ -58,14 +58,14 @@ from dra_driver.testing.inventory import (
     make_mig_device,
     make_system_info,
 )
-from dra_driver.testing.kubelet import (
+from tests.fakes.kubelet import (
     DRA_API_VERSIONS,
     FakeDraService,
     KubeletClient,
     claim_ref,
     fake_result_device,
 )
-from dra_driver.testing.mig import (
+from tests.fakes.mig import (
     MIG_DEVICE_CLASS,
     PARENT_UUID_ATTRIBUTE,
     LiveMigInstance,
@@ -74,11 +74,11 @@ from dra_driver.testing.mig import (
     plugin_hardware,
     plugin_sim,
 )
-from dra_driver.testing.plugin_process import (
+from tests.fakes.plugin_process import (
     PLUGIN_START_TIMEOUT_S,
     PluginProcess,
 )
-from dra_driver.testing.simulator import (
+from tests.fakes.simulator import (
     FakeClusterApiServer,
 )
 

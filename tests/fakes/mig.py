@@ -4,21 +4,30 @@ node.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.errors import PluginError
-from dra_driver.nvml.backend import Hardware, open_hardware
+from dra_driver.nvml.backend import Hardware
 from dra_driver.nvml.interface import (
     Placement,
 )
 from dra_driver.sim.hardware import SimHardware
-from dra_driver.testing.plugin_process import PluginProcess
+from kubelet_plugin.demo_claims import (
+    MIG_DEVICE_CLASS,
+    PARENT_UUID_ATTRIBUTE,
+)
+from kubelet_plugin.demo_claims import mig_profile_claim as make_mig_profile_claim
+from kubelet_plugin.plugin_process import PluginProcess
 
-MIG_DEVICE_CLASS = "mig.nvidia.com"
-PARENT_UUID_ATTRIBUTE = f"{DEFAULT_DRIVER_NAME}/parentUUID"
+__all__ = [
+    "MIG_DEVICE_CLASS",
+    "PARENT_UUID_ATTRIBUTE",
+    "LiveMigInstance",
+    "live_mig_instances",
+    "make_mig_profile_claim",
+    "plugin_hardware",
+    "plugin_sim",
+]
 
 
 @dataclass(frozen=True)
@@ -38,9 +47,7 @@ class LiveMigInstance:
 def plugin_hardware(plugin: PluginProcess) -> Hardware:
     """The simulated node of `plugin`, shared via its state file: what
     `dra-gpu mig status --sim-state` would open (`.sim` is always set)."""
-    return open_hardware(
-        f"sim:{plugin.shape}", sim_state=plugin.sim_state, node_name=plugin.node_name
-    )
+    return plugin.hardware()
 
 
 def plugin_sim(plugin: PluginProcess) -> SimHardware:
@@ -67,43 +74,3 @@ def live_mig_instances(hardware: SimHardware) -> dict[tuple[str, int], LiveMigIn
             gi.gpu_uuid, gi.id, gi.profile_id, gi.placement, cis
         )
     return found
-
-
-def make_mig_profile_claim(
-    name: str,
-    uid: str,
-    profiles: Sequence[str],
-    *,
-    namespace: str = "default",
-    same_gpu: bool = True,
-) -> dict[str, Any]:
-    """An unallocated ResourceClaim with one `mig.nvidia.com` request per entry of
-    `profiles` (named `mig-<i>`), each selecting
-    `device.attributes['gpu.nvidia.com'].profile == '<profile>'`; with `same_gpu`
-    a `matchAttribute: gpu.nvidia.com/parentUUID` constraint puts them on one GPU."""
-    requests = [
-        {
-            "name": f"mig-{index}",
-            "exactly": {
-                "deviceClassName": MIG_DEVICE_CLASS,
-                "selectors": [
-                    {
-                        "cel": {
-                            "expression": f"device.attributes['{DEFAULT_DRIVER_NAME}']"
-                            f".profile == '{profile}'"
-                        }
-                    }
-                ],
-            },
-        }
-        for index, profile in enumerate(profiles)
-    ]
-    devices: dict[str, Any] = {"requests": requests}
-    if same_gpu:
-        devices["constraints"] = [{"matchAttribute": PARENT_UUID_ATTRIBUTE}]
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace, "uid": uid},
-        "spec": {"devices": devices},
-    }

@@ -1,0 +1,44 @@
+"""The plugin daemon in a child process, with the powers only tests need.
+
+`kubelet_plugin.plugin_process.PluginProcess` (production code, used by
+`dra-gpu demo`) runs the real daemon on a simulated node; this subclass adds
+a node reboot and the plugin's peak memory for the tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dra_driver.errors import PluginError
+from dra_driver.nvml.backend import sim_proc_root
+from dra_driver.sim.hardware import SimHardware
+from kubelet_plugin.plugin_process import PLUGIN_START_TIMEOUT_S
+from kubelet_plugin.plugin_process import PluginProcess as RuntimePluginProcess
+
+__all__ = ["PLUGIN_START_TIMEOUT_S", "PluginProcess"]
+
+
+class PluginProcess(RuntimePluginProcess):
+    """`kubelet_plugin.plugin_process.PluginProcess` plus `reboot_node` and `rss_peak_kib`."""
+
+    def reboot_node(self) -> str:
+        """Simulate a node reboot; returns the new boot id.
+
+        The plugin dies (SIGKILL) if it runs, and the simulated hardware gets
+        a new boot id in its fake /proc (MIG instances are gone, as after a
+        power cycle). Files under the work directory stay, as a persistent
+        disk's would. Call `start()` to bring the plugin back.
+        """
+        if self.process is not None and self.process.poll() is None:
+            self.kill()
+        hardware = SimHardware(state_path=self.sim_state, proc_root=sim_proc_root(self.sim_state))
+        hardware.reboot()
+        return hardware.boot_id()
+
+    def rss_peak_kib(self) -> int:
+        """The plugin's peak resident set size so far (VmHWM in /proc/<pid>/status), in KiB."""
+        status = Path(f"/proc/{self.pid}/status").read_text(encoding="ascii")
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+        raise PluginError(f"/proc/{self.pid}/status has no VmHWM line")
