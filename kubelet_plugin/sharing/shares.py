@@ -27,7 +27,7 @@ from dra_driver.checkpoint import Checkpoint
 from dra_driver.claims import AllocatedClaim
 from dra_driver.devices import AllocatableDevice
 from dra_driver.errors import ClaimError, ConfigError
-from dra_driver.quantity import format_quantity, parse_quantity
+from dra_driver.quantity import parse_quantity, readable
 
 
 def check_shares(
@@ -81,9 +81,9 @@ def check_shares(
             if in_use + amount > capacity:
                 raise ClaimError(
                     f"{where}[{index}]: share {result.share_id} of device {result.device!r} "
-                    f"consumes {text} {name}, but {_fmt(in_use)} of its "
-                    f"{_fmt(Fraction(capacity))} are already held by other shares on this node; "
-                    "refusing to overcommit it"
+                    f"consumes {text} {name}, but {readable(in_use)} of its "
+                    f"{readable(Fraction(capacity))} are already held by other shares on this "
+                    "node; refusing to overcommit it"
                 )
             totals[name] = in_use + amount
 
@@ -126,7 +126,3 @@ def _quantity(text: str, where: str) -> Fraction:
         return parse_quantity(text)
     except ConfigError as exc:
         raise ClaimError(f"{where}: {exc}") from exc
-
-
-def _fmt(value: Fraction) -> str:
-    return format_quantity(int(value)) if value.denominator == 1 else str(float(value))
