@@ -16,6 +16,7 @@ import yaml
 from controller.slices import Layout, build_resource_slices
 from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.devices import AllocatableDevice, build_devices, inventory_warnings
+from dra_driver.driver_root import DriverRoot
 from dra_driver.inventory import discover
 from dra_driver.nvml.backend import open_hardware
 from dra_driver.quantity import format_quantity
@@ -31,9 +32,12 @@ def print_inventory(
     dynamic_mig: bool = False,
     layout: Layout = "v1.35",
     consumable_shares: ConsumableShares | None = None,
+    driver_root: DriverRoot | None = None,
     out: TextIO = sys.stdout,
 ) -> int:
-    hardware = open_hardware(nvml, sim_state=sim_state, node_name=node_name)
+    hardware = open_hardware(
+        nvml, sim_state=sim_state, node_name=node_name, driver_root=driver_root
+    )
     inventory = discover(hardware.nvml)
     devices = build_devices(inventory, dynamic_mig=dynamic_mig, consumable_shares=consumable_shares)
     slices = build_resource_slices(devices, driver=driver_name, node_name=node_name, layout=layout)

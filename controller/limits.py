@@ -17,13 +17,19 @@ catches unknown fields and wrong types; it is a test/CI tool, imported lazily.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Final, TypeGuard
 
-from dra_driver.devices import SEMVER_RE, is_dns_label
+from dra_driver.devices import SEMVER_RE
 from dra_driver.errors import ConfigError, SliceError
+from dra_driver.k8s_names import (
+    is_c_identifier,
+    is_dns_label,
+    is_dns_subdomain,
+    is_label_name,
+    is_label_value,
+)
 from dra_driver.quantity import INT64_MAX, parse_quantity
 
 SUPPORTED_VERSIONS: Final = ("1.34", "1.35")
@@ -41,7 +47,6 @@ DEVICE_MAX_DOMAIN_LENGTH: Final = 63
 DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH: Final = 64
 DRIVER_NAME_MAX_LENGTH: Final = 63
 POOL_NAME_MAX_LENGTH: Final = 253
-DNS_SUBDOMAIN_MAX_LENGTH: Final = 253
 DEVICE_TAINTS_MAX_LENGTH: Final[dict[str, int]] = {"1.34": 4, "1.35": 16}
 BINDING_CONDITIONS_MAX_SIZE: Final = 4
 BINDING_FAILURE_CONDITIONS_MAX_SIZE: Final = 4
@@ -61,21 +66,8 @@ TAINT_EFFECTS: Final[dict[str, frozenset[str]]] = {
     "1.35": frozenset({"NoSchedule", "NoExecute", "None"}),
 }
 
-_DNS_SUBDOMAIN_RE: Final = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-)
-_C_IDENTIFIER_RE: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_LABEL_NAME_RE: Final = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_LABEL_VALUE_RE: Final = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_LABEL_MAX_LENGTH: Final = 63
-
 
 # --- name formats --------------------------------------------------------------------
-
-
-def is_dns_subdomain(name: str) -> bool:
-    """RFC 1123 subdomain: object names, node names, pool-name parts."""
-    return len(name) <= DNS_SUBDOMAIN_MAX_LENGTH and _DNS_SUBDOMAIN_RE.fullmatch(name) is not None
 
 
 def driver_name_errors(name: str) -> list[str]:
@@ -130,7 +122,7 @@ def _c_identifier_errors(identifier: str) -> list[str]:
     errors = []
     if len(identifier) > DEVICE_MAX_ID_LENGTH:
         errors.append(f"identifier longer than {DEVICE_MAX_ID_LENGTH} characters")
-    if not _C_IDENTIFIER_RE.fullmatch(identifier):
+    if not is_c_identifier(identifier):
         errors.append(f"{identifier!r} is not a C identifier ([A-Za-z_][A-Za-z0-9_]*)")
     return errors
 
@@ -150,7 +142,7 @@ def label_name_errors(name: str) -> list[str]:
             errors.append("must contain at most one slash")
     if not short:
         errors.append("name part must not be empty")
-    elif len(short) > _LABEL_MAX_LENGTH or not _LABEL_NAME_RE.fullmatch(short):
+    elif not is_label_name(short):
         errors.append(
             f"name part {short!r} must be 63 characters or less, alphanumeric, "
             "'-', '_' or '.', starting and ending with an alphanumeric character"
@@ -159,7 +151,7 @@ def label_name_errors(name: str) -> list[str]:
 
 
 def label_value_errors(value: str) -> list[str]:
-    if len(value) > _LABEL_MAX_LENGTH or not _LABEL_VALUE_RE.fullmatch(value):
+    if not is_label_value(value):
         return [
             f"{value!r} is not a label value (63 characters or less, alphanumeric, "
             "'-', '_' or '.', starting and ending with an alphanumeric character)"

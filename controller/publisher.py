@@ -55,7 +55,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-from dra_driver.cluster.interface import Cluster, ConflictError, Obj
+from dra_driver.api_objects import Obj
+from dra_driver.cluster.interface import Cluster, ConflictError
 from dra_driver.errors import ConfigError, DraGpuError, NotFoundError, SliceError
 from dra_driver.quantity import parse_quantity
 

@@ -49,7 +49,6 @@ from typing import Any, Final, Literal, cast
 from controller.limits import (
     API_VERSION,
     DEFAULT_VERSION,
-    DNS_SUBDOMAIN_MAX_LENGTH,
     KIND,
     RESOURCE_SLICE_MAX_COUNTER_SETS,
     RESOURCE_SLICE_MAX_DEVICE_COUNTERS_PER_SLICE,
@@ -59,11 +58,11 @@ from controller.limits import (
     check_resource_slices,
     check_version,
     driver_name_errors,
-    is_dns_subdomain,
 )
 from dra_driver.devices import AllocatableDevice
 from dra_driver.dynamic_mig import CounterSet
 from dra_driver.errors import ConfigError, SliceError
+from dra_driver.k8s_names import DNS_SUBDOMAIN_MAX_LENGTH, is_dns_subdomain
 from dra_driver.placement_order import order_devices, profile_groups
 
 Layout = Literal["v1.34", "v1.35"]

@@ -18,17 +18,28 @@ Two rules keep the written file loadable by every runtime:
 Names follow NVIDIA's driver: kind `k8s.gpu.nvidia.com/claim`, device
 `<claimUID>-<deviceName>`, file `k8s.gpu.nvidia.com-claim_<claimUID>.yaml`.
 
+The driver's user space (libraries, binaries, firmware, IPC sockets) comes
+from `driver_edits`: read-only bind mounts whose `containerPath` is the path
+inside the driver root and whose `hostPath` is the host's driver root + that
+path. With an `nvidia-cdi-hook` path it adds nvcdi's `create-symlinks` and
+`update-ldcache` hooks; without one it emits no hook and mounts each library
+at its soname paths too (`libcuda.so.1`), so the loader finds it. Neither
+hooks nor mount options raise the minimum `cdiVersion` (only a mount `type`
+would, to 0.4.0).
+
 Pure: major numbers and capability minors come in as arguments (see
-`dra_driver.host.HostInfo`).
+`dra_driver.host.HostInfo`), driver files as a `DriverFiles` record.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from dra_driver.driver_files import MPS_PIPE_DIR, DriverFiles
 from dra_driver.errors import CdiError
 
 VENDOR: Final = "k8s.gpu.nvidia.com"
@@ -314,6 +325,84 @@ def mig_edits(
             )
         )
     return ContainerEdits(device_nodes=tuple(nodes))
+
+
+FILE_MOUNT_OPTIONS: Final = ("ro", "nosuid", "nodev", "bind")
+DIR_MOUNT_OPTIONS: Final = ("ro", "nosuid", "nodev", "rbind")
+HOOK_STAGE: Final = "createContainer"  # nvcdi runs its hooks in the container's mount namespace
+
+
+def driver_edits(files: DriverFiles, *, host_root: str, hook_path: str | None) -> ContainerEdits:
+    """Edits that put the driver's user space into a container, as nvcdi's common edits.
+
+    Every file is bind-mounted read-only from `host_root` + its path inside the
+    driver root (the file a symlink there resolves to) to that path.
+    `hook_path` (nvidia-cdi-hook on the host) adds the `create-symlinks`
+    hook (nvcdi's links: `libcuda.so`, and the soname and `.so` links that
+    exist next to each library on the host) and the `update-ldcache` hook
+    over the library folders. Without it no hook is
+    emitted and each library is mounted again at every such link path.
+    `NVIDIA_CTK_LIBCUDA_DIR` names the libcuda folders, as nvcdi sets it.
+    """
+
+    def mount(path: str, at: str | None = None) -> Mount:
+        options = DIR_MOUNT_OPTIONS if path == MPS_PIPE_DIR else FILE_MOUNT_OPTIONS
+        return Mount(
+            host_path=posixpath.join(host_root, files.source(path).lstrip("/")),
+            container_path=at or path,
+            options=options,
+        )
+
+    mounts = [mount(lib.path) for lib in files.libraries]
+    mounts += [mount(p) for p in (*files.firmware, *files.binaries, *files.ipc)]
+    links: dict[str, str] = {}  # link path in the container -> target name
+    for lib in files.libraries:
+        if lib.name.startswith("libcuda.so."):
+            # nvcdi: many applications dlopen("libcuda.so") though only the soname exists.
+            links.setdefault(posixpath.join(lib.directory, "libcuda.so"), "libcuda.so.1")
+        for name, target in lib.links:
+            links.setdefault(posixpath.join(lib.directory, name), target)
+    hooks: list[Hook] = []
+    if hook_path is None:
+        for lib in files.libraries:
+            for link in links:
+                if posixpath.dirname(link) != lib.directory:
+                    continue
+                if _link_reaches(link, lib.name, links):
+                    mounts.append(mount(lib.path, at=link))
+    else:
+        argv0 = posixpath.basename(hook_path)
+        fixed = (argv0, "hook") if argv0 == "nvidia-ctk" else (argv0,)
+        env = ("NVIDIA_CTK_DEBUG=false",)
+        if links:
+            args = [
+                arg for link, target in links.items() for arg in ("--link", f"{target}::{link}")
+            ]
+            hooks.append(
+                Hook(HOOK_STAGE, hook_path, args=(*fixed, "create-symlinks", *args), env=env)
+            )
+        folders = dict.fromkeys(lib.directory for lib in files.libraries)
+        args = [arg for folder in folders for arg in ("--folder", folder)]
+        hooks.append(Hook(HOOK_STAGE, hook_path, args=(*fixed, "update-ldcache", *args), env=env))
+    return ContainerEdits(
+        env=(f"NVIDIA_CTK_LIBCUDA_DIR={':'.join(files.library_dirs)}",),
+        mounts=tuple(mounts),
+        hooks=tuple(hooks),
+    )
+
+
+def _link_reaches(link: str, library: str, links: Mapping[str, str]) -> bool:
+    """Whether the chain of `links` starting at `link` ends at file `library`."""
+    folder = posixpath.dirname(link)
+    seen = set()
+    target = links[link]
+    while target != library:
+        nxt = posixpath.join(folder, target)
+        if nxt not in links or nxt in seen:
+            return False
+        seen.add(nxt)
+        target = links[nxt]
+    return True
 
 
 # -- the spec document -------------------------------------------------------

@@ -20,9 +20,6 @@ This module is the only code that touches that file:
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,9 +28,9 @@ from pathlib import Path
 from dra_driver import fsutil
 from dra_driver.checkpoint import Checkpoint, ClaimEntry, decode, encode
 from dra_driver.errors import CheckpointError
+from dra_driver.flock import file_lock
 
 DEFAULT_LOCK_TIMEOUT_S = 10.0
-_LOCK_POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -144,25 +141,7 @@ class CheckpointStore:
         """
         try:
             self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise CheckpointError(f"{self.lock_path}: cannot open: {exc.strerror or exc}") from exc
-        try:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise CheckpointError(
-                            f"{self.lock_path}: still locked by another process after "
-                            f"{timeout_s:g}s"
-                        ) from None
-                    time.sleep(_LOCK_POLL_S)
-            try:
-                yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
+        with file_lock(self.lock_path, timeout_s=timeout_s, error=CheckpointError):
+            yield

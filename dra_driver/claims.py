@@ -14,13 +14,13 @@ Pure: no I/O, no clock, no Kubernetes client.
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
 
 from dra_driver.errors import ClaimError
+from dra_driver.k8s_names import is_dns_label
 
 KIND: Final = "ResourceClaim"
 SUPPORTED_API_VERSIONS: Final = frozenset(
@@ -29,8 +29,6 @@ SUPPORTED_API_VERSIONS: Final = frozenset(
 CONFIG_SOURCE_CLASS: Final = "FromClass"
 CONFIG_SOURCE_CLAIM: Final = "FromClaim"
 _SOURCE_RANK: Final = {CONFIG_SOURCE_CLASS: 0, CONFIG_SOURCE_CLAIM: 1}
-
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def _empty_mapping() -> Mapping[str, str]:
@@ -212,14 +210,14 @@ def _parse_results(raw: object, driver: str, ref: str) -> list[DeviceResult]:
         if result_driver != driver:
             continue
         request = _string(item.get("request"), f"{where}.request", ref)
-        if not all(_DNS_LABEL.fullmatch(part) for part in request.split("/", 1)):
+        if not all(is_dns_label(part) for part in request.split("/", 1)):
             raise ClaimError(
                 f"{ref}: {where}.request {_short(request)} is not '<request>' or "
                 "'<request>/<subrequest>' made of DNS labels"
             )
         pool = _string(item.get("pool"), f"{where}.pool", ref)
         device = _string(item.get("device"), f"{where}.device", ref)
-        if not _DNS_LABEL.fullmatch(device):
+        if not is_dns_label(device):
             raise ClaimError(f"{ref}: {where}.device {_short(device)} is not a DNS label")
         admin_access = item.get("adminAccess")
         if admin_access is not None and not isinstance(admin_access, bool):

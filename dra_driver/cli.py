@@ -16,14 +16,20 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.consumable_shares import FLAG_HELP, parse_consumable_shares
 from dra_driver.errors import DraGpuError
+
+if TYPE_CHECKING:
+    from dra_driver.driver_root import DriverRoot
+    from dra_driver.simulate.command import ScenarioOptions
 
 NVML_HELP = (
     "'real' for the GPUs of this machine through NVML, or 'sim:<shape>' for a simulated node "
@@ -71,6 +77,56 @@ def _add_hardware_flags(parser: argparse.ArgumentParser, *, latency: bool = Fals
         )
 
 
+DRIVER_ROOT_ENV = ("NVIDIA_DRIVER_ROOT", "HOST_DRIVER_ROOT")  # NVIDIA's plugin reads both
+CONTAINER_DRIVER_ROOT_ENV = "DRIVER_ROOT_CTR_PATH"
+CDI_HOOK_PATH_ENV = "NVIDIA_CDI_HOOK_PATH"
+
+
+def _add_driver_root_flags(parser: argparse.ArgumentParser) -> None:
+    """--nvidia-driver-root, --container-driver-root, --nvidia-cdi-hook-path (NVIDIA's names)."""
+    env_root = next((os.environ[e] for e in DRIVER_ROOT_ENV if os.environ.get(e)), None)
+    parser.add_argument(
+        "--nvidia-driver-root",
+        metavar="HOST_PATH",
+        default=env_root,
+        help="root of the NVIDIA driver installation on the host: / for a host-installed "
+        "driver (the default with --nvml real), /run/nvidia/driver with the GPU Operator; "
+        "default with --nvml sim:... is a generated fake root "
+        f"(env {' or '.join(DRIVER_ROOT_ENV)})",
+    )
+    parser.add_argument(
+        "--container-driver-root",
+        metavar="PATH",
+        default=os.environ.get(CONTAINER_DRIVER_ROOT_ENV) or None,
+        help="where the driver root is mounted in this process's container; files are "
+        "found here, CDI hostPaths are written under --nvidia-driver-root "
+        f"(default: the same path; env {CONTAINER_DRIVER_ROOT_ENV})",
+    )
+    parser.add_argument(
+        "--nvidia-cdi-hook-path",
+        metavar="PATH",
+        default=os.environ.get(CDI_HOOK_PATH_ENV) or None,
+        help="nvidia-cdi-hook on the host: adds its create-symlinks and update-ldcache "
+        "hooks to CDI specs; without it no hook is used and libraries are also mounted at "
+        f"their soname paths (env {CDI_HOOK_PATH_ENV})",
+    )
+
+
+def _driver_root(args: argparse.Namespace) -> DriverRoot | None:
+    """The DriverRoot the flags name; None when none was given (the backend's default)."""
+    from dra_driver.driver_root import DriverRoot
+
+    host, container, hook = (
+        args.nvidia_driver_root,
+        args.container_driver_root,
+        args.nvidia_cdi_hook_path,
+    )
+    if host is None and container is None and hook is None:
+        return None
+    # host None: the backend's default root ("/", or a simulated node's fake root).
+    return DriverRoot(host_path=host, container_path=container, cdi_hook_path=hook)
+
+
 # ---------------------------------------------------------------- inventory
 
 
@@ -87,6 +143,7 @@ def _inventory_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partitionable-layout", choices=("v1.34", "v1.35"), default="v1.35")
     _add_consumable_shares_flag(parser)
     _add_hardware_flags(parser)
+    _add_driver_root_flags(parser)
 
 
 def _run_inventory(args: argparse.Namespace) -> int:
@@ -101,6 +158,7 @@ def _run_inventory(args: argparse.Namespace) -> int:
         dynamic_mig=args.dynamic_mig,
         layout=args.partitionable_layout,
         consumable_shares=parse_consumable_shares(args.consumable_shares),
+        driver_root=_driver_root(args),
     )
 
 
@@ -125,6 +183,14 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
         help="seconds between ResourceSlice re-syncs (the kubelet wipes slices when it restarts)",
     )
     _add_hardware_flags(parser, latency=True)
+    _add_driver_root_flags(parser)
+    parser.add_argument(
+        "--driver-retry-interval",
+        type=_positive_seconds,
+        default=10.0,
+        help="seconds between attempts to load NVML and find the driver's files while the "
+        "driver is missing (the GPU Operator installs it after the plugin starts)",
+    )
     parser.add_argument(
         "--dynamic-mig",
         action=argparse.BooleanOptionalAction,
@@ -145,13 +211,6 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
         "as static MIG devices and leave them alone)",
     )
     _add_consumable_shares_flag(parser)
-    parser.add_argument(
-        "--nvidia-smi",
-        type=Path,
-        default=Path("/usr/bin/nvidia-smi"),
-        help="the driver's nvidia-smi, used to set time-slice intervals (default: "
-        "%(default)s, i.e. under a driver root of /)",
-    )
     parser.add_argument(
         "--keep-mig-enabled",
         action="store_true",
@@ -180,7 +239,8 @@ def _run_plugin(args: argparse.Namespace) -> int:
             mig_reclaim_unknown=args.mig_reclaim_unknown,
             keep_mig_enabled=args.keep_mig_enabled,
             consumable_shares=parse_consumable_shares(args.consumable_shares),
-            nvidia_smi=args.nvidia_smi,
+            driver_root=_driver_root(args),
+            driver_retry_interval=args.driver_retry_interval,
         )
     )
 
@@ -193,6 +253,7 @@ def _mig_flags(parser: argparse.ArgumentParser) -> None:
     status = mig_commands.add_parser("status", help="print the live MIG layout of every GPU")
     status.add_argument("--node-name", default="sim-node", help="node name (simulated UUIDs)")
     _add_hardware_flags(status)
+    _add_driver_root_flags(status)
 
 
 def _run_mig(args: argparse.Namespace) -> int:
@@ -200,9 +261,39 @@ def _run_mig(args: argparse.Namespace) -> int:
     from dra_driver import mig_status
     from dra_driver.nvml.backend import open_hardware
 
-    hardware = open_hardware(args.nvml, sim_state=args.sim_state, node_name=args.node_name)
+    hardware = open_hardware(
+        args.nvml,
+        sim_state=args.sim_state,
+        node_name=args.node_name,
+        driver_root=_driver_root(args),
+    )
     print(mig_status.render(mig_status.collect(hardware.nvml)), end="")
     return 0
+
+
+# ---------------------------------------------------------------- cdi
+
+
+def _cdi_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nvml", default="real", help=NVML_HELP + " (default: real)")
+    parser.add_argument(
+        "--sim-state", type=Path, help="state file of the simulated hardware (with --nvml sim:)"
+    )
+    parser.add_argument("--node-name", default="sim-node", help="node name (simulated UUIDs)")
+    parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    _add_driver_root_flags(parser)
+
+
+def _run_cdi(args: argparse.Namespace) -> int:
+    from kubelet_plugin.cdi_command import print_common_edits
+
+    return print_common_edits(
+        nvml=args.nvml,
+        sim_state=args.sim_state,
+        node_name=args.node_name,
+        driver_root=_driver_root(args),
+        output=args.output,
+    )
 
 
 # ---------------------------------------------------------------- demo
@@ -234,21 +325,27 @@ def _simulate_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _run_simulate(args: argparse.Namespace) -> int:
+def _scenario(args: argparse.Namespace) -> ScenarioOptions:
+    """The files, `--nodes` and defaults of `simulate` and `explain`, with our node builder."""
     from controller.simulated_nodes import build_simulated_nodes
-    from dra_driver.simulate.command import run_simulate
+    from dra_driver.simulate.command import ScenarioOptions
 
-    return run_simulate(
+    return ScenarioOptions(
         build_nodes=build_simulated_nodes,
         files=args.files,
         nodes=args.nodes,
-        output=args.output,
         namespace=args.namespace,
         release=args.release,
         mig=args.mig,
         feature_gates=args.feature_gates,
         consumable_shares=parse_consumable_shares(args.consumable_shares),
     )
+
+
+def _run_simulate(args: argparse.Namespace) -> int:
+    from dra_driver.simulate.command import run_simulate
+
+    return run_simulate(_scenario(args), output=args.output)
 
 
 def _explain_flags(parser: argparse.ArgumentParser) -> None:
@@ -270,24 +367,16 @@ def _explain_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_explain(args: argparse.Namespace) -> int:
-    from controller.simulated_nodes import build_simulated_nodes
     from dra_driver.simulate.command import run_explain
 
     return run_explain(
-        build_nodes=build_simulated_nodes,
-        files=args.files,
-        nodes=args.nodes,
+        _scenario(args),
         cluster=args.cluster,
         kubeconfig=args.kubeconfig,
         claim=args.claim,
         pod=args.pod,
         node=args.node,
         verbose=args.details,
-        namespace=args.namespace,
-        release=args.release,
-        mig=args.mig,
-        feature_gates=args.feature_gates,
-        consumable_shares=parse_consumable_shares(args.consumable_shares),
     )
 
 
@@ -354,6 +443,16 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command("kubelet-plugin", "run the node daemon", _plugin_flags, _run_plugin),
     Command("mig", "MIG tools", _mig_flags, _run_mig),
+    Command(
+        "cdi",
+        "print the CDI edits every claim's container gets on this node (driver files, "
+        "control devices, hooks)",
+        _cdi_flags,
+        _run_cdi,
+        description="Discover the NVIDIA driver's files under the driver root for the driver "
+        "version NVML reports and print the common CDI containerEdits a prepared claim "
+        "carries, so an admin can check a node. Writes nothing.",
+    ),
     Command("demo", "the whole path on a simulated dgx-h100 node", _demo_flags, _run_demo),
     Command(
         "simulate",

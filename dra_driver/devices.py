@@ -42,6 +42,7 @@ from dra_driver.dynamic_mig import (
 )
 from dra_driver.errors import InventoryError
 from dra_driver.inventory import GpuInventory, NodeInventory
+from dra_driver.k8s_names import is_dns_label
 from dra_driver.nvml import codes
 from dra_driver.nvml.interface import GpuInfo, MigDeviceInfo
 from dra_driver.quantity import format_quantity
@@ -65,8 +66,6 @@ SEMVER_RE: Final = re.compile(
     rf"(-{_PRERELEASE_ID}(\.{_PRERELEASE_ID})*)?"
     rf"(\+{_BUILD_ID}(\.{_BUILD_ID})*)?$"
 )
-DNS_LABEL_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS_LABEL_MAX_LENGTH: Final = 63
 
 # What NVIDIA's driver accepts as a version before printing it as semver
 # (Masterminds/semver NewVersion: lenient, numeric parts read as integers).
@@ -75,11 +74,6 @@ _LENIENT_VERSION_RE: Final = re.compile(
     r"(?:-(?P<pre>[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?"
     r"(?:\+(?P<build>[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?"
 )
-
-
-def is_dns_label(name: str) -> bool:
-    """RFC 1123 label: what a device name must be."""
-    return len(name) <= DNS_LABEL_MAX_LENGTH and DNS_LABEL_RE.fullmatch(name) is not None
 
 
 def normalize_version(text: str) -> str:

@@ -18,6 +18,7 @@ because the person reading them is an admin looking at a pending pod.
     ├── ClaimError             a ResourceClaim cannot be prepared as it is
     ├── CheckpointError        the checkpoint file cannot be read or written
     ├── CdiError               a CDI spec cannot be built or written
+    ├── DriverRootError        the NVIDIA driver's files are not under the driver root
     ├── CelError               a CEL selector does not compile or fails at run time
     ├── AllocationError        a claim cannot be allocated for a reason that is not "does not fit"
     └── PluginError            the kubelet plugin cannot start or serve
@@ -99,6 +100,10 @@ class CheckpointError(DraGpuError):
 
 class CdiError(DraGpuError):
     """A CDI spec cannot be built or written."""
+
+
+class DriverRootError(DraGpuError):
+    """The NVIDIA driver's user-space files are not (yet) under the driver root."""
 
 
 class CelError(DraGpuError):

@@ -7,7 +7,9 @@ its ResourceSlices, writes allocated ResourceClaims, calls
 NodePrepareResources and NodeUnprepareResources over the real Unix socket,
 and shows the devices, CDI specs and checkpoint at each step. The plugin
 runs with `--dynamic-mig`, so one step asks for MIG slices by profile and
-shows them created at Prepare and gone at Unprepare. It finishes in seconds
+shows them created at Prepare and gone at Unprepare. The simulated node has
+a fake NVIDIA driver root, so each CDI spec shows the driver files a
+container gets. It finishes in seconds
 and removes everything it made (unless `--keep`).
 """
 
@@ -15,20 +17,20 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 import yaml
 
 from dra_driver import DEFAULT_DRIVER_NAME, mig_status
+from dra_driver.api_objects import Obj
 from kubelet_plugin.demo_claims import demo_claims, mig_profile_claim
 from kubelet_plugin.plugin_process import PluginProcess
 from kubelet_plugin.service import ClaimRef, PrepareResult
 
 NODE = "demo-node"
 SHAPE = "dgx-h100"
-Obj = dict[str, Any]
 DEPLOY_DIR = Path(__file__).resolve().parents[1] / "deploy"
 
 
@@ -41,7 +43,11 @@ class NodeAllocator(Protocol):
     """
 
     def __call__(
-        self, claims: Sequence[Obj], slices: Sequence[Obj], classes: Sequence[Obj], node: str
+        self,
+        claims: Sequence[Mapping[str, Any]],
+        slices: Sequence[Obj],
+        classes: Sequence[Obj],
+        node: str,
     ) -> tuple[list[Obj], str]: ...
 
 
@@ -140,6 +146,7 @@ def run_demo(*, allocate: NodeAllocator, keep: bool = False, out: TextIO = sys.s
         spec_path = plugin.cdi_spec_path(refs[1].uid)
         p.line(f"CDI spec {spec_path.name}:")
         p.line(_abridged_yaml(spec_path.read_text()), indent=5)
+        _show_driver_mounts(p, yaml.safe_load(spec_path.read_text()), work)
         _show_checkpoint(p, plugin)
 
         p.step("Repeat the call, as a restarted kubelet would: same answer, no side effects")
@@ -207,6 +214,26 @@ def _show_prepare(p: _Printer, ref: ClaimRef, result: PrepareResult) -> None:
         )
         for cdi_id in device.cdi_device_ids:
             p.line(f"    CDI {cdi_id}")
+
+
+def _show_driver_mounts(p: _Printer, spec: dict[str, Any], work: Path) -> None:
+    """The driver files the claim's containers get (the simulated node's fake driver root)."""
+    mounts = spec.get("containerEdits", {}).get("mounts", [])
+    p.line(
+        f"driver files mounted read-only into the claim's containers: {len(mounts)} mounts "
+        "(dra-gpu cdi shows them for a node), e.g.:"
+    )
+    shown = [
+        m
+        for m in mounts
+        if m["containerPath"].rsplit("/", 1)[-1]
+        in ("libcuda.so.1", "libnvidia-ml.so.1", "nvidia-smi", "nvidia-cuda-mps-control")
+        or m["containerPath"].endswith("gsp_ga10x.bin")
+    ]
+    for mount in shown:
+        host = Path(mount["hostPath"])
+        shown_host = f"<work dir>/{host.relative_to(work)}" if host.is_relative_to(work) else host
+        p.line(f"  {mount['containerPath']}  <-  {shown_host}")
 
 
 def _show_mig_status(p: _Printer, plugin: PluginProcess, minor: int, title: str) -> None:

@@ -13,14 +13,13 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from dra_driver import DEFAULT_DRIVER_NAME
-
-Obj = dict[str, Any]
+from dra_driver.api_objects import Obj, ResourceClaim
 
 MIG_DEVICE_CLASS: Final = "mig.nvidia.com"
 PARENT_UUID_ATTRIBUTE: Final = f"{DEFAULT_DRIVER_NAME}/parentUUID"
 
 
-def demo_claims() -> list[Obj]:
+def demo_claims() -> list[ResourceClaim]:
     """The demo's ResourceClaims, unallocated (as the ResourceClaim controller creates them)."""
     return [
         _claim(
@@ -61,7 +60,7 @@ def mig_profile_claim(
     *,
     namespace: str = "default",
     same_gpu: bool = True,
-) -> dict[str, Any]:
+) -> ResourceClaim:
     """An unallocated ResourceClaim with one `mig.nvidia.com` request per entry of
     `profiles` (named `mig-<i>`), each selecting
     `device.attributes['gpu.nvidia.com'].profile == '<profile>'`; with `same_gpu`
@@ -94,7 +93,7 @@ def mig_profile_claim(
     }
 
 
-def _claim(namespace: str, name: str, uid: str, requests: list[Obj]) -> Obj:
+def _claim(namespace: str, name: str, uid: str, requests: list[Obj]) -> ResourceClaim:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",

@@ -106,8 +106,12 @@ class GpuDriver:
         cdi_store: CdiStore,
         mig: MigLifecycle,
         gpu_locks: GpuLocks,
+        driver_edits: Callable[[], cdi.ContainerEdits] | None = None,
         gpu_policy: GpuPolicy | None = None,
     ) -> None:
+        """`driver_edits` gives the mounts (and hooks) of the driver's user space
+        for the current driver version (`DriverUserSpace.edits`, cached); None
+        leaves them out (tests of device handling only)."""
         self._driver_name = driver_name
         self._pool_name = pool_name
         self._cluster = cluster
@@ -117,6 +121,7 @@ class GpuDriver:
         self._cdi = cdi_store
         self._mig = mig
         self._gpu_locks = gpu_locks
+        self._driver_edits = driver_edits
         self._thread_lock = threading.Lock()
         self._claim_locks = _KeyedLocks()
         self._sharing: tuple[SharingStrategy, ...] = (
@@ -542,7 +547,10 @@ class GpuDriver:
                     ),
                 )
             devices[name] = cdi.CdiDevice(name=name, edits=edits)
-        return cdi.claim_spec(claim_uid, list(devices.values()), cdi.common_edits(uvm_major))
+        common = cdi.common_edits(uvm_major)
+        if self._driver_edits is not None:
+            common = common.merged(self._driver_edits())
+        return cdi.claim_spec(claim_uid, list(devices.values()), common)
 
 
 def _cdi_device(item: PlannedDevice) -> str:

@@ -12,18 +12,15 @@ deadlock with another.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from dra_driver.errors import PluginError
+from dra_driver.flock import file_lock
 
 DEFAULT_TIMEOUT_S = 60.0
-_POLL_S = 0.02
 
 
 class GpuLocks:
@@ -53,25 +50,14 @@ class GpuLocks:
             )
         try:
             self._directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self._directory / f"{uuid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                deadline = time.monotonic() + self._timeout_s
-                while True:
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                        break
-                    except BlockingIOError:
-                        if time.monotonic() > deadline:
-                            raise PluginError(
-                                f"GPU {uuid}: another plugin process held its lock for "
-                                f"{self._timeout_s:.0f} s"
-                            ) from None
-                        time.sleep(_POLL_S)
-                try:
-                    yield
-                finally:
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
+            with file_lock(
+                self._directory / f"{uuid}.lock",
+                timeout_s=self._timeout_s,
+                error=PluginError,
+                what=f"GPU {uuid}",
+                timeout_message=f"GPU {uuid}: another plugin process held its lock for "
+                f"{self._timeout_s:.0f} s",
+            ):
+                yield
         finally:
             lock.release()

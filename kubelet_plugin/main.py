@@ -5,13 +5,16 @@ checkpoint, starts the gRPC servers (DRA socket first, then registration),
 keeps the node's ResourceSlices published, and shuts down cleanly on
 SIGTERM/SIGINT, removing its sockets. All logic lives in the modules it
 wires; this file only decides the order.
+
+On a real node the NVIDIA driver may not be there yet (the GPU Operator
+installs it after the plugin starts): until NVML loads from the driver root
+and the driver files of its version are found, the plugin logs why and
+retries, serving no socket, instead of exiting into a crash loop.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import signal
 import threading
 from collections.abc import Mapping
@@ -26,7 +29,9 @@ from dra_driver.checkpoint_store import CheckpointStore
 from dra_driver.cluster import Cluster, open_cluster
 from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.devices import build_devices, inventory_warnings
-from dra_driver.errors import DraGpuError
+from dra_driver.driver_root import DriverRoot
+from dra_driver.errors import DraGpuError, DriverRootError, NvmlError, PluginError
+from dra_driver.flock import file_lock
 from dra_driver.inventory import discover
 from dra_driver.nvml.backend import Hardware, open_hardware
 from kubelet_plugin.driver import GpuDriver
@@ -60,7 +65,8 @@ class PluginOptions:
     mig_reclaim_unknown: bool = False
     keep_mig_enabled: bool = False
     consumable_shares: ConsumableShares | None = None
-    nvidia_smi: Path = Path("/usr/bin/nvidia-smi")
+    driver_root: DriverRoot | None = None  # None: "/" on real hardware, a fake root in sim
+    driver_retry_interval: float = 10.0
 
 
 def plugin_data_dir(kubelet_root: Path, driver_name: str) -> Path:
@@ -80,23 +86,83 @@ def run(options: PluginOptions, stop: threading.Event | None = None) -> int:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
 
-    hardware = open_hardware(
-        options.nvml,
-        sim_state=options.sim_state,
-        node_name=options.node_name,
-        latency=options.sim_latency,
-    )
+    hardware = _wait_for_driver(options, stop)
+    if hardware is None:
+        return 0
     cluster = open_cluster(options.cluster, kubeconfig=options.kubeconfig)
     data_dir = plugin_data_dir(options.kubelet_root, options.driver_name)
     data_dir.mkdir(parents=True, exist_ok=True)
     options.cdi_root.mkdir(parents=True, exist_ok=True)
-    lock_fd = _hold_instance_lock(data_dir / INSTANCE_LOCK_FILE, stop)
-    if lock_fd is None:
-        return 0
-    try:
+    # One plugin process of the driver per node: two would roll back each
+    # other's half-done claims at start-up, so a new one waits, without a time
+    # limit, until the old one is gone (or it is told to stop).
+    lock_path = data_dir / INSTANCE_LOCK_FILE
+    with file_lock(
+        lock_path,
+        timeout_s=None,
+        error=PluginError,
+        stop=stop,
+        on_wait=lambda: log.warning(
+            "another plugin process holds %s; waiting for it to exit", lock_path
+        ),
+        poll_s=0.2,
+    ) as held:
+        if not held:
+            return 0
         return _serve(options, stop, hardware, cluster, data_dir)
-    finally:
-        os.close(lock_fd)  # releases the flock
+
+
+def _wait_for_driver(options: PluginOptions, stop: threading.Event) -> Hardware | None:
+    """Open the hardware once NVML and the driver files are there; None if told to stop.
+
+    A missing or half-installed driver is logged (once per distinct reason)
+    and retried every `driver_retry_interval` seconds; any other error (a bad
+    flag, an unknown shape) is raised at once.
+    """
+    last = ""
+    while True:
+        hardware: Hardware | None = None
+        try:
+            hardware = open_hardware(
+                options.nvml,
+                sim_state=options.sim_state,
+                node_name=options.node_name,
+                latency=options.sim_latency,
+                driver_root=options.driver_root,
+            )
+            version = hardware.driver_version()
+            files = hardware.driver.files(version)
+        except (DriverRootError, NvmlError) as exc:
+            close = getattr(hardware.nvml, "close", None) if hardware is not None else None
+            if close is not None:  # NVML loaded but the driver files are missing
+                close()
+            if str(exc) != last:
+                log.error(
+                    "NVIDIA driver not ready, not serving yet (retrying every %gs): %s",
+                    options.driver_retry_interval,
+                    exc,
+                )
+                last = str(exc)
+            if stop.wait(options.driver_retry_interval):
+                return None
+            continue
+        root = hardware.driver.root
+        log.info(
+            "NVIDIA driver %s at driver root %s%s: %d libraries in %s, %d binaries, "
+            "%d firmware files, %d IPC paths; %s",
+            version,
+            root.host,
+            f" (mounted at {root.container_path})" if root.container_path else "",
+            len(files.libraries),
+            ", ".join(files.library_dirs),
+            len(files.binaries),
+            len(files.firmware),
+            len(files.ipc),
+            f"hooks from {root.cdi_hook_path}" if root.cdi_hook_path else "no CDI hooks",
+        )
+        for warning in files.warnings:
+            log.warning("driver root %s: %s", root.host, warning)
+        return hardware
 
 
 def _serve(
@@ -106,7 +172,6 @@ def _serve(
     cluster: Cluster,
     data_dir: Path,
 ) -> int:
-    gpu_locks = GpuLocks(data_dir / "locks")
     driver = GpuDriver(
         driver_name=options.driver_name,
         pool_name=options.node_name,
@@ -116,8 +181,9 @@ def _serve(
         checkpoints=CheckpointStore(data_dir / CHECKPOINT_FILE, hardware.host.boot_id()),
         cdi_store=CdiStore(options.cdi_root),
         mig=MigLifecycle(hardware.nvml, disable_mig_when_empty=not options.keep_mig_enabled),
-        gpu_locks=gpu_locks,
-        gpu_policy=open_gpu_policy(hardware, options.nvidia_smi),
+        gpu_locks=GpuLocks(data_dir / "locks"),
+        driver_edits=lambda: hardware.driver.edits(hardware.driver_version()),
+        gpu_policy=open_gpu_policy(hardware),
     )
 
     # 1. Make checkpoint, hardware and CDI agree; 2. deal with MIG instances
@@ -189,26 +255,3 @@ def _serve(
         republisher.join(timeout=5)
     log.info("stopped")
     return 0
-
-
-def _hold_instance_lock(path: Path, stop: threading.Event) -> int | None:
-    """Make this the only plugin process of the driver on the node.
-
-    Two instances would roll back each other's half-done claims at start-up,
-    so a new one waits (an exclusive flock held until the process exits)
-    until the old one is gone. Returns the locked descriptor, or None if told
-    to stop while waiting.
-    """
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    waiting = False
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if not waiting:
-                log.warning("another plugin process holds %s; waiting for it to exit", path)
-                waiting = True
-            if stop.wait(0.2):
-                os.close(fd)
-                return None

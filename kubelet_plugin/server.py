@@ -42,7 +42,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import re
 import secrets
 import stat
 import threading
@@ -53,11 +52,12 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from types import TracebackType
-from typing import NoReturn, Protocol, Self, TypeVar
+from typing import Any, NoReturn, Protocol, Self, TypeVar
 
 import grpc
 
 from dra_driver.errors import DraGpuError, PluginError
+from dra_driver.k8s_names import is_dns_subdomain
 from kubelet_plugin.gen.dra.v1 import api_pb2 as dra_v1
 from kubelet_plugin.gen.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from kubelet_plugin.gen.dra.v1beta1 import api_pb2 as dra_v1beta1
@@ -79,8 +79,6 @@ REGISTRATION_WORKERS = 2
 """Threads for the registration socket: the kubelet makes two short calls per registration."""
 
 NO_RESULT_ERROR = "internal error: no result"
-
-_DRIVER_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def dra_socket_path(kubelet_root: Path, driver_name: str) -> Path:
@@ -243,52 +241,39 @@ def _claim_refs(claims: Iterable[_ProtoClaim]) -> list[ClaimRef]:
     return [ClaimRef(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
 
 
-def _v1_prepare_response(
-    rid: int, results: Mapping[str, PrepareResult]
-) -> dra_v1.NodePrepareResourcesResponse:
-    response = dra_v1.NodePrepareResourcesResponse()
+_PrepareResponse = TypeVar(
+    "_PrepareResponse",
+    dra_v1.NodePrepareResourcesResponse,
+    dra_v1beta1.NodePrepareResourcesResponse,
+)
+
+
+def _prepare_response(
+    response: _PrepareResponse,
+    rid: int,
+    results: Mapping[str, PrepareResult],
+    *,
+    share_id: bool,
+) -> _PrepareResponse:
+    """Fill either API version's NodePrepareResourcesResponse (the same shape in both,
+    except that only v1 has `share_id`: kubelets speaking v1beta1 predate shared devices)."""
     for uid, result in results.items():
         entry = response.claims[uid]
         try:
-            devices = [
-                dra_v1.Device(
-                    request_names=device.request_names,
-                    pool_name=device.pool_name,
-                    device_name=device.device_name,
-                    cdi_device_ids=device.cdi_device_ids,
-                    share_id=device.share_id,
-                )
-                for device in result.devices
-            ]
+            for device in result.devices:
+                fields: dict[str, Any] = {
+                    "request_names": device.request_names,
+                    "pool_name": device.pool_name,
+                    "device_name": device.device_name,
+                    "cdi_device_ids": device.cdi_device_ids,
+                }
+                if share_id:
+                    fields["share_id"] = device.share_id
+                entry.devices.add(**fields)
         except (TypeError, ValueError) as exc:
+            del entry.devices[:]
             entry.error = _invalid_result(rid, uid, exc)
             continue
-        entry.devices.extend(devices)
-        entry.error = result.error
-    return response
-
-
-def _v1beta1_prepare_response(
-    rid: int, results: Mapping[str, PrepareResult]
-) -> dra_v1beta1.NodePrepareResourcesResponse:
-    response = dra_v1beta1.NodePrepareResourcesResponse()
-    for uid, result in results.items():
-        entry = response.claims[uid]
-        try:
-            # v1beta1 has no share_id; kubelets speaking it predate shared devices.
-            devices = [
-                dra_v1beta1.Device(
-                    request_names=device.request_names,
-                    pool_name=device.pool_name,
-                    device_name=device.device_name,
-                    cdi_device_ids=device.cdi_device_ids,
-                )
-                for device in result.devices
-            ]
-        except (TypeError, ValueError) as exc:
-            entry.error = _invalid_result(rid, uid, exc)
-            continue
-        entry.devices.extend(devices)
         entry.error = result.error
     return response
 
@@ -346,7 +331,9 @@ class _DraV1Servicer(dra_v1_grpc.DRAPluginServicer):
     ) -> dra_v1.NodePrepareResourcesResponse:
         def handle(rid: int) -> dra_v1.NodePrepareResourcesResponse:
             results = self._caller.prepare(rid, "v1", _claim_refs(request.claims))
-            return _v1_prepare_response(rid, results)
+            return _prepare_response(
+                dra_v1.NodePrepareResourcesResponse(), rid, results, share_id=True
+            )
 
         return _handle(self._caller, context, "NodePrepareResources[v1]", handle)
 
@@ -369,7 +356,9 @@ class _DraV1beta1Servicer(dra_v1beta1_grpc.DRAPluginServicer):
     ) -> dra_v1beta1.NodePrepareResourcesResponse:
         def handle(rid: int) -> dra_v1beta1.NodePrepareResourcesResponse:
             results = self._caller.prepare(rid, "v1beta1", _claim_refs(request.claims))
-            return _v1beta1_prepare_response(rid, results)
+            return _prepare_response(
+                dra_v1beta1.NodePrepareResourcesResponse(), rid, results, share_id=False
+            )
 
         return _handle(self._caller, context, "NodePrepareResources[v1beta1]", handle)
 
@@ -419,7 +408,7 @@ class PluginServer:
         kubelet_root: Path,
         max_workers: int = 16,
     ) -> None:
-        if len(driver_name) > 253 or not _DRIVER_NAME.fullmatch(driver_name):
+        if not is_dns_subdomain(driver_name):
             raise PluginError(
                 f"driver name {driver_name!r} is not a DNS subdomain "
                 "(lower-case alphanumerics, '-' and '.', at most 253 characters)"

@@ -26,6 +26,7 @@ from dra_driver.allocator.search import Search
 from dra_driver.allocator.selectors import CelSelectorEvaluator, SelectorEvaluator, SelectorMemo
 from dra_driver.allocator.state import AllocatedState
 from dra_driver.allocator.trace import AllocationFinished, Tracer
+from dra_driver.api_objects import AllocationResult
 from dra_driver.errors import AllocationError
 
 
@@ -117,7 +118,7 @@ class Allocator:
         claims: Sequence[Mapping[str, Any]],
         *,
         tracer: Tracer | None = None,
-    ) -> list[dict[str, Any]] | None:
+    ) -> list[AllocationResult] | None:
         """Allocate all `claims` together on `node`.
 
         Returns one AllocationResult dict per claim (in claim order), or None if
@@ -162,7 +163,7 @@ class Allocator:
         claims: Sequence[Mapping[str, Any]],
         *,
         tracer: Tracer | None = None,
-    ) -> tuple[Node, list[dict[str, Any]]] | None:
+    ) -> tuple[Node, list[AllocationResult]] | None:
         """The first node (in the given order) where `allocate` succeeds, with its results.
 
         Cheaper than calling `allocate` per node: the claims are validated once
@@ -190,7 +191,7 @@ class Allocator:
         claims: Sequence[Mapping[str, Any]],
         plans: list[ClaimPlan] | None,
         tracer: Tracer | None,
-    ) -> list[dict[str, Any]] | None:
+    ) -> list[AllocationResult] | None:
         try:
             results = self._allocate(node, claims, plans, tracer)
         except AllocationError as exc:
@@ -207,7 +208,7 @@ class Allocator:
         claims: Sequence[Mapping[str, Any]],
         plans: list[ClaimPlan] | None,
         tracer: Tracer | None,
-    ) -> list[dict[str, Any]] | None:
+    ) -> list[AllocationResult] | None:
         pools = self.pools_for(node)
         search = Search(
             self.features,

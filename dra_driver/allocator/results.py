@@ -13,10 +13,19 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from dra_driver.allocator.pools import Candidate
 from dra_driver.allocator.requests import ClaimPlan, RequestData
+from dra_driver.api_objects import (
+    AllocationResult,
+    DeviceAllocationConfiguration,
+    DeviceAllocationResult,
+    DeviceRequestAllocationResult,
+    NodeSelector,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+)
 from dra_driver.errors import AllocationError
 from dra_driver.quantity import Quantity
 
@@ -38,7 +47,7 @@ def allocation_result(
     binding_conditions: bool,
     consumable_capacity: bool,
     share_id: Callable[[], str],
-) -> dict[str, Any]:
+) -> AllocationResult:
     """The AllocationResult dict for one claim."""
     results = [
         _device_result(
@@ -49,13 +58,13 @@ def allocation_result(
         )
         for entry in picked
     ]
-    devices: dict[str, Any] = {}
+    devices: DeviceAllocationResult = {}
     if results:
         devices["results"] = results
     config = _configs(plan)
     if config:
         devices["config"] = config
-    allocation: dict[str, Any] = {"devices": devices}
+    allocation: AllocationResult = {"devices": devices}
     selector = _node_selector(plan, picked, node_name)
     if selector is not None:
         allocation["nodeSelector"] = selector
@@ -68,10 +77,10 @@ def _device_result(
     binding_conditions: bool,
     consumable_capacity: bool,
     share_id: Callable[[], str],
-) -> dict[str, Any]:
+) -> DeviceRequestAllocationResult:
     device = entry.candidate.device
     request = entry.request
-    result: dict[str, Any] = {
+    result: DeviceRequestAllocationResult = {
         "request": request.full_name,
         "driver": device.id[0],
         "pool": device.id[1],
@@ -80,7 +89,7 @@ def _device_result(
     if request.admin:
         result["adminAccess"] = True
     if request.tolerations:
-        result["tolerations"] = copy.deepcopy(list(request.tolerations))
+        result["tolerations"] = [copy.deepcopy(dict(t)) for t in request.tolerations]
     if binding_conditions:
         if device.binding_conditions:
             result["bindingConditions"] = list(device.binding_conditions)
@@ -95,8 +104,8 @@ def _device_result(
     return result
 
 
-def _configs(plan: ClaimPlan) -> list[dict[str, Any]]:
-    config: list[dict[str, Any]] = []
+def _configs(plan: ClaimPlan) -> list[DeviceAllocationConfiguration]:
+    config: list[DeviceAllocationConfiguration] = []
     class_ranges: dict[str, tuple[int, int]] = {}
     for index, alternatives in enumerate(plan.requests):
         request = alternatives[plan.selected[index]]
@@ -130,19 +139,19 @@ def _configs(plan: ClaimPlan) -> list[dict[str, Any]]:
 
 def _config_entry(
     source: str, requests: list[str] | None, entry: Mapping[str, Any]
-) -> dict[str, Any]:
+) -> DeviceAllocationConfiguration:
     result: dict[str, Any] = {"source": source}
     if requests:
         result["requests"] = requests
     for key, value in entry.items():
         if key != "requests":
             result[key] = copy.deepcopy(value)
-    return result
+    return cast(DeviceAllocationConfiguration, result)  # the claim's own fields, copied
 
 
 def _node_selector(
     plan: ClaimPlan, picked: Sequence[PickedDevice], node_name: str
-) -> dict[str, Any] | None:
+) -> NodeSelector | None:
     fields: list[Mapping[str, Any]] = []
     expressions: list[Mapping[str, Any]] = []
     for entry in picked:
@@ -177,12 +186,17 @@ def _node_selector(
             _merge(terms[0].get("matchExpressions") or [], expressions)
     if not fields and not expressions:
         return None
-    term: dict[str, Any] = {}
+    term: NodeSelectorTerm = {}
     if expressions:
-        term["matchExpressions"] = [copy.deepcopy(dict(r)) for r in expressions]
+        term["matchExpressions"] = [_requirement(r) for r in expressions]
     if fields:
-        term["matchFields"] = [copy.deepcopy(dict(r)) for r in fields]
+        term["matchFields"] = [_requirement(r) for r in fields]
     return {"nodeSelectorTerms": [term]}
+
+
+def _requirement(raw: Mapping[str, Any]) -> NodeSelectorRequirement:
+    """A copy of a slice's node selector requirement (checked by `controller.limits`)."""
+    return cast(NodeSelectorRequirement, copy.deepcopy(dict(raw)))
 
 
 def _merge(new: Sequence[Mapping[str, Any]], into: list[Mapping[str, Any]]) -> None:

@@ -73,7 +73,11 @@ def device_view(device: DeviceRecord) -> DeviceView:
 
 
 class SelectorMemo:
-    """Results of (expression, device) evaluations, errors included, across calls."""
+    """Results of (expression, device) evaluations, errors included, across calls.
+
+    The one cache of selector results: the allocator keeps one, and so do the
+    simulator's diagnosis and its explanation of selector parts.
+    """
 
     def __init__(self, evaluate: SelectorEvaluator) -> None:
         self._evaluate = evaluate
@@ -87,8 +91,8 @@ class SelectorMemo:
         error = check(expression)
         return error if isinstance(error, CelError) else None
 
-    def matches(self, expression: str, device: DeviceRecord) -> bool:
-        """Whether the selector matches; re-raises the CelError of a failing selector."""
+    def check(self, expression: str, device: DeviceRecord) -> bool | CelError:
+        """Whether the selector matches, or the CelError of a failing selector."""
         key = (expression, device)
         result = self._results.get(key)
         if result is None:
@@ -97,6 +101,11 @@ class SelectorMemo:
             except CelError as exc:
                 result = exc
             self._results[key] = result
+        return result
+
+    def matches(self, expression: str, device: DeviceRecord) -> bool:
+        """Whether the selector matches; re-raises the CelError of a failing selector."""
+        result = self.check(expression, device)
         if isinstance(result, CelError):
             raise result
         return result

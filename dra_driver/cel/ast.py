@@ -75,16 +75,18 @@ class Call(Node):
 
 @dataclass(eq=False)
 class ListLit(Node):
-    """`[a, b, ...]`."""
+    """`[a, b, ...]`; `optional` holds the positions written `?x` (kept only if x has a value)."""
 
     elements: list[Node]
+    optional: frozenset[int] = frozenset()
 
 
 @dataclass(eq=False)
 class MapLit(Node):
-    """`{k: v, ...}`."""
+    """`{k: v, ...}`; `optional` holds the positions of entries written `?k: v`."""
 
     entries: list[tuple[Node, Node]]
+    optional: frozenset[int] = frozenset()
 
 
 @dataclass(eq=False)

@@ -28,6 +28,7 @@ from dra_driver.cel.ast import (
 )
 from dra_driver.cel.diagnostics import CompileError, FunctionError
 from dra_driver.cel.functions import FUNCTIONS, Overload
+from dra_driver.cel.parser import OPTIONAL_INDEX, OPTIONAL_SELECT
 from dra_driver.cel.types import (
     ANY,
     BOOL,
@@ -42,6 +43,7 @@ from dra_driver.cel.types import (
     join_types,
     list_of,
     map_of,
+    optional_of,
     substitute,
 )
 
@@ -52,11 +54,24 @@ CAPACITY_TYPE: Final = map_of(STRING, map_of(STRING, QUANTITY))
 
 _MAP_KEY_KINDS: Final = frozenset({"int", "uint", "bool", "string"})
 _REGEX_FUNCTIONS: Final = frozenset({"matches", "find", "findAll"})
+# cel-go's HomogeneousAggregateLiteralExemptFunctions as the strings library sets them.
+_HOMOGENEOUS_EXEMPT: Final = frozenset({"format"})
 
 
-def device_fields(consumable_capacity: bool) -> dict[str, CelType]:
+# With DRAListTypeAttributes an attribute may be a list, so Kubernetes declares
+# attribute values `dyn` (iterable by macros) instead of `any`.
+LIST_ATTRIBUTES_TYPE: Final = map_of(STRING, map_of(STRING, DYN))
+
+# Functions that only exist with DRAListTypeAttributes.
+LIST_ATTRIBUTE_FUNCTIONS: Final = frozenset({"includes"})
+
+
+def device_fields(
+    consumable_capacity: bool, list_type_attributes: bool = False
+) -> dict[str, CelType]:
     """The fields of `device` (kubernetes.DRADevice) for the given feature set."""
-    fields = {"driver": STRING, "attributes": ATTRIBUTES_TYPE, "capacity": CAPACITY_TYPE}
+    attributes = LIST_ATTRIBUTES_TYPE if list_type_attributes else ATTRIBUTES_TYPE
+    fields = {"driver": STRING, "attributes": attributes, "capacity": CAPACITY_TYPE}
     if consumable_capacity:
         fields["allowMultipleAllocations"] = BOOL
     return fields
@@ -65,10 +80,23 @@ def device_fields(consumable_capacity: bool) -> dict[str, CelType]:
 class Checker:
     """Type-checks one tree against the device declaration."""
 
-    def __init__(self, device_type: CelType, fields: dict[str, CelType]) -> None:
+    def __init__(
+        self,
+        device_type: CelType,
+        fields: dict[str, CelType],
+        variables: dict[str, CelType] | None = None,
+        hidden_functions: frozenset[str] = frozenset(),
+    ) -> None:
         self.device_type = device_type
         self.fields = fields
-        self.locals: dict[str, CelType] = {}
+        # Registered functions this environment does not declare.
+        self.hidden_functions = hidden_functions
+        # Variables declared besides `device` (none in Kubernetes' selector
+        # environment; `compile_expression` callers may add some).
+        self.locals: dict[str, CelType] = dict(variables or {})
+        # How many calls of a function exempt from the homogeneous literal
+        # rule enclose the node being checked.
+        self.exempt = 0
 
     def check(self, node: Node) -> CelType:
         t = self._check(node)
@@ -113,23 +141,39 @@ class Checker:
 
     def select(self, node: Select) -> CelType:
         operand = self.check(node.operand)
+        if operand.kind == "optional_type":
+            # Optional chaining: `o.f` on an optional is an optional of the field.
+            field_type = self.field_type(operand.params[0], node.field, node.pos)
+            return BOOL if node.test_only else optional_of(_unwrap(field_type))
+        field_type = self.field_type(operand, node.field, node.pos)
+        return BOOL if node.test_only else field_type
+
+    def field_type(self, operand: CelType, field: str, pos: int) -> CelType:
+        """The type of `operand.field`."""
         if operand == self.device_type:
-            field_type = self.fields.get(node.field)
+            field_type = self.fields.get(field)
             if field_type is None:
-                raise CompileError(f"undefined field '{node.field}'", node.pos)
-            return BOOL if node.test_only else field_type
+                raise CompileError(f"undefined field '{field}'", pos)
+            return field_type
         if operand.kind == "map":
             key = operand.params[0]
             if not (key.is_dynamic or key.kind == "string"):
-                raise CompileError(f"type '{operand}' does not support field selection", node.pos)
-            return BOOL if node.test_only else operand.params[1]
+                raise CompileError(f"type '{operand}' does not support field selection", pos)
+            return operand.params[1]
         if operand.is_dynamic:
-            return BOOL if node.test_only else DYN
-        raise CompileError(f"type '{operand}' does not support field selection", node.pos)
+            return DYN
+        raise CompileError(f"type '{operand}' does not support field selection", pos)
 
     def index(self, node: Index) -> CelType:
         operand = self.check(node.operand)
         index = self.check(node.index)
+        if operand.kind == "optional_type":
+            return optional_of(_unwrap(self.element_type(operand.params[0], index, node.pos)))
+        return self.element_type(operand, index, node.pos)
+
+    @staticmethod
+    def element_type(operand: CelType, index: CelType, pos: int, function: str = "_[_]") -> CelType:
+        """The type of `operand[index]`."""
         if operand.kind == "list" and (index.is_dynamic or index.kind == "int"):
             return operand.params[0]
         if operand.kind == "map" and bind_params(operand.params[0], index, {}):
@@ -137,8 +181,20 @@ class Checker:
         if operand.is_dynamic and (index.is_dynamic or index.kind in _MAP_KEY_KINDS | {"double"}):
             return DYN
         raise CompileError(
-            f"found no matching overload for '_[_]' applied to '({operand}, {index})'", node.pos
+            f"found no matching overload for '{function}' applied to '({operand}, {index})'", pos
         )
+
+    def optional_access(self, node: Call) -> CelType:
+        """`a.?f` and `a[?k]`: an optional of the field or element, chaining through optionals."""
+        operand = self.check(node.args[0])
+        key = self.check(node.args[1])
+        if operand.kind == "optional_type":
+            operand = operand.params[0]
+        if node.function == OPTIONAL_SELECT:
+            field = node.args[1]
+            assert isinstance(field, Const)
+            return optional_of(_unwrap(self.field_type(operand, str(field.value), node.pos)))
+        return optional_of(_unwrap(self.element_type(operand, key, node.pos, node.function)))
 
     # -- calls ---------------------------------------------------------------
 
@@ -156,19 +212,26 @@ class Checker:
         return ".".join(reversed(parts))
 
     def call(self, node: Call) -> CelType:
+        if node.function in (OPTIONAL_SELECT, OPTIONAL_INDEX):
+            return self.optional_access(node)
         if node.target is not None:
             namespace = self._qualified_name(node.target)
             if namespace is not None and f"{namespace}.{node.function}" in FUNCTIONS:
                 node.function = f"{namespace}.{node.function}"
                 node.target = None
         function = FUNCTIONS.get(node.function)
-        if function is None:
+        if function is None or node.function in self.hidden_functions:
             raise CompileError(
                 f"undeclared reference to '{node.function}' (in container '')", node.pos
             )
         is_member = node.target is not None
-        arg_types = [self.check(node.target)] if node.target is not None else []
-        arg_types += [self.check(arg) for arg in node.args]
+        exempt = node.function in _HOMOGENEOUS_EXEMPT
+        self.exempt += exempt
+        try:
+            arg_types = [self.check(node.target)] if node.target is not None else []
+            arg_types += [self.check(arg) for arg in node.args]
+        finally:
+            self.exempt -= exempt
 
         candidates: list[Overload] = []
         results: list[CelType] = []
@@ -210,27 +273,33 @@ class Checker:
 
     def list_lit(self, node: ListLit) -> CelType:
         types = [self.check(e) for e in node.elements]
+        for i in node.optional:
+            types[i] = _optional_element(types[i], node.elements[i])
         return list_of(self._homogeneous(types, node.elements))
 
     def map_lit(self, node: MapLit) -> CelType:
         key_types: list[CelType] = []
         value_types: list[CelType] = []
-        for key, value in node.entries:
+        for i, (key, value) in enumerate(node.entries):
             key_type = self.check(key)
             if not (key_type.is_dynamic or key_type.kind in _MAP_KEY_KINDS):
                 raise CompileError(f"unsupported map key type: {key_type}", key.pos)
             key_types.append(key_type)
-            value_types.append(self.check(value))
+            value_type = self.check(value)
+            if i in node.optional:
+                value_type = _optional_element(value_type, value)
+            value_types.append(value_type)
         keys = self._homogeneous(key_types, [k for k, _ in node.entries])
         values = self._homogeneous(value_types, [v for _, v in node.entries])
         return map_of(keys, values)
 
-    @staticmethod
-    def _homogeneous(types: list[CelType], nodes: list[Node]) -> CelType:
+    def _homogeneous(self, types: list[CelType], nodes: list[Node]) -> CelType:
         """The joined element type; Kubernetes requires literals to be homogeneous.
 
         As in cel-go, an element of the unknown type makes the join `dyn`;
-        two different known types are an error.
+        two different known types are an error (cel-go's homogeneous
+        aggregate literal validator), except inside the arguments of
+        `format()`, which the strings library exempts; there they join to dyn.
         """
         joined: CelType | None = None
         for t, n in zip(types, nodes, strict=True):
@@ -239,6 +308,8 @@ class Checker:
             elif bind_params(joined, t, {}):
                 if t.is_dynamic:
                     joined = DYN
+            elif self.exempt:
+                return DYN
             else:
                 raise CompileError(f"expected type '{joined}' but found '{t}'", n.pos)
         return DYN if joined is None else joined
@@ -252,7 +323,9 @@ class Checker:
             first, second = (INT, range_type.params[0]) if two_vars else (range_type.params[0], DYN)
         elif range_type.kind == "map":
             first, second = range_type.params[0], range_type.params[1]
-        elif range_type.is_dynamic:
+        elif range_type == DYN:
+            # `any` (attribute values without DRAListTypeAttributes) is not a
+            # valid range in cel-go; `dyn` is.
             first, second = DYN, DYN
         else:
             raise CompileError(
@@ -302,6 +375,20 @@ class Checker:
             return self.check(node.body)
         finally:
             self.locals = saved
+
+
+def _unwrap(t: CelType) -> CelType:
+    """`T` for `optional_type(T)`: chaining through an optional does not nest optionals."""
+    return t.params[0] if t.kind == "optional_type" else t
+
+
+def _optional_element(t: CelType, node: Node) -> CelType:
+    """The element type of an optional entry `?x` in a literal; `x` must be an optional."""
+    if t.kind == "optional_type":
+        return t.params[0]
+    if t.is_dynamic:
+        return DYN
+    raise CompileError(f"expected type '{optional_of(t)}' but found '{t}'", node.pos)
 
 
 def _signature(arg_types: list[CelType], is_member: bool) -> str:

@@ -7,8 +7,9 @@ into `DeviceValue`, the run-time value of `device`, exactly as Kubernetes'
 
 * a name without `/` goes under the driver's own domain, `<domain>/<id>`
   under `<domain>`;
-* attribute values become CEL int, bool, string or `kubernetes.Semver`;
-  capacities become `kubernetes.Quantity`;
+* attribute values become CEL int, bool, string or `kubernetes.Semver`, and
+  the list values of DRAListTypeAttributes (`ints`, `bools`, `strings`,
+  `versions`) lists of those; capacities become `kubernetes.Quantity`;
 * the two outer maps yield an empty map for an unknown domain.
 
 The conversion is cached on the view (and semvers/quantities are cached by
@@ -141,11 +142,22 @@ def _attribute_value(raw: Mapping[str, Any]) -> Any:
     if kind == "bool" and isinstance(value, bool):
         return value
     if kind == "version" and isinstance(value, str):
-        try:
-            return parse_semver(value)
-        except SemverError as exc:
-            raise ValueError(f"parse semantic version: {exc}") from exc
+        return _version(value)
+    if kind in _LIST_KINDS and isinstance(value, list | tuple):
+        scalar = _LIST_KINDS[kind]
+        return [_attribute_value({scalar: item}) for item in value]
     raise ValueError("unsupported attribute value")
+
+
+# DeviceAttribute's list fields (k8s.io/api/resource/v1, DRAListTypeAttributes).
+_LIST_KINDS = {"ints": "int", "bools": "bool", "strings": "string", "versions": "version"}
+
+
+def _version(value: str) -> Any:
+    try:
+        return parse_semver(value)
+    except SemverError as exc:
+        raise ValueError(f"parse semantic version: {exc}") from exc
 
 
 def _is_int(value: Any) -> bool:

@@ -38,13 +38,17 @@ from dra_driver.cel.cost import CostLimitExceeded
 from dra_driver.cel.device import DeviceValue
 from dra_driver.cel.diagnostics import CompileError, EvalError, FunctionError
 from dra_driver.cel.functions import Overload
+from dra_driver.cel.parser import OPTIONAL_INDEX, OPTIONAL_SELECT
 from dra_driver.cel.types import DEVICE, TYPE_IDENTIFIERS
 from dra_driver.cel.values import (
     EMPTY_MAP,
+    NONE,
     DefaultingMap,
+    Optional,
     TypeValue,
     cel_equal,
     display,
+    go_type_name,
     kind_of,
     map_lookup,
 )
@@ -141,6 +145,10 @@ class Planner:
 
             def has(act: Activation) -> Any:
                 obj = operand(act)
+                if type(obj) is Optional:
+                    if not obj.has_value:
+                        return False
+                    obj = obj.value
                 if type(obj) in _MAP_TYPES:
                     return name in obj
                 if isinstance(obj, DeviceValue):
@@ -159,6 +167,8 @@ class Planner:
                     raise EvalError(f"no such key: {name}", pos) from None
             if isinstance(obj, DeviceValue):
                 return obj.field(name, pos)
+            if type(obj) is Optional:
+                return _optional_select(obj, name, pos)
             raise EvalError(f"type '{kind_of(obj)}' does not support field selection", pos)
 
         return select
@@ -223,6 +233,8 @@ class Planner:
                         return obj[key]
                     except KeyError:
                         raise EvalError(f"no such key: {key}", pos) from None
+                if type(obj) is Optional:
+                    return _optional_index(obj, key, pos)
                 return _index(obj, key, pos)
 
             return index_str
@@ -232,6 +244,8 @@ class Planner:
             obj = operand(act)
             key = index(act)
             act.cost += 1
+            if type(obj) is Optional:
+                return _optional_index(obj, key, pos)
             return _index(obj, key, pos)
 
         return index_any
@@ -246,6 +260,10 @@ class Planner:
             return self._logical(node, short=True)
         if function == "_?_:_":
             return self._conditional(node)
+        if function in (OPTIONAL_SELECT, OPTIONAL_INDEX):
+            return self._optional_access(node)
+        if function in ("or", "orValue") and _is_optional_overload(node.overloads):
+            return self._optional_or(node)
         arg_nodes = ([node.target] if node.target is not None else []) + node.args
         args = [self.plan(a) for a in arg_nodes]
         overloads = node.overloads
@@ -315,9 +333,53 @@ class Planner:
 
         return conditional
 
+    def _optional_access(self, node: Call) -> Fn:
+        """`a.?f` / `a[?k]`: optional.of(a.f) / optional.of(a[k]) when present, else none."""
+        operand = self.plan(node.args[0])
+        key_fn = self.plan(node.args[1])  # for `.?f` the field name, a string constant
+        select = node.function == OPTIONAL_SELECT
+        pos = node.pos
+
+        def optional_access(act: Activation) -> Any:
+            obj = operand(act)
+            key = key_fn(act)
+            act.cost += 1
+            if type(obj) is not Optional:
+                obj = Optional(obj)
+            if select:
+                return _optional_select(obj, key, pos)
+            return _optional_index(obj, key, pos)
+
+        return optional_access
+
+    def _optional_or(self, node: Call) -> Fn:
+        """`o.or(p)` / `o.orValue(x)`: the argument is evaluated only when `o` is empty."""
+        assert node.target is not None
+        receiver = self.plan(node.target)
+        alternative = self.plan(node.args[0])
+        unwrap = node.function == "orValue"
+        pos = node.pos
+        function = node.function
+
+        def optional_or(act: Activation) -> Any:
+            opt = receiver(act)
+            act.cost += 1
+            if type(opt) is not Optional:
+                raise EvalError(f"no such overload: {function}({kind_of(opt)}, ...)", pos)
+            if opt.has_value:
+                return opt.value if unwrap else opt
+            other = alternative(act)
+            if not unwrap and type(other) is not Optional:
+                raise EvalError(f"no such overload: or(optional_type, {kind_of(other)})", pos)
+            return other
+
+        return optional_or
+
     # -- literals ----------------------------------------------------------------
 
     def list_lit(self, node: ListLit) -> Fn:
+        if node.optional:
+            return self._list_with_optionals(node)
         if all(isinstance(e, Const) for e in node.elements):
             # Lists are never mutated, so a literal of constants is built once.
             constant = [e.value for e in node.elements if isinstance(e, Const)]
@@ -335,20 +397,57 @@ class Planner:
 
         return list_lit
 
+    def _list_with_optionals(self, node: ListLit) -> Fn:
+        elements = [(self.plan(e), i in node.optional, e.pos) for i, e in enumerate(node.elements)]
+
+        def list_lit(act: Activation) -> Any:
+            act.cost += costs.LIST_CREATE_COST
+            result = []
+            for fn, optional, pos in elements:
+                value = fn(act)
+                if optional:
+                    if type(value) is not Optional:
+                        raise EvalError(
+                            f"cannot initialize optional list element from non-optional value "
+                            f"{display(value)}",
+                            pos,
+                        )
+                    if not value.has_value:
+                        continue
+                    value = value.value
+                result.append(value)
+            return result
+
+        return list_lit
+
     def map_lit(self, node: MapLit) -> Fn:
-        entries = [(self.plan(k), self.plan(v), k.pos) for k, v in node.entries]
+        entries = [
+            (self.plan(k), self.plan(v), k.pos, i in node.optional)
+            for i, (k, v) in enumerate(node.entries)
+        ]
 
         def map_lit(act: Activation) -> Any:
             act.cost += costs.MAP_CREATE_COST
             result: dict[Any, Any] = {}
-            for key_fn, value_fn, key_pos in entries:
+            for key_fn, value_fn, key_pos, optional in entries:
                 key = key_fn(act)
                 kind = kind_of(key)
                 if kind not in ("string", "int", "uint", "bool"):
                     raise EvalError(f"unsupported key type: {kind}", key_pos)
                 if map_lookup(result, key)[0]:
                     raise EvalError(f"Failed with repeated key: {display(key)}", key_pos)
-                result[key] = value_fn(act)
+                value = value_fn(act)
+                if optional:
+                    if type(value) is not Optional:
+                        raise EvalError(
+                            f"cannot initialize optional entry '{display(key)}' "
+                            "from non-optional value",
+                            key_pos,
+                        )
+                    if not value.has_value:
+                        continue
+                    value = value.value
+                result[key] = value
             return result
 
         return map_lit
@@ -445,6 +544,49 @@ def _index(obj: Any, key: Any, pos: int) -> Any:
             return EMPTY_MAP
         raise EvalError(f"no such key: {display(key)}", pos)
     raise EvalError(f"no such overload: {kind_of(obj)}[{kind_of(key)}]", pos)
+
+
+def _optional_select(opt: Optional, name: str, pos: int) -> Optional:
+    """Field `name` of the optional's value, as an optional (none when absent)."""
+    if not opt.has_value:
+        return NONE
+    obj = opt.value
+    if type(obj) is Optional:
+        return _optional_select(obj, name, pos)
+    if type(obj) in _MAP_TYPES:
+        try:
+            return Optional(obj[name])
+        except KeyError:
+            return NONE
+    if isinstance(obj, DeviceValue):
+        return Optional(obj.field(name, pos)) if obj.has_field(name) else NONE
+    raise EvalError(f"no such key: {name}", pos)
+
+
+def _optional_index(opt: Optional, key: Any, pos: int) -> Optional:
+    """Element `key` of the optional's value, as an optional (none when absent)."""
+    if not opt.has_value:
+        return NONE
+    obj = opt.value
+    if type(obj) is Optional:
+        return _optional_index(obj, key, pos)
+    if type(obj) is list:
+        kind = kind_of(key)
+        if kind == "double" and math.isfinite(key) and key == int(key):
+            key = int(key)
+        elif kind not in ("int", "uint"):
+            raise EvalError(f"unsupported index type '{kind}' in list", pos)
+        return Optional(obj[key]) if 0 <= key < len(obj) else NONE
+    if type(obj) in _MAP_TYPES:
+        found, value = map_lookup(obj, key)
+        if found:
+            return Optional(value)
+        return Optional(EMPTY_MAP) if type(obj) is DefaultingMap else NONE
+    raise EvalError(f"no such key: {display(key)}", pos)
+
+
+def _is_optional_overload(overloads: list[Overload]) -> bool:
+    return bool(overloads) and all(o.id.startswith("optional_") for o in overloads)
 
 
 def _static_overload(overloads: list[Overload], arg_nodes: list[Node]) -> Overload | None:
@@ -582,7 +724,7 @@ def _iteration(value: Any, pos: int) -> list[Any]:
         return value
     if type(value) in _MAP_TYPES:
         return list(value)
-    raise EvalError(f"got '{kind_of(value)}', expected iterable type", pos)
+    raise EvalError(f"got '{go_type_name(value)}', expected iterable type", pos)
 
 
 def _pairs(value: Any, pos: int) -> list[tuple[Any, Any]]:
@@ -590,7 +732,7 @@ def _pairs(value: Any, pos: int) -> list[tuple[Any, Any]]:
         return list(enumerate(value))
     if type(value) in _MAP_TYPES:
         return list(value.items())
-    raise EvalError(f"got '{kind_of(value)}', expected iterable type", pos)
+    raise EvalError(f"got '{go_type_name(value)}', expected iterable type", pos)
 
 
 class _Scope:

@@ -3,6 +3,13 @@
 `isSorted`, `sum`, `min`, `max` over lists of comparable (or summable)
 element types, and `indexOf`/`lastIndexOf` with CEL equality. Each costs one
 traversal of the list, as upstream charges.
+
+Also `includes` (Kubernetes 1.36+, DRAListTypeAttributes; k8s lists library
+version 1 in 1.37): `x.includes(v)` is true when the list `x` has an element
+equal to `v`, or when the scalar `x` equals `v`, so one selector works on
+scalar and list attributes alike. As in DRA's own declaration
+(dynamic-resource-allocation/cel/compile.go, `dra_includes_dyn_dyn`), a list
+longer than ResourceSliceMaxAttributeValuesPerDevice (48) is a run-time error.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from dra_driver.cel.types import (
     BYTES,
     DOUBLE,
     DURATION,
+    DYN,
     INT,
     PARAM_A,
     STRING,
@@ -116,6 +124,24 @@ def _list_last_index_of(items: list[Any], item: Any) -> int:
     return -1
 
 
+# k8s.io/api/resource/v1 ResourceSliceMaxAttributeValuesPerDevice
+MAX_ATTRIBUTE_VALUES_PER_DEVICE: Final = 48
+
+
+def includes(target: Any, value: Any) -> bool:
+    if isinstance(target, list):
+        for i, item in enumerate(target):
+            if i >= MAX_ATTRIBUTE_VALUES_PER_DEVICE:
+                raise FunctionError(
+                    "'includes' function cannot be applied to lists longer than "
+                    f"{MAX_ATTRIBUTE_VALUES_PER_DEVICE} values"
+                )
+            if cel_equal(item, value):
+                return True
+        return False
+    return cel_equal(target, value)
+
+
 def _traversal_cost(args: Sequence[Any], _result: Any) -> int:
     return costs.data_traversal(args[0])
 
@@ -161,3 +187,4 @@ def _register_lists() -> None:
 
 
 _register_lists()
+register("includes", member("dra_includes_dyn_dyn", (DYN, DYN), BOOL, includes, _traversal_cost))

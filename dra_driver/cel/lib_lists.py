@@ -1,9 +1,10 @@
 """cel-go's list extension (`ext.Lists`, v3 in Kubernetes 1.34+), without the optional-typed parts.
 
-`lists.range(n)`, `slice`, `flatten`, `distinct`, `reverse` and `sort`.
-`first`/`last` return optional values and `sortBy` is a macro over them;
-optional types are not supported here (cel-python's grammar has no `?.`
-syntax), so those three are left out.
+`lists.range(n)`, `slice`, `flatten`, `distinct`, `reverse`, `sort`, and
+`sortBy`, a macro the parser expands (as cel-go does) into
+`cel.bind(@__sortBy_input__, l, @__sortBy_input__.@sortByAssociatedKeys(
+@__sortBy_input__.map(e, key)))`. (`first`/`last` belong to the optional
+library, `lib_optional.py`.)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dra_driver.cel import cost as costs
 from dra_driver.cel.diagnostics import FunctionError
 from dra_driver.cel.functions import glob, member, register
 from dra_driver.cel.lib_standard import LIST_A
+from dra_driver.cel.parser import SORT_BY_KEYS
 from dra_driver.cel.types import DYN, INT, list_of
 from dra_driver.cel.values import cel_equal, kind_of
 
@@ -80,6 +82,17 @@ def _sort(items: list[Any]) -> list[Any]:
     return sorted(items)
 
 
+def _sort_by_keys(items: list[Any], keys: list[Any]) -> list[Any]:
+    if len(items) != len(keys):
+        raise FunctionError(
+            "@sortByAssociatedKeys() expected a list of the same size as the associated keys "
+            f"list, but got {len(items)} and {len(keys)} elements respectively."
+        )
+    _sort(keys)  # the same type checks as sort()
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    return [items[i] for i in order]
+
+
 def _list_size_cost(args: Sequence[Any], result: Any) -> int:
     return max(1, costs.size_of(args[0]), costs.size_of(result))
 
@@ -94,3 +107,13 @@ register(
 register("distinct", member("list_distinct", (LIST_A,), LIST_A, _distinct, _list_size_cost))
 register("reverse", member("list_reverse", (LIST_A,), LIST_A, _reverse, _list_size_cost))
 register("sort", member("list_sort", (LIST_A,), LIST_A, _sort, _list_size_cost))
+register(
+    SORT_BY_KEYS,
+    member(
+        "list_sortByAssociatedKeys",
+        (LIST_A, list_of(DYN)),
+        LIST_A,
+        _sort_by_keys,
+        _list_size_cost,
+    ),
+)

@@ -11,10 +11,13 @@ double. Equality is heterogeneous (`values.cel_equal`). Also here: `size`,
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any, Final
+
+from celpy.celtypes import DurationType
 
 from dra_driver.cel import cost as costs
 from dra_driver.cel import regex
@@ -99,6 +102,16 @@ def _ge(a: Any, b: Any) -> bool:
     return bool(a >= b)
 
 
+def _via_double(impl: Any) -> Any:
+    """An int/uint against a double compares as a double, as cel-go (1.35-1.37) converts it:
+    `9223372036854775807 < 9223372036854775808.0` is false there (2^63 - 1 rounds to 2^63)."""
+
+    def compare(a: Any, b: Any) -> bool:
+        return bool(impl(float(a), float(b)))
+
+    return compare
+
+
 for _name, _op, _impl in (
     ("_<_", "less", _lt),
     ("_<=_", "less_equals", _le),
@@ -109,7 +122,8 @@ for _name, _op, _impl in (
         _cost = _eq_cost if _t in (STRING, BYTES) else 1
         register(_name, glob(f"{_op}_{_t.kind}", (_t, _t), BOOL, _impl, _cost))
     for _l, _r in _CROSS_NUMERIC:
-        register(_name, glob(f"{_op}_{_l.kind}_{_r.kind}", (_l, _r), BOOL, _impl))
+        _cross_impl = _via_double(_impl) if DOUBLE in (_l, _r) else _impl
+        register(_name, glob(f"{_op}_{_l.kind}_{_r.kind}", (_l, _r), BOOL, _cross_impl))
 
 
 # -- arithmetic --------------------------------------------------------------
@@ -143,11 +157,22 @@ def _list_concat_cost(_args: Sequence[Any], result: Any) -> int:
     return 1 + costs.traversal(costs.size_of(result))
 
 
+# cel-go keeps durations as Go's time.Duration: whole nanoseconds in an int64.
+_MAX_DURATION_MICROSECONDS: Final = (2**63 - 1) // 1000
+
+
 def _time_arith(a: Any, b: Any, op: str) -> Any:
     try:
-        return a + b if op == "+" else a - b
+        result = a + b if op == "+" else a - b
+        if isinstance(result, datetime.timedelta):
+            micros = (result.days * 86400 + result.seconds) * 1_000_000 + result.microseconds
+            if abs(micros) > _MAX_DURATION_MICROSECONDS:
+                raise OverflowError("duration out of range")
+            if not isinstance(result, DurationType):
+                result = DurationType(result)
     except (OverflowError, ValueError) as exc:
         raise FunctionError(f"timestamp or duration out of range: {exc}") from exc
+    return result
 
 
 def _add_time(a: Any, b: Any) -> Any:
@@ -395,7 +420,8 @@ def _to_int(value: Any) -> int:
             raise FunctionError(f"range error converting {int(value)} to int")
         return int(value)
     if kind == "double":
-        if math.isnan(value) or not (INT64_MIN <= value < 2.0**63):
+        # cel-go refuses both ends: -2^63 as a double is out of range too.
+        if math.isnan(value) or not (INT64_MIN < value < 2.0**63):
             raise FunctionError(f"range error converting {format_double(value)} to int")
         return int(value)
     if kind == "string":

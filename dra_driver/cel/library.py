@@ -2,7 +2,7 @@
 
 Importing this module registers the standard functions and operators, the
 string, list, set and time extensions and the Kubernetes libraries (semver,
-quantity, lists, regex). The checker and interpreter only consult
+quantity, lists, regex) and optional types. The checker and interpreter only consult
 `functions.FUNCTIONS`; this import makes sure it is complete.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 from dra_driver.cel import (  # noqa: F401 - imported for their registrations
     lib_kubernetes_lists,
     lib_lists,
+    lib_optional,
     lib_quantity,
     lib_regex,
     lib_semver,

@@ -1,9 +1,12 @@
 """Parse selector text with cel-python's grammar and fold it into `ast` nodes.
 
-cel-python (`celpy`) supplies the Lark grammar and parser; this module turns
-its rule-per-level parse tree into the small tree of `ast.py`, expands the
+The Lark grammar is cel-python's (`celpy`), vendored as `cel.lark` and
+extended with the optional syntax (`a.?b`, `a[?b]`, `[?x]`, `{?k: v}`) that
+Kubernetes enables; this module turns its rule-per-level parse tree into the
+small tree of `ast.py`, expands the
 macros Kubernetes enables (`has`, `all`, `exists`, `exists_one`, `map`,
-`filter`, the two-variable comprehensions and `cel.bind`), decodes literals,
+`filter`, the two-variable comprehensions, `cel.bind` and the optional
+`optMap`/`optFlatMap`), decodes literals (`literals.py`),
 and records for every node the offset of its operator token so runtime errors
 can point at it. It also bounds nesting so that the recursive checker and
 interpreter stay far from Python's recursion limit.
@@ -16,9 +19,7 @@ import threading
 from pathlib import Path
 from typing import Final
 
-import celpy
 import lark
-from celpy.evaluation import celbytes, celstr
 
 from dra_driver.cel.ast import (
     Bind,
@@ -34,7 +35,8 @@ from dra_driver.cel.ast import (
     children,
 )
 from dra_driver.cel.diagnostics import CompileError, offset_of
-from dra_driver.cel.types import BOOL, BYTES, DOUBLE, INT, NULL, STRING, UINT
+from dra_driver.cel.literals import LiteralError, decode
+from dra_driver.cel.types import BOOL, BYTES, DOUBLE, INT, NULL, STRING, TYPE_IDENTIFIERS, UINT
 from dra_driver.cel.values import Uint
 
 # Deepest nesting of sub-expressions accepted. cel-go stops at 250 parser
@@ -42,6 +44,13 @@ from dra_driver.cel.values import Uint
 # of levels. Kept well below Python's default recursion limit of 1000 since
 # the checker and interpreter recurse once or twice per level.
 MAX_DEPTH: Final = 250
+
+# cel-go's names for the optional selection and index operators.
+OPTIONAL_SELECT: Final = "_?._"
+OPTIONAL_INDEX: Final = "_[?_]"
+# The function and variable cel-go's `sortBy` macro expands into.
+SORT_BY_KEYS: Final = "@sortByAssociatedKeys"
+_SORT_BY_INPUT: Final = "@__sortBy_input__"
 
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
@@ -110,10 +119,10 @@ def _literal_keywords(token: lark.Token) -> lark.Token:
 
 
 def _lark() -> lark.Lark:
-    """cel-python's CEL grammar, loaded into a Lark LALR parser once per process."""
+    """The CEL grammar (`cel.lark`), loaded into a Lark LALR parser once per process."""
     global _parser  # noqa: PLW0603 - built on first use, then shared
     if _parser is None:
-        grammar = (Path(celpy.__file__).parent / "cel.lark").read_text(encoding="utf-8")
+        grammar = (Path(__file__).parent / "cel.lark").read_text(encoding="utf-8")
         _parser = lark.Lark(
             grammar,
             parser="lalr",
@@ -316,6 +325,10 @@ class _Converter:
         assert isinstance(operand_tree, lark.Tree)
         assert isinstance(name, lark.Token)
         operand = self.node(operand_tree)
+        qualified = _qualified_name(operand)
+        if qualified is not None and f"{qualified}.{name.value}" in TYPE_IDENTIFIERS:
+            # `google.protobuf.Timestamp`: a type name, not a field selection.
+            return self.add(Ident(self.start(operand_tree), f"{qualified}.{name.value}"))
         return self.add(Select(self.op_pos(self.end(operand_tree)), operand, str(name.value)))
 
     def rule_member_dot_arg(self, tree: _Tree) -> Node:
@@ -326,6 +339,26 @@ class _Converter:
         target = self.node(operand_tree)
         args = self.exprlist(tree.children[2] if len(tree.children) > 2 else None)
         return self.member_call(pos, str(name.value), target, args)
+
+    def rule_member_dot_opt(self, tree: _Tree) -> Node:
+        """`a.?b`: cel-go's `_?._(a, "b")`."""
+        operand_tree, name = tree.children
+        assert isinstance(operand_tree, lark.Tree)
+        assert isinstance(name, lark.Token)
+        pos = self.op_pos(self.end(operand_tree))
+        operand = self.node(operand_tree)
+        field = self.add(Const(self.start(name), str(name.value), STRING))
+        return self.add(Call(pos, OPTIONAL_SELECT, [operand, field]))
+
+    def rule_member_index_opt(self, tree: _Tree) -> Node:
+        """`a[?b]`: cel-go's `_[?_](a, b)`."""
+        operand_tree, index_tree = tree.children
+        assert isinstance(operand_tree, lark.Tree)
+        assert isinstance(index_tree, lark.Tree)
+        pos = self.op_pos(self.end(operand_tree))
+        operand = self.node(operand_tree)
+        index = self.node(index_tree)
+        return self.add(Call(pos, OPTIONAL_INDEX, [operand, index]))
 
     def rule_member_index(self, tree: _Tree) -> Node:
         operand_tree, index_tree = tree.children
@@ -362,21 +395,41 @@ class _Converter:
         return self.rule_ident_arg(tree)
 
     def rule_list_lit(self, tree: _Tree) -> Node:
-        elements = self.exprlist(tree.children[0] if tree.children else None)
-        return self.add(ListLit(self.start(tree), elements))
-
-    def rule_map_lit(self, tree: _Tree) -> Node:
-        entries: list[tuple[Node, Node]] = []
+        elements: list[Node] = []
+        optional: set[int] = set()
         if tree.children:
             inits = tree.children[0]
             assert isinstance(inits, lark.Tree)
-            kids = inits.children
-            for i in range(0, len(kids), 2):
-                key_tree, value_tree = kids[i], kids[i + 1]
+            for i, elem in enumerate(inits.children):
+                assert isinstance(elem, lark.Tree)
+                (inner,) = elem.children
+                assert isinstance(inner, lark.Tree)
+                if inner.data == "list_opt_elem":
+                    optional.add(i)
+                    (inner,) = inner.children
+                    assert isinstance(inner, lark.Tree)
+                elements.append(self.node(inner))
+        return self.add(ListLit(self.start(tree), elements, frozenset(optional)))
+
+    def rule_map_lit(self, tree: _Tree) -> Node:
+        entries: list[tuple[Node, Node]] = []
+        optional: set[int] = set()
+        if tree.children:
+            inits = tree.children[0]
+            assert isinstance(inits, lark.Tree)
+            for i, entry in enumerate(inits.children):
+                assert isinstance(entry, lark.Tree)
+                kids = entry.children
+                if len(kids) == 1:
+                    (opt_entry,) = kids
+                    assert isinstance(opt_entry, lark.Tree)
+                    optional.add(i)
+                    kids = opt_entry.children
+                key_tree, value_tree = kids
                 assert isinstance(key_tree, lark.Tree)
                 assert isinstance(value_tree, lark.Tree)
                 entries.append((self.node(key_tree), self.node(value_tree)))
-        return self.add(MapLit(self.start(tree), entries))
+        return self.add(MapLit(self.start(tree), entries, frozenset(optional)))
 
     def rule_literal(self, tree: _Tree) -> Node:
         (token,) = tree.children
@@ -398,14 +451,12 @@ class _Converter:
             return self.add(Const(pos, float(text), DOUBLE))
         if kind in ("STRING_LIT", "MLSTRING_LIT"):
             try:
-                return self.add(Const(pos, "" + celstr(token), STRING))
-            except ValueError as exc:
-                raise CompileError(f"invalid string literal {text}", pos) from exc
-        if kind == "BYTES_LIT":
-            try:
-                return self.add(Const(pos, bytes(celbytes(token)), BYTES))
-            except ValueError as exc:
-                raise CompileError(f"invalid bytes literal {text}", pos) from exc
+                decoded = decode(text)
+            except LiteralError as exc:
+                raise CompileError(f"Syntax error: {exc.args[0]}: {text}", pos) from None
+            if isinstance(decoded, bytes):
+                return self.add(Const(pos, decoded, BYTES))
+            return self.add(Const(pos, decoded, STRING))
         if kind == "BOOL_LIT":
             return self.add(Const(pos, text == "true", BOOL))
         if kind == "NULL_LIT":
@@ -439,6 +490,10 @@ class _Converter:
             if not isinstance(var, Ident):
                 raise CompileError("cel.bind() variable names must be simple identifiers", var.pos)
             return self.add(Bind(pos, var.name, args[1], args[2]))
+        if function in ("optMap", "optFlatMap") and len(args) == 2:
+            return self.optional_macro(pos, function, target, args[0], args[1])
+        if function == "sortBy" and len(args) == 2:
+            return self.sort_by_macro(pos, target, args[0], args[1])
         counts = _MEMBER_MACROS.get(function)
         if counts is not None and len(args) in counts:
             two_vars = len(args) == 3 and function in ("all", "exists", "exists_one")
@@ -463,6 +518,46 @@ class _Converter:
                 )
             )
         return self.add(Call(pos, function, args, target))
+
+    def sort_by_macro(self, pos: int, target: Node, var: Node, key: Node) -> Node:
+        """cel-go's expansion of `l.sortBy(e, key)`: `cel.bind(@__sortBy_input__, l,
+        @__sortBy_input__.@sortByAssociatedKeys(@__sortBy_input__.map(e, key)))`."""
+        return _sort_by(self, pos, target, var, key)
+
+    def optional_macro(self, pos: int, function: str, target: Node, var: Node, body: Node) -> Node:
+        """cel-go's expansion of `o.optMap(x, e)` / `o.optFlatMap(x, e)`:
+        `o.hasValue() ? optional.of(cel.bind(x, o.value(), e)) : optional.none()`
+        (optFlatMap without the `optional.of`)."""
+        if not isinstance(var, Ident):
+            raise CompileError(f"{function}() variable name must be a simple identifier", var.pos)
+        has_value = self.add(Call(pos, "hasValue", [], target))
+        value = self.add(Call(pos, "value", [], target))
+        bound = self.add(Bind(pos, var.name, value, body))
+        if function == "optMap":
+            bound = self.add(Call(pos, "optional.of", [bound]))
+        none = self.add(Call(pos, "optional.none", []))
+        return self.add(Call(pos, "_?_:_", [has_value, bound, none]))
+
+
+def _sort_by(converter: _Converter, pos: int, target: Node, var: Node, key: Node) -> Node:
+    if not isinstance(var, Ident):
+        raise CompileError("sortBy() variable name must be a simple identifier", var.pos)
+    add = converter.add
+    keys = add(Comprehension(pos, "map", add(Ident(pos, _SORT_BY_INPUT)), var.name, None, [key]))
+    call = add(Call(pos, SORT_BY_KEYS, [keys], add(Ident(pos, _SORT_BY_INPUT))))
+    return add(Bind(pos, _SORT_BY_INPUT, target, call))
+
+
+def _qualified_name(node: Node) -> str | None:
+    """`a.b.c` for a chain of plain field selections on an identifier, else None."""
+    parts: list[str] = []
+    while isinstance(node, Select) and not node.test_only:
+        parts.append(node.field)
+        node = node.operand
+    if not isinstance(node, Ident):
+        return None
+    parts.append(node.name)
+    return ".".join(reversed(parts))
 
 
 def _parse_int(text: str) -> int:

@@ -30,6 +30,8 @@ class CelType:
             return f"map({self.params[0]}, {self.params[1]})"
         if self.kind == "type" and self.params:
             return f"type({self.params[0]})"
+        if self.kind == "optional_type" and self.params:
+            return f"optional_type({self.params[0]})"
         if self.is_param:
             return self.kind[1:]
         return self.kind
@@ -72,7 +74,13 @@ def map_of(key: CelType, value: CelType) -> CelType:
     return CelType("map", (key, value))
 
 
+def optional_of(elem: CelType) -> CelType:
+    """`optional_type(elem)`, the static type of `optional.of(x)` (cel.OptionalTypes())."""
+    return CelType("optional_type", (elem,))
+
+
 LIST_DYN = list_of(DYN)
+OPTIONAL_DYN = optional_of(DYN)
 MAP_DYN = map_of(DYN, DYN)
 
 # Names that evaluate to type values when used as identifiers (`type(x) == int`).
@@ -87,7 +95,7 @@ TYPE_IDENTIFIERS: dict[str, CelType] = {
     "map": MAP_DYN,
     "null_type": NULL,
     "type": TYPE,
-    "dyn": DYN,
+    "optional_type": OPTIONAL_DYN,
     "google.protobuf.Duration": DURATION,
     "google.protobuf.Timestamp": TIMESTAMP,
 }

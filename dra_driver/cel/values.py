@@ -49,6 +49,36 @@ class TypeValue:
         return self.name
 
 
+class Optional:
+    """A value of CEL's `optional_type`: `optional.of(x)` or `optional.none()` (`NONE`)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    @property
+    def has_value(self) -> bool:
+        return self.value is not _ABSENT
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Optional):
+            return False
+        if self.has_value and other.has_value:
+            return cel_equal(self.value, other.value)
+        return self.has_value == other.has_value
+
+    def __hash__(self) -> int:
+        raise TypeError("optional values cannot be map keys")
+
+    def __repr__(self) -> str:
+        return f"optional.of({display(self.value)})" if self.has_value else "optional.none()"
+
+
+_ABSENT: Final = object()
+NONE: Final = Optional(_ABSENT)
+
+
 class DefaultingMap(dict[str, Any]):
     """A string-keyed map whose lookups of absent keys yield an empty map.
 
@@ -83,6 +113,7 @@ _KINDS: Final[dict[type, str]] = {
     DurationType: "google.protobuf.Duration",
     TimestampType: "google.protobuf.Timestamp",
     TypeValue: "type",
+    Optional: "optional_type",
 }
 
 NUMERIC_KINDS: Final = frozenset({"int", "uint", "double"})
@@ -115,6 +146,31 @@ def kind_of(value: Any) -> str:
     if isinstance(value, Mapping):
         return "map"
     return type(value).__name__
+
+
+# The Go types of cel-go's values (and Kubernetes' Semver/Quantity), which
+# some cel-go messages print with %T.
+_GO_TYPE_NAMES: Final = {
+    "bool": "types.Bool",
+    "int": "types.Int",
+    "uint": "types.Uint",
+    "double": "types.Double",
+    "string": "types.String",
+    "bytes": "types.Bytes",
+    "null_type": "types.Null",
+    "google.protobuf.Duration": "types.Duration",
+    "google.protobuf.Timestamp": "types.Timestamp",
+    "kubernetes.Semver": "cel.Semver",
+    "kubernetes.Quantity": "cel.Quantity",
+    "optional_type": "*types.Optional",
+    "type": "*types.Type",
+}
+
+
+def go_type_name(value: Any) -> str:
+    """How cel-go's `%T` names the value's type (`types.Int`), for messages that use it."""
+    kind = kind_of(value)
+    return _GO_TYPE_NAMES.get(kind, kind)
 
 
 def type_value_of(value: Any) -> TypeValue:

@@ -15,7 +15,6 @@ from dra_driver.cluster.interface import (
     AlreadyExistsError,
     Cluster,
     ConflictError,
-    Obj,
 )
 from dra_driver.cluster.local import LocalCluster
 from dra_driver.errors import ConfigError
@@ -26,7 +25,6 @@ __all__ = [
     "Cluster",
     "ConflictError",
     "LocalCluster",
-    "Obj",
     "open_cluster",
 ]
 

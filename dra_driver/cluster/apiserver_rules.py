@@ -13,14 +13,15 @@ both stores one definition to follow.
 from __future__ import annotations
 
 import copy
-import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
-from dra_driver.cluster.interface import API_VERSION, AlreadyExistsError, ConflictError, Obj
+from dra_driver.api_objects import Obj
+from dra_driver.cluster.interface import API_VERSION, AlreadyExistsError, ConflictError
 from dra_driver.errors import ClusterError, NotFoundError
+from dra_driver.k8s_names import DNS_SUBDOMAIN_MAX_LENGTH, is_dns_label, is_dns_subdomain
 
 __all__ = [
     "DEVICE_CLASS",
@@ -70,9 +71,6 @@ RESOURCE_CLAIM: Final = ResourceKind(
     field_labels=("metadata.name", "metadata.namespace"),
 )
 
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_DNS_SUBDOMAIN_MAX = 253
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _SYSTEM_METADATA = ("uid", "creationTimestamp", "generation", "resourceVersion")
 
 
@@ -93,10 +91,10 @@ def check_name(kind: ResourceKind, namespace: str | None, name: str) -> None:
     what = describe(kind, namespace, name)
     if not name:
         raise ClusterError(f"{kind.kind}: metadata.name is required")
-    if len(name) > _DNS_SUBDOMAIN_MAX or not _DNS_SUBDOMAIN.fullmatch(name):
+    if not is_dns_subdomain(name):
         raise ClusterError(
             f"{what}: metadata.name must be a lower-case DNS subdomain of at most "
-            f"{_DNS_SUBDOMAIN_MAX} characters"
+            f"{DNS_SUBDOMAIN_MAX_LENGTH} characters"
         )
     if kind.namespaced:
         check_namespace(kind, namespace, what)
@@ -104,7 +102,7 @@ def check_name(kind: ResourceKind, namespace: str | None, name: str) -> None:
 
 def check_namespace(kind: ResourceKind, namespace: str | None, what: str | None = None) -> None:
     """Reject a namespace the apiserver rejects (a DNS label), e.g. `../etc`."""
-    if namespace is None or not _DNS_LABEL.fullmatch(namespace):
+    if namespace is None or not is_dns_label(namespace):
         raise ClusterError(
             f"{what or kind.kind}: namespace {namespace!r} is not a valid namespace (DNS label)"
         )

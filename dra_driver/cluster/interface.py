@@ -19,8 +19,9 @@ else wrote the object first.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
+from dra_driver.api_objects import Obj
 from dra_driver.errors import AlreadyExistsError, ConflictError
 
 __all__ = [
@@ -28,14 +29,10 @@ __all__ = [
     "AlreadyExistsError",
     "Cluster",
     "ConflictError",
-    "Obj",
 ]
 
 API_VERSION = "resource.k8s.io/v1"
 """The group/version of every object the `Cluster` protocol handles."""
-
-Obj = dict[str, Any]
-"""An API object in its JSON form."""
 
 
 class Cluster(Protocol):

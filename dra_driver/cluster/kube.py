@@ -31,6 +31,7 @@ import kubernetes.client
 import kubernetes.config
 import urllib3
 
+from dra_driver.api_objects import Obj
 from dra_driver.cluster import apiserver_rules as rules
 from dra_driver.cluster.apiserver_rules import (
     DEVICE_CLASS,
@@ -38,7 +39,7 @@ from dra_driver.cluster.apiserver_rules import (
     RESOURCE_SLICE,
     ResourceKind,
 )
-from dra_driver.cluster.interface import API_VERSION, AlreadyExistsError, ConflictError, Obj
+from dra_driver.cluster.interface import API_VERSION, AlreadyExistsError, ConflictError
 from dra_driver.errors import ClusterError, ConfigError, NotFoundError
 
 __all__ = ["DEFAULT_REQUEST_TIMEOUT", "KubeCluster", "load_api_client"]

@@ -18,8 +18,6 @@ out. A file that cannot be parsed is reported, never skipped.
 
 from __future__ import annotations
 
-import fcntl
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +30,7 @@ try:  # libyaml's C parser: several times faster, and the plugin reads a claim p
 except ImportError:  # PyYAML built without libyaml
     from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
 
+from dra_driver.api_objects import Obj
 from dra_driver.cluster import apiserver_rules as rules
 from dra_driver.cluster.apiserver_rules import (
     DEVICE_CLASS,
@@ -39,13 +38,15 @@ from dra_driver.cluster.apiserver_rules import (
     RESOURCE_SLICE,
     ResourceKind,
 )
-from dra_driver.cluster.interface import Obj
 from dra_driver.errors import ClusterError, NotFoundError, yaml_problem
+from dra_driver.flock import file_lock
 from dra_driver.fsutil import atomic_write, remove_file
 
 __all__ = ["LocalCluster", "dump_yaml"]
 
 _LOCK_FILE = ".lock"
+# A write holds the lock for one file write; a minute means a stuck process, not a busy one.
+LOCK_TIMEOUT_S = 60.0
 _VERSION_FILE = ".resource-version"
 _SUFFIX = ".yaml"
 
@@ -245,16 +246,13 @@ class LocalCluster:
     @contextmanager
     def _write_lock(self) -> Iterator[None]:
         """Exclusive across processes and threads (each holder opens its own descriptor)."""
-        path = self._root / _LOCK_FILE
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise ClusterError(f"local cluster {self._root}: cannot open {path}: {exc}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with file_lock(
+            self._root / _LOCK_FILE,
+            timeout_s=LOCK_TIMEOUT_S,
+            error=ClusterError,
+            what=f"local cluster {self._root}",
+        ):
             yield
-        finally:
-            os.close(fd)  # closing the last descriptor releases the flock
 
     def _next_resource_version(self) -> int:
         """Hand out the next resourceVersion; call with the write lock held."""

@@ -5,10 +5,16 @@ either the GPUs of the machine (`"real"`: pynvml and the real `/proc`) or a
 simulated node (`"sim:<shape>"`: `SimHardware` behind `SimNvml`, with a fake
 `/proc` tree kept next to the state file). This module is the one place that
 knows how to build each, so no caller branches on "is this simulated".
+
+Both come with their driver root (`DriverUserSpace`): real hardware loads
+`libnvidia-ml.so.1` from the driver root given (default `/`); a simulated
+node gets a fake root of its shape's driver version next to its state file
+(or the root given), generated when first needed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import weakref
@@ -16,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from dra_driver.driver_root import DriverBinaries, DriverRoot, DriverUserSpace
 from dra_driver.errors import ConfigError
 from dra_driver.host import HostInfo
 from dra_driver.nvml.interface import Nvml
@@ -36,12 +43,26 @@ class Hardware:
 
     nvml: Nvml
     host: HostInfo
+    driver: DriverUserSpace
     sim: SimHardware | None = None
+
+    def driver_version(self) -> str:
+        """The driver version NVML reports (what the driver files must match)."""
+        return self.nvml.system().driver_version
+
+    def driver_binaries(self) -> DriverBinaries:
+        """nvidia-smi and the MPS binaries of the running driver, as this process runs them."""
+        return self.driver.binaries(self.driver_version())
 
 
 def sim_proc_root(sim_state: Path) -> Path:
     """Where the fake `/proc` of a simulated node with state file `sim_state` lives."""
     return sim_state.with_name(sim_state.name + ".proc")
+
+
+def sim_driver_root(sim_state: Path) -> Path:
+    """Where the fake driver root of a simulated node with state file `sim_state` lives."""
+    return sim_state.with_name(sim_state.name + ".driver-root")
 
 
 def open_hardware(
@@ -50,6 +71,7 @@ def open_hardware(
     sim_state: Path | None = None,
     node_name: str = "sim-node",
     latency: Mapping[str, float] | None = None,
+    driver_root: DriverRoot | None = None,
 ) -> Hardware:
     """Open the hardware `spec` names (see SPEC_FORMS).
 
@@ -57,15 +79,22 @@ def open_hardware(
     processes (its fake `/proc` is `<sim_state>.proc/`); without it the node
     lives in memory with its `/proc` in a temporary directory removed when the
     simulator is garbage collected. `latency` (seconds per operation) only
-    applies to simulated nodes.
+    applies to simulated nodes. `driver_root` is where the driver's files are
+    (default: `/` for real hardware, a generated fake root for a simulated
+    node). Real hardware loads NVML from it: `DriverRootError` if it holds no
+    `libnvidia-ml.so.1`, `NvmlError` if the library cannot be initialised.
     """
     if spec == REAL_SPEC:
-        from dra_driver.nvml.real import RealNvml
+        from dra_driver.driver_root import nvml_library
+        from dra_driver.nvml.real import RealNvml, load_pynvml
 
-        return Hardware(nvml=RealNvml(), host=HostInfo(Path("/proc")))
+        root = driver_root or DriverRoot()
+        nvml = RealNvml(lib=load_pynvml(nvml_library(root)))
+        return Hardware(nvml=nvml, host=HostInfo(Path("/proc")), driver=DriverUserSpace(root))
     if not spec.startswith(SIM_PREFIX) or not spec[len(SIM_PREFIX) :].strip():
         raise ConfigError(f"--nvml {spec!r}: expected {SPEC_FORMS}")
 
+    from dra_driver.sim.driver_root import materialize_driver_root
     from dra_driver.sim.nvml import SimNvml
     from dra_driver.sim.shapes import load_shape
 
@@ -83,4 +112,18 @@ def open_hardware(
             shutil.rmtree(proc_root, ignore_errors=True)
             raise
         weakref.finalize(hw, shutil.rmtree, proc_root, ignore_errors=True)
-    return Hardware(nvml=SimNvml(hw), host=HostInfo(proc_root), sim=hw)
+    if driver_root is not None and driver_root.host_path is not None:
+        user_space = DriverUserSpace(driver_root)
+    else:
+        fake = sim_driver_root(Path(sim_state) if sim_state is not None else proc_root)
+        if sim_state is None:
+            weakref.finalize(hw, shutil.rmtree, fake, ignore_errors=True)
+
+        def write_fake_root(version: str) -> None:
+            materialize_driver_root(fake, version)
+
+        root = dataclasses.replace(
+            driver_root or DriverRoot(), host_path=str(fake), container_path=None
+        )
+        user_space = DriverUserSpace(root, setup=write_fake_root)
+    return Hardware(nvml=SimNvml(hw), host=HostInfo(proc_root), driver=user_space, sim=hw)

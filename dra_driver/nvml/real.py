@@ -82,6 +82,29 @@ def import_pynvml() -> ModuleType:
     return lib
 
 
+def load_pynvml(library: Path) -> ModuleType:
+    """pynvml bound to the NVML shared object at `library` (no LD_LIBRARY_PATH needed).
+
+    pynvml loads `libnvidia-ml.so.1` through the loader's search path on its
+    first `nvmlInit`, unless its module-global `nvmlLib` is already set (see
+    nvidia-ml-py's `_LoadNvmlLibrary`). The plugin's image has no driver, so
+    the library is opened here from the driver root and handed to pynvml, as
+    NVIDIA's plugin does with its driver root. One process uses one library:
+    a different path replaces it, dropping pynvml's cached function pointers.
+    """
+    lib = import_pynvml()
+    try:
+        handle = ctypes.CDLL(str(library))
+    except OSError as exc:
+        raise NvmlError(codes.ERROR_LIBRARY_NOT_FOUND, f"load {library}: {exc}") from exc
+    with lib.libLoadLock:
+        if getattr(lib, "_dra_gpu_library", None) != str(library):
+            setattr(lib, "nvmlLib", handle)  # noqa: B010 - pynvml's module global
+            lib._nvmlGetFunctionPointer_cache.clear()
+            setattr(lib, "_dra_gpu_library", str(library))  # noqa: B010
+    return lib
+
+
 def error_text(exc: BaseException, code: int) -> str:
     """pynvml's text for an NVMLError, falling back to nvml.h's wording."""
     try:

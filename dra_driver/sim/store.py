@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import fcntl
-import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from dra_driver.errors import ConfigError
+from dra_driver.flock import file_lock
 from dra_driver.fsutil import atomic_write
 from dra_driver.sim.state import NodeState, decode, encode
+
+# A change holds the lock for one read-modify-write; a minute means a stuck process.
+LOCK_TIMEOUT_S = 60.0
 
 
 class StateStore:
@@ -110,14 +112,10 @@ class StateStore:
             yield
             return
         lock_path = self.path.with_name(self.path.name + ".lock")
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise ConfigError(
-                f"simulated hardware lock {lock_path}: cannot open: {exc.strerror or exc}"
-            ) from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with file_lock(
+            lock_path,
+            timeout_s=LOCK_TIMEOUT_S,
+            error=ConfigError,
+            what=f"simulated hardware {self.path}",
+        ):
             yield
-        finally:
-            os.close(fd)  # closing the descriptor releases the lock

@@ -17,7 +17,13 @@ handed in by the CLI (`nodes.NodeBuilder`, made by
 `live` (a cluster) read anything, and `command` wires them to the CLI.
 """
 
-from dra_driver.simulate.command import load_scenario, parse_features, run_explain, run_simulate
+from dra_driver.simulate.command import (
+    ScenarioOptions,
+    load_scenario,
+    parse_features,
+    run_explain,
+    run_simulate,
+)
 from dra_driver.simulate.diagnosis import Diagnoser, Diagnosis, NodeDiagnosis
 from dra_driver.simulate.engine import (
     ClaimOutcome,
@@ -34,6 +40,7 @@ __all__ = [
     "Diagnoser",
     "Diagnosis",
     "NodeDiagnosis",
+    "ScenarioOptions",
     "Placement",
     "Simulation",
     "WorkItem",

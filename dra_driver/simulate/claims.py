@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-Obj = dict[str, Any]
+from dra_driver.api_objects import Obj
 
 POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
 _MAX_BASE_LENGTH: Final = 57  # controller: room for a hyphen and 5 random characters in 63

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final, TextIO
 
 from dra_driver.allocator import Features, Node
+from dra_driver.api_objects import Obj
 from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.errors import ConfigError
 from dra_driver.simulate.claims import PodClaim
@@ -32,8 +33,6 @@ from dra_driver.simulate.nodes import (
 )
 from dra_driver.simulate.progress import ProgressBar
 from dra_driver.simulate.render import render_table, render_yaml
-
-Obj = dict[str, Any]
 
 FEATURE_GATES: Final = {
     "DRAAdminAccess": "admin_access",
@@ -80,32 +79,40 @@ def parse_features(
     return features
 
 
-def load_scenario(
-    files: Sequence[str],
-    *,
-    nodes: str | None,
-    build_nodes: NodeBuilder,
-    namespace: str = "default",
-    release: Release = "1.35",
-    mig: MigMode = "dynamic",
-    consumable_shares: ConsumableShares | None = None,
-    err: TextIO | None = None,
-) -> Scenario:
-    """Read the files, build the `--nodes`, add our DeviceClasses where the files have none.
+@dataclass(frozen=True)
+class ScenarioOptions:
+    """What `simulate` and `explain` read: the files, the `--nodes` and the defaults.
 
     `build_nodes` builds the `--nodes` and their slices (the CLI passes
-    `controller.simulated_nodes.build_simulated_nodes`).
+    `controller.simulated_nodes.build_simulated_nodes`); `consumable_shares`
+    is the kubelet plugin's `--consumable-shares` those nodes run with.
     """
+
+    build_nodes: NodeBuilder
+    files: Sequence[str] = ()
+    nodes: str | None = None
+    namespace: str = "default"
+    release: Release = "1.35"
+    mig: MigMode = "dynamic"
+    feature_gates: str = ""
+    consumable_shares: ConsumableShares | None = None
+
+
+def load_scenario(options: ScenarioOptions, err: TextIO | None = None) -> Scenario:
+    """Read the files, build the `--nodes`, add our DeviceClasses where the files have none."""
     err = err or sys.stderr
-    inputs = collect_inputs(read_documents(files), default_namespace=namespace)
+    inputs = collect_inputs(read_documents(options.files), default_namespace=options.namespace)
     if inputs.ignored:
         kinds = ", ".join(f"{kind} ({count})" for kind, count in sorted(inputs.ignored.items()))
         total = sum(inputs.ignored.values())
         err.write(f"note: ignored {total} object(s) the simulator does not use: {kinds}\n")
     scenario = Scenario(inputs)
-    if nodes:
-        built = build_nodes(
-            parse_node_spec(nodes), mig=mig, release=release, consumable_shares=consumable_shares
+    if options.nodes:
+        built = options.build_nodes(
+            parse_node_spec(options.nodes),
+            mig=options.mig,
+            release=options.release,
+            consumable_shares=options.consumable_shares,
         )
         scenario.nodes, scenario.slices = built.nodes, built.slices
     scenario.slices = scenario.slices + inputs.slices
@@ -126,32 +133,18 @@ def load_scenario(
 
 
 def run_simulate(
+    options: ScenarioOptions,
     *,
-    files: Sequence[str],
-    nodes: str | None,
-    build_nodes: NodeBuilder,
     output: str = "table",
-    namespace: str = "default",
-    release: Release = "1.35",
-    mig: MigMode = "dynamic",
-    feature_gates: str = "",
-    consumable_shares: ConsumableShares | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
     """`dra-gpu simulate`: place everything, print, 1 if anything was not placed."""
     out, err = out or sys.stdout, err or sys.stderr
-    features = parse_features(feature_gates, release, consumable_shares=consumable_shares)
-    scenario = load_scenario(
-        files,
-        nodes=nodes,
-        build_nodes=build_nodes,
-        namespace=namespace,
-        release=release,
-        mig=mig,
-        consumable_shares=consumable_shares,
-        err=err,
+    features = parse_features(
+        options.feature_gates, options.release, consumable_shares=options.consumable_shares
     )
+    scenario = load_scenario(options, err)
     workload = build_workload(scenario.inputs)
     simulation = _simulation(scenario, workload, features)
     bar = ProgressBar(len(workload.items), err)
@@ -177,30 +170,26 @@ def _simulation(scenario: Scenario, workload: Workload, features: Features) -> S
 
 
 def run_explain(
+    options: ScenarioOptions,
     *,
-    build_nodes: NodeBuilder,
-    files: Sequence[str] = (),
-    nodes: str | None = None,
     cluster: str | None = None,
     kubeconfig: str | None = None,
     claim: str | None = None,
     pod: str | None = None,
     node: str | None = None,
     verbose: bool = False,
-    namespace: str = "default",
-    release: Release = "1.35",
-    mig: MigMode = "dynamic",
-    feature_gates: str = "",
-    consumable_shares: ConsumableShares | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
     """`dra-gpu explain`: why a claim or a pod's claims fit or not; 1 if they do not."""
     out, err = out or sys.stdout, err or sys.stderr
-    features = parse_features(feature_gates, release, consumable_shares=consumable_shares)
+    features = parse_features(
+        options.feature_gates, options.release, consumable_shares=options.consumable_shares
+    )
+    namespace = options.namespace
     if claim and pod:
         raise ConfigError("give --claim or --pod, not both")
-    if bool(files) == bool(cluster):
+    if bool(options.files) == bool(cluster):
         raise ConfigError("give either -f FILE (a simulation) or --cluster")
     claim_key = _key(claim, namespace, "--claim") if claim else None
     pod_key = _key(pod, namespace, "--pod") if pod else None
@@ -209,16 +198,7 @@ def run_explain(
             raise ConfigError("--cluster: name the subject with --claim or --pod")
         simulation, item = _from_cluster(cluster, kubeconfig, claim_key, pod_key, features)
     else:
-        scenario = load_scenario(
-            files,
-            nodes=nodes,
-            build_nodes=build_nodes,
-            namespace=namespace,
-            release=release,
-            mig=mig,
-            consumable_shares=consumable_shares,
-            err=err,
-        )
+        scenario = load_scenario(options, err)
         workload = build_workload(scenario.inputs)
         found = _replay(scenario, workload, features, claim_key, pod_key)
         if found is None:

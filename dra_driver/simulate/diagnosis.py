@@ -42,7 +42,7 @@ from dra_driver.allocator.capacity import check_capacity
 from dra_driver.allocator.counters import Availability, availability
 from dra_driver.allocator.pools import Candidate, CounterDomain, DeviceRecord
 from dra_driver.allocator.requests import ALL, ClaimPlan, RequestData, plan_claims
-from dra_driver.allocator.selectors import CelSelectorEvaluator, device_view
+from dra_driver.allocator.selectors import CelSelectorEvaluator, SelectorMemo
 from dra_driver.allocator.taints import untolerated_taint
 from dra_driver.allocator.trace import (
     AttributeMissing,
@@ -52,10 +52,10 @@ from dra_driver.allocator.trace import (
     PickedInThisAttempt,
     Reason,
 )
+from dra_driver.api_objects import AllocationResult, Obj
 from dra_driver.errors import AllocationError, CelError
 from dra_driver.simulate import selector_text
 
-Obj = dict[str, Any]
 Cause = Literal["allocated", "counters", "capacity", "taint", "unusable"]
 
 _COUNTER_SET_SUFFIX = "-counter-set"
@@ -138,7 +138,7 @@ class NodeDiagnosis:
     fits: bool | None = None
     error: str = ""
     fatal: bool = False  # the error is not about this node (bad CEL, missing class)
-    results: list[Obj] | None = None
+    results: list[AllocationResult] | None = None
     trace: Explanation | None = None
 
     @property
@@ -177,25 +177,6 @@ def _negated(score: tuple[int, int, Fraction]) -> tuple[int, int, Fraction]:
     return (-score[0], -score[1], -score[2])
 
 
-class _Selectors:
-    """Selector results per (expression, device), errors included, with the allocator's CEL."""
-
-    def __init__(self, consumable_capacity: bool) -> None:
-        self._evaluate = CelSelectorEvaluator(consumable_capacity=consumable_capacity)
-        self._cache: dict[tuple[str, int], bool | CelError] = {}
-
-    def check(self, expression: str, device: DeviceRecord) -> bool | CelError:
-        key = (expression, id(device))
-        found = self._cache.get(key)
-        if found is None:
-            try:
-                found = bool(self._evaluate(expression, device_view(device)))
-            except CelError as exc:
-                found = exc
-            self._cache[key] = found
-        return found
-
-
 class Diagnoser:
     """Diagnoses claim sets against nodes, reusing selector results across calls.
 
@@ -214,7 +195,7 @@ class Diagnoser:
         self.state = state
         self.features = features or allocator.features
         self._classes = {str((c.get("metadata") or {}).get("name")): c for c in classes}
-        self._selectors = _Selectors(self.features.consumable_capacity)
+        self._selectors = _selector_memo(self.features.consumable_capacity)
         self._availability: dict[int, tuple[int, Availability]] = {}
 
     def diagnose(
@@ -639,7 +620,7 @@ def shortage_text(
     stats = [group.alternatives[index] for group in groups]
     label = stats[0].label
     request = stats[0].request
-    check = _PartCheck()
+    check = _selector_memo(consumable_capacity=False).check  # fresh per summary
     errors = [error for s in stats for error in s.errors]
     if errors:
         return f"{label}: {errors[0]}"
@@ -721,14 +702,9 @@ def _blocked_text(stats: Sequence[RequestOnNode], node_names: Sequence[str], lab
     return text
 
 
-class _PartCheck:
-    """Selector checks for parts of expressions (fresh cache per summary)."""
-
-    def __init__(self) -> None:
-        self._selectors = _Selectors(consumable_capacity=False)
-
-    def __call__(self, expression: str, device: DeviceRecord) -> bool | CelError:
-        return self._selectors.check(expression, device)
+def _selector_memo(consumable_capacity: bool) -> SelectorMemo:
+    """Selector results with the allocator's CEL (`dra_driver.allocator.selectors`)."""
+    return SelectorMemo(CelSelectorEvaluator(consumable_capacity=consumable_capacity))
 
 
 def _trace_reasons(explanation: Explanation | None, free: set[tuple[str, str, str]]) -> str:

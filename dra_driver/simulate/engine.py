@@ -39,13 +39,13 @@ from typing import Any, Final, Literal
 
 from dra_driver.allocator import AllocatedState, Allocator, Features, Node
 from dra_driver.allocator.nodes import selector_matches
+from dra_driver.api_objects import Obj
 from dra_driver.errors import AllocationError, ConfigError
 from dra_driver.simulate.claims import PodClaim, claim_uid, resolve_pod_claims
 from dra_driver.simulate.diagnosis import Diagnoser
 from dra_driver.simulate.inputs import SimulationInputs
 from dra_driver.simulate.workloads import ExpandedPod, expand_workload
 
-Obj = dict[str, Any]
 ClaimState = Literal["allocated", "pre-allocated", "shared", "unallocated"]
 
 RESERVED_FOR_MAX_SIZE: Final = 256  # ResourceClaimReservedForMaxSize

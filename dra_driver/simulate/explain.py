@@ -38,8 +38,6 @@ from dra_driver.simulate.diagnosis import (
     RequestOnNode,
 )
 
-Obj = dict[str, Any]
-
 _MAX_NODE_GROUPS = 12
 _MAX_REASON_GROUPS = 8
 _MAX_NAMES = 6

@@ -22,10 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from dra_driver.api_objects import Obj
 from dra_driver.errors import ConfigError
 from dra_driver.simulate.documents import SourcedObject
-
-Obj = dict[str, Any]
 
 RESOURCE_GROUP: Final = "resource.k8s.io"
 _V1_SHAPED: Final = frozenset({"v1", "v1beta2"})

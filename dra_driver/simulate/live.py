@@ -23,12 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.allocator import Node
+from dra_driver.api_objects import Obj
 from dra_driver.cluster import open_cluster
 from dra_driver.errors import ClusterError, ConfigError, NotFoundError
 from dra_driver.simulate.claims import claim_from_template
 from dra_driver.simulate.nodes import nodes_from_objects
-
-Obj = dict[str, Any]
 
 
 @dataclass

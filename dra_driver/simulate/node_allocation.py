@@ -12,18 +12,20 @@ so the daemon's package does not import the simulator.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dra_driver.allocator import AllocatedState, Allocator, Node, claim_key
+from dra_driver.api_objects import Obj
 from dra_driver.errors import AllocationError
 from dra_driver.simulate.diagnosis import Diagnoser
 
-Obj = dict[str, Any]
-
 
 def allocate_on_node(
-    claims: Sequence[Obj], slices: Sequence[Obj], classes: Sequence[Obj], node: str
+    claims: Sequence[Mapping[str, Any]],
+    slices: Sequence[Obj],
+    classes: Sequence[Obj],
+    node: str,
 ) -> tuple[list[Obj], str]:
     """Allocate the claims one after another on `node`, as kube-scheduler would.
 
@@ -41,11 +43,11 @@ def allocate_on_node(
     for claim in claims:
         results = allocator.allocate(target, [claim])
         if results is None:
-            why = Diagnoser(allocator, classes, state).diagnose([claim], [target]).summary
+            why = Diagnoser(allocator, classes, state).diagnose([dict(claim)], [target]).summary
             raise AllocationError(
                 f"ResourceClaim {claim_key(claim)} does not fit on node {node}: {why}"
             )
-        done = copy.deepcopy(claim)
+        done = copy.deepcopy(dict(claim))
         done["status"] = {"allocation": results[0]}
         state.add(done)
         allocated.append(done)

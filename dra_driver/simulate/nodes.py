@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
 from dra_driver.allocator import Node
+from dra_driver.api_objects import Obj
 from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.errors import ConfigError
 
-Obj = dict[str, Any]
 MigMode = Literal["dynamic", "static"]
 Release = Literal["1.34", "1.35"]
 

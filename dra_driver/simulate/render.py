@@ -26,9 +26,8 @@ from typing import Any
 import yaml
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.api_objects import Obj
 from dra_driver.simulate.engine import ClaimOutcome, Placement
-
-Obj = dict[str, Any]
 
 _COLUMN_CAP = 44
 _CONFIG_WIDTH = 160

@@ -21,49 +21,54 @@ _QUOTED: Final = r"""(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")"""
 _IDENT: Final = r"[A-Za-z_][A-Za-z0-9_]*"
 _REF: Final = (
     rf"device\s*\.\s*(?P<kind>attributes|capacity)\s*\[\s*(?P<domain>{_QUOTED})\s*\]\s*"
-    rf"(?:\.\s*(?P<ident>{_IDENT})|\[\s*(?P<key>{_QUOTED})\s*\])"
+    rf"(?:\.\s*\??\s*(?P<ident>{_IDENT})|\[\s*\??\s*(?P<key>{_QUOTED})\s*\])"
 )
 REF_RE: Final = re.compile(_REF)
 _CASE: Final = r"(?:\s*\.\s*(?:lowerAscii|upperAscii)\s*\(\s*\))?"
 _LITERAL: Final = rf"(?:{_QUOTED}|-?\d+(?:\.\d+)?|true|false)"
+# `.?name.orValue(default)` / `[?key].orValue(default)`: an optional lookup with a default.
+_OR_VALUE: Final = rf"(?:\s*\.\s*orValue\s*\(\s*{_LITERAL}\s*\))?"
 
 _DRIVER_RE: Final = re.compile(rf"^device\s*\.\s*driver\s*(?P<op>==|!=)\s*(?P<arg>{_QUOTED})$")
 DRIVER_REFERENCE_RE: Final = re.compile(r"device\s*\.\s*driver\b")
 
 _PATTERNS: Final = (
     (
-        re.compile(rf"^{_REF}{_CASE}\s*\.\s*matches\s*\(\s*(?P<arg>{_QUOTED})\s*\)$"),
+        re.compile(rf"^{_REF}{_OR_VALUE}{_CASE}\s*\.\s*matches\s*\(\s*(?P<arg>{_QUOTED})\s*\)$"),
         "matching {arg}",
     ),
     (
-        re.compile(rf"^{_REF}{_CASE}\s*\.\s*startsWith\s*\(\s*(?P<arg>{_QUOTED})\s*\)$"),
+        re.compile(rf"^{_REF}{_OR_VALUE}{_CASE}\s*\.\s*startsWith\s*\(\s*(?P<arg>{_QUOTED})\s*\)$"),
         "starting with {arg}",
     ),
     (
-        re.compile(rf"^{_REF}{_CASE}\s*\.\s*endsWith\s*\(\s*(?P<arg>{_QUOTED})\s*\)$"),
+        re.compile(rf"^{_REF}{_OR_VALUE}{_CASE}\s*\.\s*endsWith\s*\(\s*(?P<arg>{_QUOTED})\s*\)$"),
         "ending with {arg}",
     ),
     (
-        re.compile(rf"^{_REF}{_CASE}\s*\.\s*contains\s*\(\s*(?P<arg>{_QUOTED})\s*\)$"),
+        re.compile(rf"^{_REF}{_OR_VALUE}{_CASE}\s*\.\s*contains\s*\(\s*(?P<arg>{_QUOTED})\s*\)$"),
         "containing {arg}",
     ),
-    (re.compile(rf"^{_REF}\s*(?P<op>==|!=|>=|<=|>|<)\s*(?P<arg>{_LITERAL})$"), "{op} {arg}"),
+    (
+        re.compile(rf"^{_REF}{_OR_VALUE}\s*(?P<op>==|!=|>=|<=|>|<)\s*(?P<arg>{_LITERAL})$"),
+        "{op} {arg}",
+    ),
     (
         re.compile(
-            rf"^{_REF}\s*\.\s*compareTo\s*\(\s*(?:quantity|semver)\s*\(\s*(?P<arg>{_QUOTED})\s*\)\s*\)"
+            rf"^{_REF}{_OR_VALUE}\s*\.\s*compareTo\s*\(\s*(?:quantity|semver)\s*\(\s*(?P<arg>{_QUOTED})\s*\)\s*\)"
             rf"\s*(?P<op>==|!=|>=|<=|>|<)\s*0$"
         ),
         "{op} {bare}",
     ),
     (
         re.compile(
-            rf"^{_REF}\s*\.\s*isGreaterThan\s*\(\s*(?:quantity|semver)\s*\(\s*(?P<arg>{_QUOTED})\s*\)\s*\)$"
+            rf"^{_REF}{_OR_VALUE}\s*\.\s*isGreaterThan\s*\(\s*(?:quantity|semver)\s*\(\s*(?P<arg>{_QUOTED})\s*\)\s*\)$"
         ),
         "> {bare}",
     ),
     (
         re.compile(
-            rf"^{_REF}\s*\.\s*isLessThan\s*\(\s*(?:quantity|semver)\s*\(\s*(?P<arg>{_QUOTED})\s*\)\s*\)$"
+            rf"^{_REF}{_OR_VALUE}\s*\.\s*isLessThan\s*\(\s*(?:quantity|semver)\s*\(\s*(?P<arg>{_QUOTED})\s*\)\s*\)$"
         ),
         "< {bare}",
     ),

@@ -20,9 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dra_driver.api_objects import Obj
 from dra_driver.errors import ConfigError
-
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)

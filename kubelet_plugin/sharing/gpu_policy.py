@@ -7,8 +7,10 @@ plugin runs the driver's own nvidia-smi:
     nvidia-smi -i <uuid> -c DEFAULT
     nvidia-smi compute-policy -i <uuid> --set-timeslice <0..3>
 
-with `LD_PRELOAD` naming the driver's libnvidia-ml when one is given (a
-driver root mounted into the plugin's container). `GpuPolicy` is that narrow
+found in the driver root (`dra_driver.driver_root.DriverBinaries`, which also
+gives the environment that lets it find the root's libnvidia-ml). It is looked
+up at each use, so a driver installed or upgraded after the plugin started is
+used as it is now. `GpuPolicy` is that narrow
 interface; `NvidiaSmi` runs the real binary and `SimGpuPolicy` records the
 same settings in a simulated node's hardware state, so a simulated node goes
 through the same time-slicing code as a real one. `open_gpu_policy` is the
@@ -19,10 +21,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
+from dra_driver.driver_root import DriverBinaries
 from dra_driver.errors import DraGpuError, GpuSettingError
 from dra_driver.nvml.backend import Hardware
 from dra_driver.sim.hardware import SimHardware
@@ -43,11 +45,10 @@ class GpuPolicy(Protocol):
 
 
 class NvidiaSmi:
-    """The real nvidia-smi of the node's driver."""
+    """The real nvidia-smi of the node's driver, as `binaries()` finds it."""
 
-    def __init__(self, path: Path, *, nvml_library: Path | None = None) -> None:
-        self._path = path
-        self._nvml_library = nvml_library
+    def __init__(self, binaries: Callable[[], DriverBinaries]) -> None:
+        self._binaries = binaries
 
     def set_compute_mode(self, uuid: str, mode: str) -> None:
         self._run(["-i", uuid, "-c", mode], f"set the compute mode of GPU {uuid} to {mode}")
@@ -59,31 +60,30 @@ class NvidiaSmi:
         )
 
     def _run(self, args: Sequence[str], what: str) -> None:
-        env = dict(os.environ)
-        if self._nvml_library is not None:
-            preload = env.get("LD_PRELOAD")
-            env["LD_PRELOAD"] = (
-                f"{self._nvml_library}:{preload}" if preload else str(self._nvml_library)
+        try:
+            binaries = self._binaries()
+        except DraGpuError as exc:
+            raise GpuSettingError(f"cannot {what}: {exc}") from exc
+        path = binaries.nvidia_smi
+        if path is None:
+            raise GpuSettingError(
+                f"cannot {what}: the driver root has no nvidia-smi (check --nvidia-driver-root)"
             )
         try:
             done = subprocess.run(
-                [str(self._path), *args],
-                env=env,
+                [str(path), *args],
+                env={**os.environ, **binaries.env},
                 capture_output=True,
                 text=True,
                 timeout=TIMEOUT_S,
                 check=False,
             )
-        except FileNotFoundError as exc:
-            raise GpuSettingError(
-                f"cannot {what}: {self._path} does not exist (kubelet-plugin --nvidia-smi)"
-            ) from exc
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise GpuSettingError(f"cannot {what}: running {self._path} failed: {exc}") from exc
+            raise GpuSettingError(f"cannot {what}: running {path} failed: {exc}") from exc
         if done.returncode != 0:
             output = " ".join((done.stdout + done.stderr).split())
             raise GpuSettingError(
-                f"cannot {what}: {self._path} exited with status {done.returncode}: {output}",
+                f"cannot {what}: {path} exited with status {done.returncode}: {output}",
                 not_supported="not supported" in output.lower(),
             )
 
@@ -117,8 +117,8 @@ class UnavailableGpuPolicy:
         raise GpuSettingError(f"cannot set time-slice {level} on GPU {uuid}: no nvidia-smi")
 
 
-def open_gpu_policy(hardware: Hardware, nvidia_smi: Path) -> GpuPolicy:
-    """The simulator's settings for a simulated node, else `nvidia_smi`."""
+def open_gpu_policy(hardware: Hardware) -> GpuPolicy:
+    """The simulator's settings for a simulated node, else the driver's nvidia-smi."""
     if hardware.sim is not None:
         return SimGpuPolicy(hardware.sim)
-    return NvidiaSmi(nvidia_smi)
+    return NvidiaSmi(hardware.driver_binaries)

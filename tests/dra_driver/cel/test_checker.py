@@ -86,6 +86,9 @@ def test_namespaced_functions_are_resolved() -> None:
 
 
 def test_output_types() -> None:
-    assert str(compile_selector("device.attributes['d'].x").output_type) == "any"
+    # Attribute values are `dyn` with DRAListTypeAttributes (a list can be iterated), `any` before.
+    assert str(compile_selector("device.attributes['d'].x").output_type) == "dyn"
+    without_lists = compile_selector("device.attributes['d'].x", list_type_attributes=False)
+    assert str(without_lists.output_type) == "any"
     assert str(compile_selector("dyn(1)").output_type) == "dyn"
     assert str(compile_selector("[1].exists(x, x == 1)").output_type) == "bool"

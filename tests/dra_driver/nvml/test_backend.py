@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from dra_driver.errors import ConfigError
-from dra_driver.nvml import backend
 from dra_driver.nvml.backend import open_hardware, sim_proc_root
 from dra_driver.nvml.interface import Placement
 from dra_driver.sim.nvml import SimNvml
@@ -64,14 +63,4 @@ def test_unknown_shape_is_a_config_error():
         open_hardware("sim:dgx-b300")
 
 
-def test_real_uses_real_nvml_and_the_real_proc(monkeypatch: pytest.MonkeyPatch):
-    import dra_driver.nvml.real
-
-    class StubRealNvml:
-        pass
-
-    monkeypatch.setattr(dra_driver.nvml.real, "RealNvml", StubRealNvml)
-    hw = open_hardware(backend.REAL_SPEC)
-    assert isinstance(hw.nvml, StubRealNvml)
-    assert hw.host.proc_root == Path("/proc")
-    assert hw.sim is None
+# Real hardware through a real libnvidia-ml.so.1 from a driver root: test_real_library.py

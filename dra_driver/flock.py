@@ -1,0 +1,86 @@
+"""One inter-process file lock with an explicit timeout (`flock(2)` on a lock file).
+
+The checkpoint, the per-GPU locks, the one-plugin-per-node guard, the local
+cluster store and the simulated hardware's state file all serialise
+processes the same way: an exclusive `flock` on a sibling lock file. This is
+the one implementation, modelled on NVIDIA's `pkg/flock`
+(`Acquire(ctx, WithTimeout, WithPollPeriod)`): every caller says how long it
+will wait (`timeout_s`, or None to wait until `stop` is set), the wait polls
+a non-blocking `flock` so it can give up, and the lock is released when the
+`with` block ends. Each holder opens its own descriptor, so the lock also
+excludes other threads of the same process. Failures raise the caller's
+error class, so messages stay in the caller's layer of `dra_driver.errors`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Final
+
+from dra_driver.errors import DraGpuError
+
+POLL_S: Final = 0.02
+
+
+@contextmanager
+def file_lock(
+    path: Path,
+    *,
+    timeout_s: float | None,
+    error: Callable[[str], DraGpuError],
+    what: str | None = None,
+    timeout_message: str | None = None,
+    stop: threading.Event | None = None,
+    on_wait: Callable[[], None] | None = None,
+    poll_s: float = POLL_S,
+) -> Iterator[bool]:
+    """Hold an exclusive `flock` on `path` (created if missing) for the `with` block.
+
+    Waits at most `timeout_s` seconds (None: no limit) and then raises
+    `error(timeout_message)` (default: "<what>: still locked by another process
+    after <t> s", `what` defaulting to the path). `on_wait` is called once if
+    the lock is busy at the first try. With `stop`, the wait ends early when
+    the event is set, and the block runs with `False` (lock not held);
+    otherwise it runs with `True`. A lock file that cannot be opened raises
+    `error` naming it.
+    """
+    name = what or str(path)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise error(f"{name}: cannot open lock file {path}: {exc.strerror or exc}") from exc
+    try:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        waited = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                pass
+            if not waited and on_wait is not None:
+                on_wait()
+            waited = True
+            if deadline is not None and time.monotonic() >= deadline:
+                raise error(
+                    timeout_message
+                    or f"{name}: still locked by another process after {timeout_s:g} s"
+                ) from None
+            if stop is not None:
+                if stop.wait(poll_s):
+                    yield False
+                    return
+            else:
+                time.sleep(poll_s)
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)  # closing the descriptor also releases the lock

@@ -1,0 +1,56 @@
+"""`dra-gpu cdi`: the CDI edits every prepared claim's container gets on this node.
+
+An admin whose pods start without `nvidia-smi` or `libcuda.so.1` checks here
+what the plugin would mount: it runs the plugin's own discovery (NVML's
+driver version, the files under `--nvidia-driver-root`) and prints the
+spec-level `containerEdits` a claim's CDI spec carries: the driver's files
+as read-only bind mounts (hostPaths under the host's driver root), the
+control device nodes, the environment, and the hooks with
+`--nvidia-cdi-hook-path`. Writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TextIO
+
+import yaml
+
+from dra_driver import cdi
+from dra_driver.driver_root import DriverRoot
+from dra_driver.nvml.backend import open_hardware
+
+
+def print_common_edits(
+    *,
+    nvml: str,
+    sim_state: Path | None,
+    node_name: str,
+    driver_root: DriverRoot | None,
+    output: str,
+    out: TextIO | None = None,
+) -> int:
+    out = out or sys.stdout
+    hardware = open_hardware(
+        nvml, sim_state=sim_state, node_name=node_name, driver_root=driver_root
+    )
+    version = hardware.driver_version()
+    files = hardware.driver.files(version)
+    for warning in files.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    edits = cdi.common_edits(hardware.host.char_major("nvidia-uvm")).merged(
+        hardware.driver.edits(version)
+    )
+    doc = {"containerEdits": edits.to_dict()}
+    if output == "json":
+        out.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        root = hardware.driver.root
+        out.write(f"# NVIDIA driver {version}, driver root {root.host}")
+        if root.container_path:
+            out.write(f" (read at {root.container_path})")
+        out.write("\n")
+        yaml.safe_dump(doc, out, sort_keys=False)
+    return 0

@@ -1,0 +1,141 @@
+"""A prepared claim's CDI spec carries the driver's user space from the driver root.
+
+Whole GPU and MIG device, with and without `--nvidia-cdi-hook-path`, for a
+GPU Operator root (host /run/nvidia/driver, read by the plugin elsewhere):
+the device edits stay as they were, the spec-level edits add the mounts with
+host paths, the hooks only when asked, and `cdiVersion` stays the minimum.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.cdi import validate_spec
+from dra_driver.cdi_store import CdiStore
+from dra_driver.checkpoint_store import CheckpointStore
+from dra_driver.cluster.local import LocalCluster
+from dra_driver.devices import build_devices
+from dra_driver.driver_files import firmware_search_paths
+from dra_driver.driver_root import DriverRoot, DriverUserSpace
+from dra_driver.host import HostInfo
+from dra_driver.inventory import discover
+from dra_driver.nvml.interface import Placement
+from dra_driver.sim.hardware import SimHardware
+from dra_driver.sim.nvml import SimNvml
+from dra_driver.sim.shapes import load_shape
+from kubelet_plugin.driver import GpuDriver
+from kubelet_plugin.gpu_locks import GpuLocks
+from kubelet_plugin.mig_lifecycle import MigLifecycle
+from kubelet_plugin.service import ClaimRef
+from tests.dra_driver.driver_roots import build_root
+from tests.fakes import TEST_POOL, make_allocated_claim
+
+HOOK = "/usr/local/nvidia/toolkit/nvidia-cdi-hook"
+HOST_ROOT = "/run/nvidia/driver"
+LIB = "/usr/lib/x86_64-linux-gnu"
+SONAME_LINKS = sorted(
+    [
+        "libcuda.so.1",
+        "libcudadebugger.so.1",
+        "libnvidia-allocator.so.1",
+        "libnvidia-cfg.so.1",
+        "libnvidia-ml.so.1",
+        "libnvidia-nvvm.so.4",
+        "libnvidia-opencl.so.1",
+        "libnvidia-ptxjitcompiler.so.1",
+        "vdpau/libvdpau_nvidia.so.1",
+    ]
+)
+
+
+def _prepare(
+    tmp_path: Path, shape: str, hook: str | None, uid: str, mig: bool
+) -> tuple[dict[str, Any], DriverUserSpace]:
+    hardware = SimHardware(load_shape(shape), proc_root=tmp_path / "proc")
+    if mig:
+        gi = hardware.create_gpu_instance(1, 9, Placement(4, 4))  # 3g.20gb
+        hardware.create_compute_instance(1, gi.id, 2)
+    nvml = SimNvml(hardware)
+    devices = build_devices(discover(nvml))
+    device = next(d for d in devices if (d.mig is not None) == mig)
+    root = build_root(tmp_path, "gpu-operator", version=nvml.system().driver_version)
+    space = DriverUserSpace(
+        DriverRoot(
+            host_path=HOST_ROOT, container_path=str(root.container_root), cdi_hook_path=hook
+        ),
+        firmware_paths=firmware_search_paths("6.8.0"),
+    )
+    cluster = LocalCluster(tmp_path / "cluster")
+    checkpoints = CheckpointStore(tmp_path / "plugin/checkpoint.json", "boot")
+    store = CdiStore(tmp_path / "cdi")
+    driver = GpuDriver(
+        driver_name=DEFAULT_DRIVER_NAME,
+        pool_name=TEST_POOL,
+        cluster=cluster,
+        devices=devices,
+        host=HostInfo(tmp_path / "proc"),
+        checkpoints=checkpoints,
+        cdi_store=store,
+        mig=MigLifecycle(nvml),
+        gpu_locks=GpuLocks(tmp_path / "plugin/locks"),
+        driver_edits=lambda: space.edits(nvml.system().driver_version),
+    )
+    claim = make_allocated_claim("job", uid=uid, results=[("gpu", device.name)])
+    del claim["metadata"]["resourceVersion"]
+    status = claim.pop("status")
+    stored = cluster.put_resource_claim(claim)
+    stored["status"] = status
+    cluster.update_resource_claim_status(stored)
+    result = driver.prepare([ClaimRef("default", uid, "job")])[uid]
+    assert result.error == ""
+    spec = store.read(uid)
+    assert spec is not None
+    validate_spec(spec)
+    return spec, space
+
+
+@pytest.mark.parametrize(("shape", "mig"), [("dgx-h100", False), ("dgx-a100-40gb", True)])
+@pytest.mark.parametrize("hook", [None, HOOK])
+def test_claim_spec_carries_driver_mounts(
+    tmp_path: Path, shape: str, mig: bool, hook: str | None
+) -> None:
+    spec, _space = _prepare(tmp_path, shape, hook, uid="claim-a1", mig=mig)
+    version = load_shape(shape).driver_version
+
+    (device,) = spec["devices"]
+    nodes = [n["path"] for n in device["containerEdits"]["deviceNodes"]]
+    assert nodes[0].startswith("/dev/nvidia")
+    assert any("nvidia-caps" in n for n in nodes) == mig  # MIG keeps its capability nodes
+    common = spec["containerEdits"]
+    assert [n["path"] for n in common["deviceNodes"]][:2] == ["/dev/nvidiactl", "/dev/nvidia-uvm"]
+    assert common["env"] == ["NVIDIA_VISIBLE_DEVICES=void", f"NVIDIA_CTK_LIBCUDA_DIR={LIB}"]
+    mounts = {m["containerPath"]: m for m in common["mounts"]}
+    libcuda = mounts[f"{LIB}/libcuda.so.{version}"]
+    assert libcuda == {
+        "hostPath": f"{HOST_ROOT}{LIB}/libcuda.so.{version}",
+        "containerPath": f"{LIB}/libcuda.so.{version}",
+        "options": ["ro", "nosuid", "nodev", "bind"],
+    }
+    assert mounts["/usr/bin/nvidia-smi"]["hostPath"] == f"{HOST_ROOT}/usr/bin/nvidia-smi"
+    assert all(m["hostPath"].startswith(HOST_ROOT + "/") for m in common["mounts"])
+    assert sorted(m for m in mounts if "/lib/" in m and ".so." in m and version not in m) == (
+        [] if hook else [f"{LIB}/{n}" for n in SONAME_LINKS]
+    )
+    if hook is None:
+        assert "hooks" not in common
+        assert mounts[f"{LIB}/libcuda.so.1"]["hostPath"] == libcuda["hostPath"]
+    else:
+        assert [h["args"][1] for h in common["hooks"]] == ["create-symlinks", "update-ldcache"]
+        assert {h["path"] for h in common["hooks"]} == {HOOK}
+        assert f"{LIB}/libcuda.so.1" not in mounts
+    # Mount options and hooks need nothing above CDI 0.3.0.
+    assert spec["cdiVersion"] == "0.3.0"
+
+
+def test_prepare_does_not_walk_the_driver_root_again(tmp_path: Path) -> None:
+    _spec, space = _prepare(tmp_path, "dgx-h100", None, uid="claim-b2", mig=False)
+    assert space.discoveries == 1

@@ -1,0 +1,93 @@
+"""The plugin waits for a driver that is not installed yet, then serves.
+
+The GPU Operator installs the driver after the plugin's pod starts. The
+plugin (`--nvml real`, GPU Operator root read at another path) must log why
+it is not ready, keep running without any socket (no crash loop, nothing
+advertised), and start serving once `libnvidia-ml.so.1` and the driver files
+appear. The library is a real shared object compiled by the test.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.sim.driver_root import LIBRARY_DIRS, materialize_driver_root
+from kubelet_plugin.server import dra_socket_path, registration_socket_path
+from tests.dra_driver.nvml.fake_libnvml import install_libnvml
+
+VERSION = "570.172.08"
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="dra-gpu-nodrv-", dir="/tmp"))  # short socket paths
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _wait(check: Callable[[], bool], what: str, log: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; log:\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
+
+
+def test_plugin_waits_for_the_driver_then_serves(work: Path) -> None:
+    root = work / "driver-root"
+    root.mkdir()
+    kubelet = work / "kubelet"
+    log = work / "plugin.log"
+    args = [
+        sys.executable,
+        "-m",
+        "dra_driver.cli",
+        "kubelet-plugin",
+        "--node-name=gpu-node-1",
+        "--nvml=real",
+        "--nvidia-driver-root=/run/nvidia/driver",
+        f"--container-driver-root={root}",
+        f"--cluster=local:{work / 'cluster'}",
+        f"--kubelet-root={kubelet}",
+        f"--cdi-root={work / 'cdi'}",
+        "--driver-retry-interval=0.2",
+    ]
+    with log.open("wb") as out:
+        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait(lambda: "NVIDIA driver not ready" in log.read_text(), "the not-ready line", log)
+        time.sleep(1.0)  # several retries
+        text = log.read_text()
+        assert process.poll() is None, text
+        assert "no libnvidia-ml.so.1 in the library directories of driver root " in text
+        assert f"/run/nvidia/driver (mounted at {root})" in text
+        assert text.count("NVIDIA driver not ready") == 1  # logged once per reason
+        assert not registration_socket_path(kubelet, DEFAULT_DRIVER_NAME).exists()
+        assert not dra_socket_path(kubelet, DEFAULT_DRIVER_NAME).exists()
+
+        # The driver container finishes installing.
+        staging = work / "staging"
+        materialize_driver_root(staging, VERSION)
+        install_libnvml(staging, LIBRARY_DIRS["debian"], version=VERSION, gpu_count=0)
+        for item in staging.iterdir():
+            shutil.move(str(item), root / item.name)
+
+        registration = registration_socket_path(kubelet, DEFAULT_DRIVER_NAME)
+        _wait(registration.exists, "the registration socket", log)
+        text = log.read_text()
+        assert f"NVIDIA driver {VERSION} at driver root /run/nvidia/driver" in text
+        assert "no CDI hooks" in text
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=15)
+    assert code == 0, log.read_text()[-3000:]
