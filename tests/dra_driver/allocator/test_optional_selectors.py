@@ -11,16 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from dra_driver.testing import (
+
+from dra_driver.allocator import Allocator, Node
+from dra_driver.errors import AllocationError
+from tests.fakes import (
     make_device_class,
     make_device_request,
     make_resource_claim,
     make_resource_slice,
     make_slice_device,
 )
-
-from dra_driver.allocator import Allocator, Node
-from dra_driver.errors import AllocationError
 
 H100 = "NVIDIA H100 80GB HBM3"
 OPTIONAL_PRODUCT = 'device.attributes["gpu.nvidia.com"].?productName.orValue("")'

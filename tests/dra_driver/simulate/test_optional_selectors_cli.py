@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 import yaml
-from dra_driver.testing import make_resource_slice, make_slice_device
 
 from dra_driver.cli import main
+from tests.fakes import make_resource_slice, make_slice_device
 
 H100 = "NVIDIA H100 80GB HBM3"
 OPTIONAL_H100 = f'device.attributes["gpu.nvidia.com"].?productName.orValue("") == "{H100}"'
