@@ -16,6 +16,7 @@ from bench import BenchOptions, render, write_json
 
 BENCHMARKS: dict[str, str] = {
     "prepare": "bench.prepare_roundtrip",
+    "held-claims": "bench.held_claims",
     "placement": "bench.placement",
     "allocator": "bench.allocator",
     "mig-parallel": "bench.mig_parallel",

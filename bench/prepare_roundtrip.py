@@ -1,4 +1,4 @@
-"""How fast the real plugin prepares and unprepares a claim, as the kubelet sees it.
+"""How fast the real plugin prepares and unprepares a claim, against a minimal plugin.
 
 Pod start-up waits for NodePrepareResources and pod deletion for
 NodeUnprepareResources, so their latency is what a user of the driver
@@ -6,10 +6,16 @@ notices. This benchmark starts the real `dra-gpu kubelet-plugin` process on a
 simulated dgx-h100 node (local directory cluster), registers like the
 kubelet, stores one allocated whole-GPU claim, and then runs cycles of
 NodePrepareResources + NodeUnprepareResources over the v1 DRA socket. Every
-call does the full transaction: fetch the claim, checkpoint PrepareStarted,
-write the CDI spec, checkpoint PrepareCompleted (each write fsync'd), and
-the reverse. Each call is timed with `time.perf_counter_ns` on the client
-side, after a warm-up; the plugin's peak RSS (VmHWM) is read at the end.
+call does the full transaction: fetch the claim, plan it, checkpoint
+PrepareStarted, write the CDI spec and checkpoint PrepareCompleted (each
+write fsync'd), and the reverse.
+
+The baseline is `bench.minimal_plugin`, a separate process that does only
+the file work (claim read, CDI write, checkpoint fsync+rename) behind a gRPC
+server on a Unix socket, reading the same claim. Cycles of the two
+alternate, so both see the same machine load; the headline is the ratio of
+their p50 round trips. Each call is timed with `time.perf_counter_ns` on the
+client side, after a warm-up; the plugin's peak RSS (VmHWM) is read at the end.
 """
 
 from __future__ import annotations
@@ -19,14 +25,20 @@ import time
 import grpc
 
 from bench import BenchOptions, BenchResult, summarize_ns
+from bench.minimal_plugin_process import MinimalPluginProcess
 from dra_driver.errors import PluginError
+from kubelet_plugin.kubelet_client import KubeletClient
 from kubelet_plugin.service import ClaimRef
 from tests.fakes import PluginProcess, make_allocated_claim
 
 NAME = "prepare"
-DESCRIPTION = "NodePrepareResources + NodeUnprepareResources round trips over the v1 socket"
+DESCRIPTION = (
+    "NodePrepareResources + NodeUnprepareResources round trips over the v1 socket, "
+    "against a minimal plugin doing the same file work"
+)
+GOAL_RATIO = 1.2
 SHAPE = "dgx-h100"
-DEFAULT_CYCLES = 1000
+DEFAULT_CYCLES = 500
 DEFAULT_WARMUP = 50
 CLAIM = ClaimRef("bench", "6e1c7b2a-0d4f-4a8e-9b3c-5f2e1d0a9c87", "one-gpu")
 
@@ -36,7 +48,10 @@ def run(options: BenchOptions) -> BenchResult:
     cycles = options.cycles or DEFAULT_CYCLES
     warmup = DEFAULT_WARMUP if options.warmup is None else options.warmup
     # A long publish interval keeps the slice re-sync out of the measured window.
-    with PluginProcess(shape=SHAPE, prefix="dra-gpu-bench-", publish_interval=3600) as plugin:
+    with (
+        PluginProcess(shape=SHAPE, prefix="dra-gpu-bench-", publish_interval=3600) as plugin,
+        MinimalPluginProcess(plugin.cluster_root, prefix="dra-gpu-bench-min-") as minimal,
+    ):
         version = plugin.client.register()
         plugin.store_claim(
             make_allocated_claim(
@@ -44,35 +59,46 @@ def run(options: BenchOptions) -> BenchResult:
             )
         )
         for _ in range(warmup):
-            _cycle(plugin)
+            cycle(plugin.client)
+            cycle(minimal.client)
         rss_after_warmup = plugin.rss_peak_kib()
 
         prepare_ns: list[int] = []
         unprepare_ns: list[int] = []
+        minimal_ns: list[int] = []
         started = time.perf_counter_ns()
         for _ in range(cycles):
-            prepared, unprepared = _cycle(plugin)
+            prepared, unprepared = cycle(plugin.client)
             prepare_ns.append(prepared)
             unprepare_ns.append(unprepared)
+            minimal_ns.append(sum(cycle(minimal.client)))
         elapsed_s = (time.perf_counter_ns() - started) / 1e9
         rss_peak = plugin.rss_peak_kib()
 
     cycle_ns = [p + u for p, u in zip(prepare_ns, unprepare_ns, strict=True)]
     rate = cycles / elapsed_s
+    latencies = {
+        "prepare": summarize_ns(prepare_ns),
+        "unprepare": summarize_ns(unprepare_ns),
+        "prepare+unprepare": summarize_ns(cycle_ns),
+        "minimal plugin prepare+unprepare": summarize_ns(minimal_ns),
+    }
+    ratio = (
+        latencies["prepare+unprepare"]["p50"] / latencies["minimal plugin prepare+unprepare"]["p50"]
+    )
+    verdict = "within" if ratio <= GOAL_RATIO else "above"
     return BenchResult(
         name=NAME,
         title=f"{NAME}: {DESCRIPTION} ({SHAPE}, one whole-GPU claim, DRA API {version})",
         headline=[
-            f"{cycles} cycles after {warmup} warm-up cycles in {elapsed_s:.1f} s: "
-            f"{rate:.1f} cycles/s",
+            f"p50 round trip vs the minimal plugin: {ratio:.2f}x ({verdict} the goal of "
+            f"{GOAL_RATIO}x)",
+            f"{cycles} cycles of each, alternating, after {warmup} warm-up cycles, in "
+            f"{elapsed_s:.1f} s",
             f"plugin peak RSS (VmHWM): {rss_peak / 1024:.1f} MiB "
             f"({rss_after_warmup / 1024:.1f} MiB after warm-up)",
         ],
-        latencies={
-            "prepare": summarize_ns(prepare_ns),
-            "unprepare": summarize_ns(unprepare_ns),
-            "prepare+unprepare": summarize_ns(cycle_ns),
-        },
+        latencies=latencies,
         data={
             "shape": SHAPE,
             "api_version": version,
@@ -81,21 +107,23 @@ def run(options: BenchOptions) -> BenchResult:
             "warmup_cycles": warmup,
             "elapsed_s": round(elapsed_s, 3),
             "cycles_per_s": round(rate, 1),
+            "p50_ratio_vs_minimal_plugin": round(ratio, 3),
+            "goal_ratio": GOAL_RATIO,
             "plugin_rss_peak_kib": rss_peak,
             "plugin_rss_peak_after_warmup_kib": rss_after_warmup,
         },
     )
 
 
-def _cycle(plugin: PluginProcess) -> tuple[int, int]:
-    """One Prepare and one Unprepare; their durations in nanoseconds."""
+def cycle(client: KubeletClient, claim: ClaimRef = CLAIM) -> tuple[int, int]:
+    """One Prepare and one Unprepare of `claim`; their durations in nanoseconds."""
     t0 = time.perf_counter_ns()
-    prepared = plugin.client.prepare([CLAIM])
+    prepared = client.prepare([claim])
     t1 = time.perf_counter_ns()
-    unprepared = plugin.client.unprepare([CLAIM])
+    unprepared = client.unprepare([claim])
     t2 = time.perf_counter_ns()
-    if prepared[CLAIM.uid].error or not prepared[CLAIM.uid].devices:
-        raise PluginError(f"prepare of {CLAIM} failed: {prepared[CLAIM.uid].error}")
-    if unprepared[CLAIM.uid].error:
-        raise PluginError(f"unprepare of {CLAIM} failed: {unprepared[CLAIM.uid].error}")
+    if prepared[claim.uid].error or not prepared[claim.uid].devices:
+        raise PluginError(f"prepare of {claim} failed: {prepared[claim.uid].error}")
+    if unprepared[claim.uid].error:
+        raise PluginError(f"unprepare of {claim} failed: {unprepared[claim.uid].error}")
     return t1 - t0, t2 - t1

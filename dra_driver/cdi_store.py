@@ -6,6 +6,12 @@ directory is shared with other vendors' specs: this store only ever reads,
 lists or deletes files named `k8s.gpu.nvidia.com-claim_<uid>.yaml`, and
 `claim_uids()` lets the plugin find specs whose claim it no longer knows
 (left behind by a crash) to delete them.
+
+A spec may carry a one-line record of its claim for the plugin (the
+checkpoint entry, so a lost checkpoint can be rebuilt) as its first line, a
+YAML comment `# gpu.nvidia.com/dra-gpu-claim: <JSON>`. CDI parsers skip
+comments; a spec annotation would do the same job but needs `cdiVersion`
+0.6.0, which container runtimes with older CDI libraries reject.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ except ImportError:  # PyYAML built without libyaml
 from dra_driver import cdi, fsutil
 from dra_driver.errors import CdiError
 
+RECORD_PREFIX = "# gpu.nvidia.com/dra-gpu-claim: "
+"""The first line of a spec that carries its claim's record, before the record."""
+
 
 class CdiStore:
     """Reads and writes this driver's transient claim specs under `root`."""
@@ -36,12 +45,15 @@ class CdiStore:
         """Where the spec of `claim_uid` lives (whether or not it exists)."""
         return self.root / cdi.spec_file_name(claim_uid)
 
-    def write(self, claim_uid: str, spec: dict[str, Any]) -> Path:
+    def write(self, claim_uid: str, spec: dict[str, Any], *, record: str | None = None) -> Path:
         """Validate `spec` and write it atomically as the claim's spec file.
 
+        `record` (one line of text) goes into the first line, a comment.
         Creates `root` if needed. Raises `CdiError` if the spec is invalid,
         is not of kind `k8s.gpu.nvidia.com/claim`, or cannot be written.
         """
+        if record is not None and ("\n" in record or "\r" in record):
+            raise CdiError(f"CDI spec for claim {claim_uid}: the record must be one line")
         if spec.get("kind") != cdi.KIND:
             raise CdiError(
                 f"CDI spec for claim {claim_uid}: kind is {spec.get('kind')!r}, "
@@ -49,9 +61,10 @@ class CdiStore:
             )
         cdi.validate_spec(spec)
         path = self.path_for(claim_uid)
-        data = yaml.dump(
-            spec, Dumper=_SafeDumper, sort_keys=False, default_flow_style=False
-        ).encode()
+        text = yaml.dump(spec, Dumper=_SafeDumper, sort_keys=False, default_flow_style=False)
+        if record is not None:
+            text = f"{RECORD_PREFIX}{record}\n{text}"
+        data = text.encode()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             fsutil.atomic_write(path, data, mode=0o644)
@@ -75,6 +88,19 @@ class CdiStore:
         if not isinstance(spec, dict):
             raise CdiError(f"{path}: not a CDI spec (top level is not a mapping)")
         return spec
+
+    def read_record(self, claim_uid: str) -> str | None:
+        """The record written with the claim's spec; None if no spec or no record."""
+        path = self.path_for(claim_uid)
+        try:
+            with path.open("rb") as f:
+                first = f.readline()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CdiError(f"{path}: cannot read CDI spec: {exc.strerror or exc}") from exc
+        line = first.decode("utf-8", errors="replace").rstrip("\n")
+        return line[len(RECORD_PREFIX) :] if line.startswith(RECORD_PREFIX) else None
 
     def remove(self, claim_uid: str) -> bool:
         """Delete the claim's spec; False if there was none (not an error)."""

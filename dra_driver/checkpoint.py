@@ -10,6 +10,12 @@ upstream field broke every old file (issue #1080, PRs #1119 and #1326), and
 the plugin crash-looped after upgrades. The rules below exist so that cannot
 happen here.
 
+Storage: `checkpoint_store` keeps one file per claim, each holding a
+one-claim checkpoint in this format (so a Prepare rewrites only its own
+claim), and reads the single file that older dra-gpu versions wrote for the
+whole node. A copy of each completed entry also travels in the claim's CDI
+spec (`to_spec_record`), from which a lost checkpoint is rebuilt.
+
 File format (`encode` / `decode`)
     Line 1 is a one-line JSON header: `{"checksum": "sha256:<hex>", "format":
     "dra-gpu/checkpoint"}`. Everything after the first newline is the
@@ -47,6 +53,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -286,10 +293,22 @@ class Checkpoint:
     Immutable: every transition returns a new `Checkpoint`, which the caller
     saves. Transitions raise `CheckpointError` when applied to a claim in
     the wrong state, which always means a bug in the caller.
+
+    A node may hold hundreds of claims, so a transition costs the same
+    however many there are: it copies the claims mapping (one C-level dict
+    copy) without re-validating it, remembers which claim it changed (so
+    `changed_since` tells the store which file to write), and keeps an index
+    of the devices held (so `device_owner` and `held_devices` need not scan
+    every claim).
     """
 
     boot_id: str
     claims: Mapping[str, ClaimEntry] = field(default_factory=_frozen_claims)
+    _parent: weakref.ref[Checkpoint] | None = field(
+        init=False, default=None, compare=False, repr=False
+    )
+    _changed: str | None = field(init=False, default=None, compare=False, repr=False)
+    _holders: _Holders | None = field(init=False, default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for uid, entry in self.claims.items():
@@ -327,13 +346,23 @@ class Checkpoint:
             dataclasses.replace(entry, state=ClaimState.PrepareCompleted, devices=tuple(devices))
         )
 
+    def adopt(self, entry: ClaimEntry) -> Checkpoint:
+        """Add an entry rebuilt from other sources (a lost checkpoint), in its own state.
+
+        Refuses a claim that already has an entry: what the checkpoint knows wins.
+        """
+        existing = self.claims.get(entry.uid)
+        if existing is not None:
+            raise CheckpointError(f"{existing.ref}: already in the checkpoint; cannot adopt it")
+        return self._with(entry)
+
     def remove(self, uid: str) -> Checkpoint:
         """Forget a claim (after Unprepare or rollback). Unknown UIDs are fine."""
         if uid not in self.claims:
             return self
         claims = dict(self.claims)
         del claims[uid]
-        return Checkpoint(boot_id=self.boot_id, claims=claims)
+        return self._derive(claims, uid)
 
     # -- queries -------------------------------------------------------------
 
@@ -344,12 +373,41 @@ class Checkpoint:
         side effects on the device; admin-access devices never own a device.
         With several holders the smallest UID is returned, deterministically.
         """
-        for uid in sorted(self.claims):
-            if uid == exclude_uid:
-                continue
-            for d in self.claims[uid].devices:
-                if d.pool == pool and d.device == device and not d.admin_access:
-                    return uid
+        holders = self._device_holders().get((pool, device), ())
+        return min((uid for uid, _ in holders if uid != exclude_uid), default=None)
+
+    def device_holders(self, pool: str, device: str) -> tuple[tuple[str, PreparedDevice], ...]:
+        """(claim UID, its record) for each claim that holds `pool`/`device`, admin access
+        left out: several for the shares of a shared device. From the index, no scan."""
+        return self._device_holders().get((pool, device), ())
+
+    def held_devices(self) -> list[tuple[str, PreparedDevice]]:
+        """(claim UID, device) for each device some claim owns, its smallest-UID holder only.
+
+        Admin-access devices are left out, as in `device_owner`. The list
+        has one item per device, not per claim, so callers that look at
+        every held device do not get slower with the number of claims.
+        """
+        return [min(holders, key=_first) for holders in self._device_holders().values()]
+
+    def changed_since(self, old: Checkpoint) -> frozenset[str] | None:
+        """The UIDs whose entries differ from `old`, if `self` came from `old` by transitions.
+
+        None when that is not known (then compare all entries): `self` was
+        built otherwise, or a checkpoint in between is gone (each keeps only a
+        weak reference to the one it came from, so history costs no memory).
+        """
+        changed: set[str] = set()
+        node: Checkpoint | None = self
+        for _ in range(_MAX_CHAIN):
+            if node is None:
+                return None
+            if node is old:
+                return frozenset(changed)
+            if node._changed is None or node._parent is None:
+                return None
+            changed.add(node._changed)
+            node = node._parent()
         return None
 
     def in_state(self, state: ClaimState) -> list[ClaimEntry]:
@@ -408,7 +466,94 @@ class Checkpoint:
         return entry
 
     def _with(self, entry: ClaimEntry) -> Checkpoint:
-        return Checkpoint(boot_id=self.boot_id, claims={**self.claims, entry.uid: entry})
+        return self._derive({**self.claims, entry.uid: entry}, entry.uid)
+
+    def _derive(self, claims: dict[str, ClaimEntry], changed: str) -> Checkpoint:
+        """A checkpoint with `claims` (only `changed` differs from ours), without re-validating."""
+        child = object.__new__(Checkpoint)
+        object.__setattr__(child, "boot_id", self.boot_id)
+        object.__setattr__(child, "claims", MappingProxyType(claims))
+        object.__setattr__(child, "_parent", weakref.ref(self))
+        object.__setattr__(child, "_changed", changed)
+        holders = None
+        if self._holders is not None:
+            holders = dict(self._holders)
+            _drop_holder(holders, self.claims.get(changed))
+            _add_holder(holders, claims.get(changed))
+        object.__setattr__(child, "_holders", holders)
+        return child
+
+    def _device_holders(self) -> _Holders:
+        if self._holders is None:
+            holders: _Holders = {}
+            for entry in self.claims.values():
+                _add_holder(holders, entry)
+            object.__setattr__(self, "_holders", holders)
+            return holders
+        return self._holders
+
+
+_Holders = dict[tuple[str, str], tuple[tuple[str, PreparedDevice], ...]]
+"""(pool, device) -> (claim UID, device record) of each claim that owns it."""
+
+_MAX_CHAIN: Final = 16
+"""How many transitions `changed_since` follows back."""
+
+
+def _first(holder: tuple[str, PreparedDevice]) -> str:
+    return holder[0]
+
+
+def _add_holder(holders: _Holders, entry: ClaimEntry | None) -> None:
+    if entry is None:
+        return
+    for device in entry.devices:
+        if not device.admin_access:
+            key = (device.pool, device.device)
+            holders[key] = (*holders.get(key, ()), (entry.uid, device))
+
+
+def _drop_holder(holders: _Holders, entry: ClaimEntry | None) -> None:
+    if entry is None:
+        return
+    for key in {(d.pool, d.device) for d in entry.devices if not d.admin_access}:
+        rest = tuple(h for h in holders.get(key, ()) if h[0] != entry.uid)
+        if rest:
+            holders[key] = rest
+        else:
+            holders.pop(key, None)
+
+
+# -- the copy kept in the claim's CDI spec -------------------------------------
+
+
+def to_spec_record(boot_id: str, entry: ClaimEntry) -> str:
+    """A claim's entry as one line of ASCII JSON: a compact one-claim payload.
+
+    Each CDI spec carries its claim's completed entry (UID, namespace, name,
+    devices, MIG ids, whatever fields a newer dra-gpu adds), versioned like
+    the checkpoint itself, so a lost checkpoint can be rebuilt from the specs
+    (`CdiStore.write(record=...)` keeps it in the spec file).
+    """
+    payload = Checkpoint(boot_id=boot_id, claims={entry.uid: entry}).to_dict()
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def from_spec_record(value: str, *, source: str) -> Checkpoint:
+    """Parse a `to_spec_record` line (migrating old schema versions); `CheckpointError` if bad."""
+    try:
+        obj = json.loads(value)
+    except ValueError as exc:
+        raise CheckpointError(f"{source}: the claim record is not JSON: {exc}") from exc
+    try:
+        checkpoint = Checkpoint.from_dict(obj)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{source}: the claim record: {exc}") from exc
+    if len(checkpoint.claims) != 1:
+        raise CheckpointError(
+            f"{source}: the claim record holds {len(checkpoint.claims)} claims, expected one"
+        )
+    return checkpoint
 
 
 # -- bytes ---------------------------------------------------------------------

@@ -246,7 +246,7 @@ def _show_mig_status(p: _Printer, plugin: PluginProcess, minor: int, title: str)
 def _show_checkpoint(p: _Printer, plugin: PluginProcess) -> None:
     checkpoint = plugin.checkpoint()
     claims = checkpoint.claims if checkpoint is not None else {}
-    p.line(f"checkpoint {plugin.checkpoint_path.name}: {len(claims)} claim(s)")
+    p.line(f"checkpoint {plugin.checkpoint_dir.name}/: {len(claims)} claim(s), one file each")
     for entry in claims.values():
         devices = ", ".join(d.device for d in entry.devices)
         p.line(f"  {entry.namespace}/{entry.name}: {entry.state.value} [{devices}]")

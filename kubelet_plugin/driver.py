@@ -52,7 +52,14 @@ from typing import TypeVar
 
 from dra_driver import cdi, failpoints
 from dra_driver.cdi_store import CdiStore
-from dra_driver.checkpoint import Checkpoint, ClaimEntry, ClaimState, MigRecord, PreparedDevice
+from dra_driver.checkpoint import (
+    Checkpoint,
+    ClaimEntry,
+    ClaimState,
+    MigRecord,
+    PreparedDevice,
+    to_spec_record,
+)
 from dra_driver.checkpoint_store import CheckpointStore
 from dra_driver.claims import AllocatedClaim, parse_allocated_claim
 from dra_driver.cluster.interface import Cluster
@@ -62,8 +69,9 @@ from dra_driver.errors import ClaimError, DraGpuError, NotFoundError
 from dra_driver.host import HostInfo
 from dra_driver.nvml.interface import MigDeviceInfo
 from kubelet_plugin.gpu_locks import GpuLocks
-from kubelet_plugin.mig_lifecycle import MigLifecycle, MigTarget
-from kubelet_plugin.prepare_plan import PlannedDevice, plan_claim
+from kubelet_plugin.mig_lifecycle import MigLifecycle, MigTarget, mig_target
+from kubelet_plugin.prepare_plan import PlannedDevice, cdi_device, plan_claim, prepared_device
+from kubelet_plugin.rebuild import RebuildSource
 from kubelet_plugin.service import ClaimRef, PrepareResult, ResultDevice, UnprepareResult
 from kubelet_plugin.sharing import SharingStrategy
 from kubelet_plugin.sharing.gpu_policy import GpuPolicy, UnavailableGpuPolicy
@@ -82,7 +90,8 @@ class RecoveryReport:
     """What `GpuDriver.recover` found and did at start-up."""
 
     discarded_after_reboot: int = 0
-    quarantined: str | None = None
+    quarantined: list[str] = field(default_factory=list)
+    rebuilt: list[str] = field(default_factory=list)
     orphan_cdi_specs_removed: list[str] = field(default_factory=list)
     rolled_back: list[str] = field(default_factory=list)
     unprepare_finished: list[str] = field(default_factory=list)
@@ -107,11 +116,15 @@ class GpuDriver:
         mig: MigLifecycle,
         gpu_locks: GpuLocks,
         driver_edits: Callable[[], cdi.ContainerEdits] | None = None,
+        rebuild_sources: Sequence[RebuildSource] = (),
         gpu_policy: GpuPolicy | None = None,
     ) -> None:
         """`driver_edits` gives the mounts (and hooks) of the driver's user space
         for the current driver version (`DriverUserSpace.edits`, cached); None
-        leaves them out (tests of device handling only)."""
+        leaves them out (tests of device handling only). `rebuild_sources`
+        rebuild a lost checkpoint (`kubelet_plugin.rebuild`); none: start empty.
+        `gpu_policy` sets time-slice intervals (`kubelet_plugin.sharing.gpu_policy`);
+        None makes a claim that asks for one fail clearly."""
         self._driver_name = driver_name
         self._pool_name = pool_name
         self._cluster = cluster
@@ -124,8 +137,10 @@ class GpuDriver:
         self._driver_edits = driver_edits
         self._thread_lock = threading.Lock()
         self._claim_locks = _KeyedLocks()
+        self._state: Checkpoint | None = None
+        self._rebuild_sources = tuple(rebuild_sources)
         self._sharing: tuple[SharingStrategy, ...] = (
-            TimeSlicing(gpu_policy or UnavailableGpuPolicy(), gpu_locks, self._load),
+            TimeSlicing(gpu_policy or UnavailableGpuPolicy(), gpu_locks, self.snapshot),
         )
 
     def set_devices(self, devices: Sequence[AllocatableDevice]) -> None:
@@ -137,37 +152,45 @@ class GpuDriver:
     def recover(self) -> RecoveryReport:
         """Make the checkpoint, the hardware and the CDI directory agree before serving.
 
-        A corrupt checkpoint is moved aside (kept as evidence) and the node
-        starts empty; entries from an earlier boot are dropped; half-prepared
-        claims are rolled back (MIG devices they created are destroyed); a
-        completed claim without its CDI spec was being unprepared (Unprepare
-        removes the spec first), so that Unprepare is finished; CDI specs that
-        no entry owns are removed, and so are temp files of interrupted spec
-        writes; completed claims whose MIG devices vanished are reported.
+        A corrupt checkpoint file is moved aside (kept as evidence) and the
+        claims are rebuilt from the rebuild sources (`kubelet_plugin.rebuild`);
+        a checkpoint of an older dra-gpu is migrated; entries from an earlier
+        boot are dropped; half-prepared claims are rolled back (MIG devices
+        they created are destroyed); a completed claim without its CDI spec
+        was being unprepared (Unprepare removes the spec first), so that
+        Unprepare is finished; CDI specs that no entry owns are removed, and
+        so are temp files of interrupted spec writes; completed claims whose
+        MIG devices vanished are reported.
         """
         report = RecoveryReport()
-        save = self._checkpoints.save
         with self._thread_lock, self._checkpoints.lock():
-            try:
-                outcome = self._checkpoints.load_outcome()
-            except DraGpuError as exc:
-                quarantined = self._checkpoints.quarantine()
-                log.error(
-                    "checkpoint unreadable (%s); moved to %s, starting empty", exc, quarantined
+            outcome = self._checkpoints.load_outcome()
+            checkpoint = outcome.checkpoint
+            if outcome.rebooted:
+                report.discarded_after_reboot = len(outcome.discarded_claims)
+                log.warning(
+                    "node rebooted since the checkpoint was written (boot %s): "
+                    "discarded %d prepared claims",
+                    outcome.discarded_boot_id,
+                    report.discarded_after_reboot,
                 )
-                report.quarantined = str(quarantined)
-                save(Checkpoint(boot_id=self._checkpoints.boot_id, claims={}))
-            else:
-                if outcome.rebooted:
-                    report.discarded_after_reboot = len(outcome.discarded_claims)
-                    log.warning(
-                        "node rebooted since the checkpoint was written (boot %s): "
-                        "discarded %d prepared claims",
-                        outcome.discarded_boot_id,
-                        report.discarded_after_reboot,
-                    )
-                    save(outcome.checkpoint)
-        checkpoint = self._load()
+            for bad in outcome.unreadable:
+                moved = self._checkpoints.quarantine(bad.path)
+                report.quarantined.append(str(moved))
+                log.error("checkpoint unreadable (%s); moved to %s", bad.error, moved)
+            if outcome.unreadable:
+                checkpoint = self._rebuild(checkpoint, report)
+            if outcome.legacy and not outcome.unreadable:
+                log.info(
+                    "migrating %d claims of %s to one file per claim in %s",
+                    len(checkpoint.claims),
+                    self._checkpoints.legacy_file,
+                    self._checkpoints.directory,
+                )
+            if outcome.needs_save:
+                self._checkpoints.save(checkpoint)
+            self._state = checkpoint
+        checkpoint = self.snapshot()
         for entry in checkpoint.in_state(ClaimState.PrepareStarted):
             log.warning("%s was left half-prepared; rolling it back", entry.ref)
             if self._recover_roll_back(entry, report):
@@ -178,8 +201,9 @@ class GpuDriver:
                 if self._recover_roll_back(entry, report):
                     report.unprepare_finished.append(entry.uid)
         for strategy in self._sharing:
-            report.sharing_problems.extend(strategy.reconcile(self._load()))
-        with self._checkpoint() as (checkpoint, _save):
+            report.sharing_problems.extend(strategy.reconcile(self.snapshot()))
+
+        def remove_orphans(checkpoint: Checkpoint) -> Checkpoint:
             for temp in self._cdi.remove_temp_files():
                 log.warning("removed %s, left by an interrupted CDI spec write", temp)
             for uid in sorted(self._cdi.claim_uids() - set(checkpoint.claims)):
@@ -198,7 +222,34 @@ class GpuDriver:
                             mig.gi_id,
                             mig.parent_uuid,
                         )
+            return checkpoint
+
+        self.update(remove_orphans)
         return report
+
+    def _rebuild(self, checkpoint: Checkpoint, report: RecoveryReport) -> Checkpoint:
+        """Ask each rebuild source what it vouches for (see `kubelet_plugin.rebuild`)."""
+        for source in self._rebuild_sources:
+            try:
+                rebuilt = source.rebuild(checkpoint)
+            except DraGpuError as exc:
+                log.error("rebuilding the checkpoint from %s failed: %s", source.name, exc)
+                continue
+            for uid in sorted(rebuilt.claims):
+                entry = rebuilt.claims[uid]
+                if entry is checkpoint.claims.get(uid):
+                    continue
+                if uid not in report.rebuilt:
+                    report.rebuilt.append(uid)
+                log.warning(
+                    "rebuilt %s from %s: %s, devices %s",
+                    entry.ref,
+                    source.name,
+                    entry.state.value,
+                    ", ".join(_describe(device) for device in entry.devices) or "none",
+                )
+            checkpoint = rebuilt
+        return checkpoint
 
     def _recover_roll_back(self, entry: ClaimEntry, report: RecoveryReport) -> bool:
         """Roll `entry` back at start-up; on failure keep it for a later try and go on.
@@ -255,7 +306,7 @@ class GpuDriver:
         """(parent UUID, GI id) of every MIG device a checkpointed claim created."""
         return {
             (device.mig.parent_uuid, device.mig.gi_id)
-            for entry in self._load().claims.values()
+            for entry in self.snapshot().claims.values()
             for device in entry.devices
             if device.mig is not None and device.mig.created_by_us and device.mig.gi_id is not None
         }
@@ -323,54 +374,63 @@ class GpuDriver:
         )
 
     def _prepare_one(self, claim: AllocatedClaim) -> tuple[ResultDevice, ...]:
-        existing = self._load().claims.get(claim.uid)
+        existing = self.snapshot().claims.get(claim.uid)
         if existing is not None and existing.state is ClaimState.PrepareCompleted:
             return _result_devices(existing.devices)
         if existing is not None:
             log.info("%s was left half-prepared; rolling back first", existing.ref)
             self._roll_back(existing)
 
-        with self._checkpoint() as (checkpoint, save):
+        planned: list[PlannedDevice] = []
+
+        def start(checkpoint: Checkpoint) -> Checkpoint:
             entry = checkpoint.claims.get(claim.uid)
             if entry is not None:
-                if entry.state is ClaimState.PrepareCompleted:
-                    return _result_devices(entry.devices)
                 raise ClaimError(f"{entry.ref} is being prepared by another call; retry")
-            planned = plan_claim(
-                claim, pool_name=self._pool_name, devices=self._devices, checkpoint=checkpoint
+            planned.extend(
+                plan_claim(
+                    claim, pool_name=self._pool_name, devices=self._devices, checkpoint=checkpoint
+                )
             )
-            prepared = [self._prepared_device(claim.uid, item) for item in planned]
+            prepared = [prepared_device(claim.uid, item.result, item.device) for item in planned]
             configs = effective_configs(
                 claim, {item.device.name: item.device.kind for item in planned}
             )
             for strategy in self._sharing:
                 prepared = strategy.plan(claim, configs, prepared, self._devices, checkpoint)
-            save(
-                checkpoint.start(
-                    ClaimEntry(
-                        uid=claim.uid,
-                        namespace=claim.namespace,
-                        name=claim.name,
-                        devices=tuple(prepared),
-                    )
+            return checkpoint.start(
+                ClaimEntry(
+                    uid=claim.uid,
+                    namespace=claim.namespace,
+                    name=claim.name,
+                    devices=tuple(prepared),
                 )
             )
+
+        # Persisted only if something must be undone after a crash (see `_undo_needs_record`).
+        self.update(start, durable=_undo_needs_record(claim, self._devices))
         failpoints.hit("prepare-after-checkpoint-started")
 
         try:
             created = self._create_mig_devices(claim.uid, planned)
-            started = self._load().claims[claim.uid]
+            started = self.snapshot().claims[claim.uid]
             for strategy in self._sharing:
                 strategy.apply(started)
-            spec = self._cdi_spec(claim.uid, planned, created)
-            with self._checkpoint() as (checkpoint, save):
-                self._cdi.write(claim.uid, spec)
+
+            def complete(checkpoint: Checkpoint) -> Checkpoint:
+                entry = checkpoint.claims[claim.uid]
+                done = checkpoint.complete(claim.uid, entry.devices)
+                record = to_spec_record(self._checkpoints.boot_id, done.claims[claim.uid])
+                self._cdi.write(
+                    claim.uid, self._cdi_spec(claim.uid, planned, created), record=record
+                )
                 failpoints.hit("prepare-after-cdi-written")
-                completed = checkpoint.claims[claim.uid].devices
-                save(checkpoint.complete(claim.uid, completed))
+                return done
+
+            completed = self.update(complete).claims[claim.uid].devices
         except DraGpuError as exc:
             try:
-                self._roll_back(self._load().claims[claim.uid], search_unrecorded=False)
+                self._roll_back(self.snapshot().claims[claim.uid], search_unrecorded=False)
             except DraGpuError as undo:
                 # The kubelet must learn why Prepare failed, not only why the undo did.
                 raise ClaimError(
@@ -425,10 +485,13 @@ class GpuDriver:
         return created
 
     def _record_progress(self, uid: str, index: int, record: MigRecord) -> None:
-        with self._checkpoint() as (checkpoint, save):
+
+        def record_it(checkpoint: Checkpoint) -> Checkpoint:
             devices = list(checkpoint.claims[uid].devices)
             devices[index] = dataclasses.replace(devices[index], mig=record)
-            save(checkpoint.update_devices(uid, devices))
+            return checkpoint.update_devices(uid, devices)
+
+        self.update(record_it)
         failpoints.hit(f"mig-after-{record.stage}-recorded")
 
     # -- rollback and Unprepare ---------------------------------------------------
@@ -447,23 +510,29 @@ class GpuDriver:
         self._destroy_mig_devices(entry, search_unrecorded=search_unrecorded)
         for strategy in self._sharing:
             strategy.release(entry)
-        with self._checkpoint() as (checkpoint, save):
+
+        def forget(checkpoint: Checkpoint) -> Checkpoint:
             self._cdi.remove(entry.uid)
-            save(checkpoint.remove(entry.uid))
+            return checkpoint.remove(entry.uid)
+
+        self.update(forget)
 
     def _unprepare_one(self, uid: str) -> None:
-        entry = self._load().claims.get(uid)
+        entry = self.snapshot().claims.get(uid)
         if entry is None:
-            with self._checkpoint():
+
+            def remove_orphan(checkpoint: Checkpoint) -> Checkpoint:
                 self._cdi.remove(uid)  # a spec without an entry is an orphan
+                return checkpoint
+
+            self.update(remove_orphan)
             return
         self._cdi.remove(uid)
         failpoints.hit("unprepare-after-cdi-removed")
         self._destroy_mig_devices(entry)
         for strategy in self._sharing:
             strategy.release(entry)
-        with self._checkpoint() as (checkpoint, save):
-            save(checkpoint.remove(uid))
+        self.update(lambda checkpoint: checkpoint.remove(uid))
         failpoints.hit("unprepare-after-checkpoint-removed")
         log.info("unprepared %s", entry.ref)
 
@@ -475,7 +544,7 @@ class GpuDriver:
             with self._gpu_locks.hold([uuid]):
                 others = {
                     (d.mig.parent_uuid, d.mig.gi_id)
-                    for other in self._load().claims.values()
+                    for other in self.snapshot().claims.values()
                     if other.uid != entry.uid
                     for d in other.devices
                     if d.mig is not None
@@ -499,27 +568,46 @@ class GpuDriver:
 
     # -- helpers ------------------------------------------------------------------
 
-    @contextmanager
-    def _checkpoint(self) -> Iterator[tuple[Checkpoint, Callable[[Checkpoint], None]]]:
+    def update(
+        self, mutate: Callable[[Checkpoint], Checkpoint], *, durable: bool = True
+    ) -> Checkpoint:
+        """Apply `mutate` to the checkpoint and persist the result; the only path that changes it.
+
+        Runs under the thread lock and the checkpoint's file lock, so
+        read-modify-write cycles never interleave. `mutate` gets the current
+        checkpoint and returns the next one (or the same object for no change);
+        it may do work that must happen atomically with the change (writing a
+        CDI spec, planning against the other claims). If it raises, nothing is
+        saved. Only the files of the claims that changed are written, so the
+        cost does not depend on how many claims the node holds. The state is
+        cached in memory: the plugin's instance lock guarantees that no other
+        process writes the files while this one runs.
+
+        `durable=False` keeps the change in memory only. Prepare uses it to
+        reserve a claim's devices when nothing will need undoing after a
+        crash; the claim's next durable update writes its file.
+        """
         with self._thread_lock, self._checkpoints.lock():
-            yield self._checkpoints.load(), self._checkpoints.save
+            old = self._current_locked()
+            new = mutate(old)
+            if new is not old:
+                if durable:
+                    self._checkpoints.commit(old, new)
+                self._state = new
+            return new
 
-    def _load(self) -> Checkpoint:
-        with self._checkpoint() as (checkpoint, _save):
-            return checkpoint
+    def snapshot(self) -> Checkpoint:
+        """The checkpoint as last saved (an immutable value; read it without locks)."""
+        state = self._state
+        if state is None:
+            with self._thread_lock:
+                state = self._current_locked()
+        return state
 
-    def _prepared_device(self, claim_uid: str, item: PlannedDevice) -> PreparedDevice:
-        target = mig_target(item.device)
-        return PreparedDevice(
-            request_names=(item.result.base_request,),
-            pool=item.result.pool,
-            device=item.result.device,
-            cdi_device_ids=(cdi.qualified_device_id(claim_uid, _cdi_device(item)),),
-            share_id=item.result.share_id,
-            admin_access=item.result.admin_access,
-            consumed_capacity=item.result.consumed_capacity,
-            mig=None if target is None else target.planned_record(),
-        )
+    def _current_locked(self) -> Checkpoint:
+        if self._state is None:
+            self._state = self._checkpoints.load()
+        return self._state
 
     def _cdi_spec(
         self,
@@ -531,7 +619,7 @@ class GpuDriver:
         devices: dict[str, cdi.CdiDevice] = {}
         for item in planned:
             device = item.device
-            name = _cdi_device(item)
+            name = cdi_device(item.result)
             if name in devices:
                 continue
             mig = created[device.name] if device.dynamic is not None else device.mig
@@ -553,26 +641,27 @@ class GpuDriver:
         return cdi.claim_spec(claim_uid, list(devices.values()), common)
 
 
-def _cdi_device(item: PlannedDevice) -> str:
-    """The claim's CDI device for a result: one per device, or per share of a shared one."""
-    share = item.result.share_id
-    return item.device.name if share is None else f"{item.device.name}-{share}"
+def _undo_needs_record(claim: AllocatedClaim, devices: Mapping[str, AllocatableDevice]) -> bool:
+    """Whether Prepare's PrepareStarted record must reach the disk before the side effects.
 
-
-def mig_target(device: AllocatableDevice) -> MigTarget | None:
-    """What must be created for a dynamic MIG device; None for anything else."""
-    spec = device.dynamic
-    if spec is None:
-        return None
-    return MigTarget(
-        device_name=device.name,
-        parent_uuid=spec.parent_uuid,
-        parent_minor=spec.parent_minor,
-        gi_profile_id=spec.gi_profile.id,
-        ci_profile_id=spec.ci_profile_id,
-        placement=spec.placement,
-        profile_name=spec.profile_name,
+    It must when Prepare creates something that a crash could leave without
+    an owner: dynamic MIG devices, and anything an opaque config asks for
+    (sharing: MPS daemons, time-slices). Whole GPUs and static MIG devices
+    need nothing undone: the CDI spec is their only side effect, and a spec
+    without a checkpoint entry is removed at start-up, so one fsync'd write
+    per Prepare is saved.
+    """
+    return bool(claim.configs) or any(
+        (device := devices.get(result.device)) is not None and device.dynamic is not None
+        for result in claim.results
     )
+
+
+def _describe(device: PreparedDevice) -> str:
+    mig = device.mig
+    if mig is None or not mig.created_by_us:
+        return device.device
+    return f"{device.device} (GI {mig.gi_id}, CI {mig.ci_id} on {mig.parent_uuid})"
 
 
 def _result_devices(devices: Sequence[PreparedDevice]) -> tuple[ResultDevice, ...]:

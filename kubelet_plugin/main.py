@@ -28,7 +28,7 @@ from dra_driver.cdi_store import CdiStore
 from dra_driver.checkpoint_store import CheckpointStore
 from dra_driver.cluster import Cluster, open_cluster
 from dra_driver.consumable_shares import ConsumableShares
-from dra_driver.devices import build_devices, inventory_warnings
+from dra_driver.devices import AllocatableDevice, build_devices, inventory_warnings
 from dra_driver.driver_root import DriverRoot
 from dra_driver.errors import DraGpuError, DriverRootError, NvmlError, PluginError
 from dra_driver.flock import file_lock
@@ -37,12 +37,16 @@ from dra_driver.nvml.backend import Hardware, open_hardware
 from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle
+from kubelet_plugin.rebuild import default_sources
 from kubelet_plugin.server import PluginServer
 from kubelet_plugin.sharing.gpu_policy import open_gpu_policy
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FILE = "checkpoint.json"
+CHECKPOINT_DIR = "checkpoint"
+"""One file per prepared claim (`dra_driver.checkpoint_store`)."""
+LEGACY_CHECKPOINT_FILE = "checkpoint.json"
+"""The single checkpoint file of older dra-gpu versions, migrated at start-up."""
 INSTANCE_LOCK_FILE = "plugin.lock"
 
 
@@ -172,17 +176,38 @@ def _serve(
     cluster: Cluster,
     data_dir: Path,
 ) -> int:
+    cdi_store = CdiStore(options.cdi_root)
+    mig = MigLifecycle(hardware.nvml, disable_mig_when_empty=not options.keep_mig_enabled)
+
+    def every_instance_as_dynamic() -> list[AllocatableDevice]:
+        # Maps allocated device names back to MIG profiles and placements.
+        existing = {(uuid, gi_id) for uuid, gi_id, _profile in mig.instances()}
+        inventory = discover(hardware.nvml)
+        return build_devices(inventory, dynamic_mig=options.dynamic_mig, owned_instances=existing)
+
     driver = GpuDriver(
         driver_name=options.driver_name,
         pool_name=options.node_name,
         cluster=cluster,
         devices=(),
         host=hardware.host,
-        checkpoints=CheckpointStore(data_dir / CHECKPOINT_FILE, hardware.host.boot_id()),
-        cdi_store=CdiStore(options.cdi_root),
-        mig=MigLifecycle(hardware.nvml, disable_mig_when_empty=not options.keep_mig_enabled),
+        checkpoints=CheckpointStore(
+            data_dir / CHECKPOINT_DIR,
+            hardware.host.boot_id(),
+            legacy_file=data_dir / LEGACY_CHECKPOINT_FILE,
+        ),
+        cdi_store=cdi_store,
+        mig=mig,
         gpu_locks=GpuLocks(data_dir / "locks"),
         driver_edits=lambda: hardware.driver.edits(hardware.driver_version()),
+        rebuild_sources=default_sources(
+            cdi_store=cdi_store,
+            cluster=cluster,
+            mig=mig,
+            driver_name=options.driver_name,
+            pool_name=options.node_name,
+            devices=every_instance_as_dynamic,
+        ),
         gpu_policy=open_gpu_policy(hardware),
     )
 
@@ -190,9 +215,11 @@ def _serve(
     # nobody owns; 3. only then look at the hardware to decide what to publish.
     report = driver.recover()
     log.info(
-        "recovered: %d half-prepared claims rolled back, %d orphan CDI specs removed",
+        "recovered: %d half-prepared claims rolled back, %d orphan CDI specs removed, "
+        "%d claims rebuilt",
         len(report.rolled_back),
         len(report.orphan_cdi_specs_removed),
+        len(report.rebuilt),
     )
     if options.dynamic_mig:
         driver.reconcile_mig(reclaim_unknown=options.mig_reclaim_unknown)

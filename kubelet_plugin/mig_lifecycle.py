@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from dra_driver import failpoints
 from dra_driver.checkpoint import MigRecord
+from dra_driver.devices import AllocatableDevice
 from dra_driver.errors import ClaimError, NvmlError
 from dra_driver.nvml import codes
 from dra_driver.nvml.interface import MigDeviceInfo, Nvml, Placement
@@ -49,6 +50,22 @@ class MigTarget:
             placement_size=self.placement.size,
             created_by_us=True,
         )
+
+
+def mig_target(device: AllocatableDevice) -> MigTarget | None:
+    """What must be created for a dynamic MIG device; None for anything else."""
+    spec = device.dynamic
+    if spec is None:
+        return None
+    return MigTarget(
+        device_name=device.name,
+        parent_uuid=spec.parent_uuid,
+        parent_minor=spec.parent_minor,
+        gi_profile_id=spec.gi_profile.id,
+        ci_profile_id=spec.ci_profile_id,
+        placement=spec.placement,
+        profile_name=spec.profile_name,
+    )
 
 
 class MigLifecycle:

@@ -32,7 +32,7 @@ from dra_driver.cluster.local import LocalCluster
 from dra_driver.errors import PluginError
 from dra_driver.nvml.backend import Hardware, open_hardware
 from kubelet_plugin.kubelet_client import KubeletClient
-from kubelet_plugin.main import CHECKPOINT_FILE, plugin_data_dir
+from kubelet_plugin.main import CHECKPOINT_DIR, LEGACY_CHECKPOINT_FILE, plugin_data_dir
 from kubelet_plugin.server import dra_socket_path, registration_socket_path
 
 PLUGIN_START_TIMEOUT_S = 30.0
@@ -90,7 +90,10 @@ class PluginProcess:
         self.kubelet_root = self.work / "kubelet"
         self.cdi_root = self.work / "cdi"
         self.log_path = self.work / "plugin.log"
-        self.checkpoint_path = plugin_data_dir(self.kubelet_root, driver) / CHECKPOINT_FILE
+        self.checkpoint_dir = plugin_data_dir(self.kubelet_root, driver) / CHECKPOINT_DIR
+        self.legacy_checkpoint_path = (
+            plugin_data_dir(self.kubelet_root, driver) / LEGACY_CHECKPOINT_FILE
+        )
         self.registration_socket = registration_socket_path(self.kubelet_root, driver)
         self.dra_socket = dra_socket_path(self.kubelet_root, driver)
         self.cluster = LocalCluster(self.cluster_root)
@@ -239,12 +242,29 @@ class PluginProcess:
         return self.cluster.update_resource_claim_status(stored)
 
     def checkpoint(self) -> Checkpoint | None:
-        """The checkpoint file as written (None when there is none); its boot id is not checked."""
-        try:
-            data = self.checkpoint_path.read_bytes()
-        except FileNotFoundError:
+        """The claim files as written, merged into one checkpoint.
+
+        None when the plugin data directory does not exist yet. Boot ids are
+        not checked against the node's, but all files must agree on one.
+        """
+        if not self.checkpoint_dir.parent.exists():
             return None
-        return decode_checkpoint(data, source=str(self.checkpoint_path))
+        claims: dict[str, Any] = {}
+        boot_ids: set[str] = set()
+        for path in self.checkpoint_files():
+            stored = decode_checkpoint(path.read_bytes(), source=str(path))
+            claims.update(stored.claims)
+            boot_ids.add(stored.boot_id)
+        if len(boot_ids) > 1:
+            raise PluginError(f"{self.checkpoint_dir}: claim files of boots {sorted(boot_ids)}")
+        boot_id = boot_ids.pop() if boot_ids else self.hardware().host.boot_id()
+        return Checkpoint(boot_id=boot_id, claims=claims)
+
+    def checkpoint_files(self) -> list[Path]:
+        """The claim files of the checkpoint directory (`<uid>.json`), sorted."""
+        if not self.checkpoint_dir.exists():
+            return []
+        return sorted(self.checkpoint_dir.glob("*.json"))
 
     def cdi_spec_path(self, claim_uid: str) -> Path:
         """Where the plugin writes the CDI spec of `claim_uid`."""

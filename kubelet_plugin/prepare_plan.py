@@ -15,12 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from dra_driver import cdi
 from dra_driver.checkpoint import Checkpoint, PreparedDevice
 from dra_driver.claims import AllocatedClaim, DeviceResult
 from dra_driver.device_config import effective_configs, unsupported_sharing
 from dra_driver.devices import AllocatableDevice
 from dra_driver.errors import ClaimError
 from dra_driver.nvml.interface import Placement
+from kubelet_plugin.mig_lifecycle import mig_target
 from kubelet_plugin.sharing.shares import check_shares
 
 
@@ -75,6 +77,34 @@ def plan_claim(
     return planned
 
 
+def prepared_device(
+    claim_uid: str, result: DeviceResult, device: AllocatableDevice | None
+) -> PreparedDevice:
+    """The checkpoint record of one allocated device, before any side effect.
+
+    A dynamic MIG device gets a "planned" MIG record (profile and placement);
+    `device` None (not published any more) records the result alone.
+    """
+    target = None if device is None else mig_target(device)
+    return PreparedDevice(
+        request_names=(result.base_request,),
+        pool=result.pool,
+        device=result.device,
+        cdi_device_ids=(cdi.qualified_device_id(claim_uid, cdi_device(result)),),
+        share_id=result.share_id,
+        admin_access=result.admin_access,
+        consumed_capacity=result.consumed_capacity,
+        mig=None if target is None else target.planned_record(),
+    )
+
+
+def cdi_device(result: DeviceResult) -> str:
+    """The claim's CDI device for a result: one per device, or one per share of a shared one
+    (`<device>-<shareID>`)."""
+    share = result.share_id
+    return result.device if share is None else f"{result.device}-{share}"
+
+
 def _describe_owner(checkpoint: Checkpoint, uid: str) -> str:
     entry = checkpoint.claims.get(uid)
     if entry is None:
@@ -91,19 +121,19 @@ def _refuse_overlaps(
     """Refuse a claim whose MIG slices or whole GPUs collide with another claim's or
     its own (see the module docstring); nothing has been touched yet."""
     held: list[tuple[_Footprint, str, str]] = []  # footprint, device name, holder
-    for entry in checkpoint.claims.values():
-        if entry.uid == claim.uid:
-            continue
-        for prepared in entry.devices:
-            footprint = None if prepared.admin_access else _prepared_footprint(prepared, devices)
-            if footprint is not None:
-                held.append(
-                    (
-                        footprint,
-                        prepared.device,
-                        f"prepared for claim {entry.namespace}/{entry.name} (uid {entry.uid})",
-                    )
+    for uid, prepared in checkpoint.held_devices():  # one holder per device is enough
+        if uid == claim.uid:
+            continue  # the claim itself, half-prepared: its devices are re-planned below
+        footprint = _prepared_footprint(prepared, devices)
+        if footprint is not None:
+            entry = checkpoint.claims[uid]
+            held.append(
+                (
+                    footprint,
+                    prepared.device,
+                    f"prepared for claim {entry.namespace}/{entry.name} (uid {entry.uid})",
                 )
+            )
     where = f"ResourceClaim {claim.namespace}/{claim.name}: status.allocation.devices.results"
     for index, item in enumerate(planned):
         footprint = None if item.result.admin_access else _footprint(item.device)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
+from operator import itemgetter
 
 from dra_driver.checkpoint import Checkpoint
 from dra_driver.claims import AllocatedClaim
@@ -93,15 +94,11 @@ def _holders(
 ) -> Sequence[tuple[str, bool]]:
     """(claim, holds a share) for every other claim that holds `device`."""
     out: list[tuple[str, bool]] = []
-    for uid in sorted(checkpoint.claims):
-        if uid == exclude_uid:
-            continue
-        entry = checkpoint.claims[uid]
-        for prepared in entry.devices:
-            if prepared.pool == pool and prepared.device == device and not prepared.admin_access:
-                out.append(
-                    (f"{entry.namespace}/{entry.name} (uid {uid})", prepared.share_id is not None)
-                )
+    for uid, prepared in sorted(checkpoint.device_holders(pool, device), key=itemgetter(0)):
+        if uid != exclude_uid:
+            entry = checkpoint.claims[uid]
+            name = f"{entry.namespace}/{entry.name} (uid {uid})"
+            out.append((name, prepared.share_id is not None))
     return out
 
 
@@ -109,15 +106,12 @@ def _consumed_by_others(
     checkpoint: Checkpoint, pool: str, device: str, exclude_uid: str
 ) -> dict[str, Fraction]:
     totals: dict[str, Fraction] = {}
-    for uid, entry in checkpoint.claims.items():
-        if uid == exclude_uid:
+    for uid, prepared in checkpoint.device_holders(pool, device):
+        if uid == exclude_uid or prepared.share_id is None:
             continue
-        for prepared in entry.devices:
-            if prepared.pool != pool or prepared.device != device or prepared.share_id is None:
-                continue
-            for name, text in prepared.consumed_capacity.items():
-                amount = _quantity(text, f"checkpoint of {entry.ref}")
-                totals[name] = totals.get(name, Fraction(0)) + amount
+        for name, text in prepared.consumed_capacity.items():
+            amount = _quantity(text, f"checkpoint of {checkpoint.claims[uid].ref}")
+            totals[name] = totals.get(name, Fraction(0)) + amount
     return totals
 
 

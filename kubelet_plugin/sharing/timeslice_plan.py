@@ -11,13 +11,18 @@ Pure. `plan_time_slices` records each full GPU's wanted interval in the
 claim's checkpoint records, or raises ClaimError when another prepared
 claim (or another result of the same claim) wants a different interval on
 the same GPU. `wanted_interval` says what a GPU must be left with once a
-claim is gone: another claim's interval, or None (back to Default).
+claim is gone: another claim's interval, or None (back to Default). The
+other claims are found through the checkpoint's index of held devices (an
+interval is recorded on the full GPU's device), so the cost does not grow
+with the number of claims on the node. An admin-access result (monitoring)
+never sets an interval.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import Final
 
 from dra_driver.checkpoint import Checkpoint, PreparedDevice, TimeSliceRecord
@@ -54,7 +59,7 @@ def plan_time_slices(
     for result, record in zip(claim.results, prepared, strict=True):
         interval = _wanted(configs.get(config_key(result)))
         device = devices.get(result.device)
-        if interval is None or device is None or device.kind != "gpu":
+        if interval is None or device is None or device.kind != "gpu" or result.admin_access:
             out.append(record)
             continue
         uuid = device.gpu.uuid
@@ -66,7 +71,7 @@ def plan_time_slices(
                 f"{earlier[1]!r} of the same claim asks for {earlier[0]}; one GPU has one interval"
             )
         mine[uuid] = (interval, result.request)
-        for other, other_interval in _others(checkpoint, uuid, claim.uid):
+        for other, other_interval in _others(checkpoint, record, claim.uid):
             if other_interval != interval:
                 raise ClaimError(
                     f"{where} asks for time-slice interval {interval} on GPU {uuid}, but claim "
@@ -77,9 +82,9 @@ def plan_time_slices(
     return out
 
 
-def wanted_interval(checkpoint: Checkpoint, gpu_uuid: str, *, without: str) -> str | None:
-    """The interval other claims than `without` want on the GPU, or None if none does."""
-    for _other, interval in _others(checkpoint, gpu_uuid, without):
+def wanted_interval(checkpoint: Checkpoint, record: PreparedDevice, *, without: str) -> str | None:
+    """The interval other claims than `without` want on `record`'s GPU, or None if none does."""
+    for _other, interval in _others(checkpoint, record, without):
         return interval
     return None
 
@@ -103,15 +108,13 @@ def _wanted(config: DeviceConfig | None) -> str | None:
     return str(chosen.interval if chosen is not None else TimeSliceInterval.DEFAULT)
 
 
-def _others(checkpoint: Checkpoint, gpu_uuid: str, without: str) -> list[tuple[str, str]]:
+def _others(checkpoint: Checkpoint, record: PreparedDevice, without: str) -> list[tuple[str, str]]:
+    """(claim, interval) of the other claims wanting an interval on `record`'s GPU."""
     found = []
-    for uid in sorted(checkpoint.claims):
-        if uid == without:
-            continue
-        entry = checkpoint.claims[uid]
-        for device in entry.devices:
-            if device.time_slice is not None and device.time_slice.gpu_uuid == gpu_uuid:
-                found.append(
-                    (f"{entry.namespace}/{entry.name} (uid {uid})", device.time_slice.interval)
-                )
+    for uid, held in sorted(
+        checkpoint.device_holders(record.pool, record.device), key=itemgetter(0)
+    ):
+        if uid != without and held.time_slice is not None:
+            entry = checkpoint.claims[uid]
+            found.append((f"{entry.namespace}/{entry.name} (uid {uid})", held.time_slice.interval))
     return found

@@ -61,9 +61,10 @@ class TimeSlicing:
             failpoints.hit(SET_FAILPOINT)
 
     def release(self, entry: ClaimEntry) -> None:
-        for uuid in sorted(_wanted_by(entry)):
+        records = {d.time_slice.gpu_uuid: d for d in entry.devices if d.time_slice is not None}
+        for uuid, record in sorted(records.items()):
             with self._gpu_locks.hold([uuid]):
-                if wanted_interval(self._load(), uuid, without=entry.uid) is not None:
+                if wanted_interval(self._load(), record, without=entry.uid) is not None:
                     continue  # another claim still wants (and set) this interval
                 try:
                     self._policy.set_time_slice(uuid, LEVELS[TimeSliceInterval.DEFAULT])

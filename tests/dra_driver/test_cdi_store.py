@@ -102,3 +102,21 @@ def test_write_failure_when_root_is_a_file(tmp_path: Path) -> None:
     root.write_text("not a directory")
     with pytest.raises(CdiError, match="cannot write CDI spec"):
         CdiStore(root).write(UID_A, spec_for(UID_A))
+
+
+def test_a_record_rides_in_the_first_line_and_the_spec_stays_plain(tmp_path: Path) -> None:
+    store = CdiStore(tmp_path)
+    spec = cdi.claim_spec(
+        UID_RECORD, [cdi.CdiDevice("gpu-0", cdi.gpu_edits(0))], cdi.ContainerEdits()
+    )
+    store.write(UID_RECORD, spec, record='{"a": 1}')
+    assert store.read_record(UID_RECORD) == '{"a": 1}'
+    assert store.read(UID_RECORD) == spec  # parsers skip the comment
+    store.write(UID_RECORD, spec)
+    assert store.read_record(UID_RECORD) is None
+    assert store.read_record("0ther000-0000-4000-8000-000000000000") is None
+    with pytest.raises(CdiError, match="the record must be one line"):
+        store.write(UID_RECORD, spec, record="two\nlines")
+
+
+UID_RECORD = "5ec0d000-0000-4000-8000-000000000001"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import hashlib
 import json
+import random
 from typing import Any
 
 import pytest
@@ -356,3 +359,99 @@ def test_schema_errors_name_the_field(path: tuple[Any, ...], value: Any, message
     with pytest.raises(CheckpointError, match=message) as info:
         decode(reencode(obj), source="/cp")
     assert str(info.value).startswith("/cp: ")
+
+
+# -- the record in the CDI spec, and adopting rebuilt entries ----------------------
+
+
+def test_an_entry_survives_the_round_trip_through_a_spec_record() -> None:
+    cp = rich_checkpoint()
+    for uid, original in cp.claims.items():
+        value = cpmod.to_spec_record(BOOT, original)
+        assert "\n" not in value
+        assert value.isascii()
+        back = cpmod.from_spec_record(value, source="spec.yaml")
+        assert back.boot_id == BOOT
+        assert dict(back.claims) == {uid: original}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("{not json", "spec.yaml: the claim record is not JSON"),
+        ('{"schemaVersion": 99}', "spec.yaml: the claim record: schemaVersion is 99"),
+        (
+            json.dumps(rich_checkpoint().to_dict()),
+            "holds 2 claims, expected one",
+        ),
+    ],
+)
+def test_a_bad_spec_record_is_a_checkpoint_error(value: str, message: str) -> None:
+    with pytest.raises(CheckpointError, match=message):
+        cpmod.from_spec_record(value, source="spec.yaml")
+
+
+def test_adopt_keeps_the_rebuilt_state_and_never_overwrites() -> None:
+    cp = rich_checkpoint()
+    completed = cp.claims[UID_A]
+    rebuilt = Checkpoint(boot_id=BOOT).adopt(completed)
+    assert rebuilt.claims[UID_A].state is ClaimState.PrepareCompleted
+    with pytest.raises(CheckpointError, match="already in the checkpoint"):
+        cp.adopt(completed)
+
+
+# -- the held-devices index and the change tracking ------------------------------
+
+
+def _owner_by_scan(cp: Checkpoint, pool: str, name: str, exclude: str | None) -> str | None:
+    holders = sorted(
+        uid
+        for uid, e in cp.claims.items()
+        if uid != exclude
+        and any(d.pool == pool and d.device == name and not d.admin_access for d in e.devices)
+    )
+    return holders[0] if holders else None
+
+
+def test_device_index_follows_every_transition() -> None:
+    rng = random.Random(7)
+    names = [f"gpu-{i}" for i in range(4)]
+    cp = Checkpoint(boot_id=BOOT)
+    cp.device_owner("node-1", "gpu-0")  # build the index first, then keep it up to date
+    uids = [f"c{i:03d}-0000-4000-8000-000000000000" for i in range(30)]
+    for _ in range(300):
+        uid = rng.choice(uids)
+        picked = [
+            device(n, admin_access=rng.random() < 0.3) for n in rng.sample(names, rng.randint(1, 2))
+        ]
+        existing = cp.claims.get(uid)
+        if existing is None:
+            cp = cp.start(dataclasses.replace(entry(uid), devices=tuple(picked)))
+        elif existing.state is ClaimState.PrepareStarted and rng.random() < 0.5:
+            cp = cp.complete(uid, picked)
+        else:
+            cp = cp.remove(uid)
+        for name in names:
+            exclude = rng.choice([None, uid])
+            assert cp.device_owner("node-1", name, exclude_uid=exclude) == _owner_by_scan(
+                cp, "node-1", name, exclude
+            )
+        fresh = Checkpoint(boot_id=BOOT, claims=dict(cp.claims))
+
+        def key(held: tuple[str, PreparedDevice]) -> tuple[str, str]:
+            return held[1].device, held[0]
+
+        assert sorted(cp.held_devices(), key=key) == sorted(fresh.held_devices(), key=key)
+
+
+def test_changed_since_names_what_transitions_touched() -> None:
+    old = rich_checkpoint()
+    between = old.remove(UID_A)
+    new = between.start(entry("c3d4e5f6-0000-4000-8000-000000000009", "claim-c"))
+    assert new.changed_since(old) == {UID_A, "c3d4e5f6-0000-4000-8000-000000000009"}
+    del between  # parents are weak references: a forgotten step means "compare everything"
+    gc.collect()
+    assert new.changed_since(old) is None
+    assert old.changed_since(old) == frozenset()
+    assert old.changed_since(new) is None  # not derived from it: compare everything
+    assert Checkpoint(boot_id=BOOT, claims=dict(new.claims)).changed_since(old) is None

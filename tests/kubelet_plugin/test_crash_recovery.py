@@ -186,37 +186,38 @@ def test_crash_during_unprepare_then_prepare_again_gives_the_clean_result(
 # --------------------------------------------------------------------------- start-up
 
 
-def test_corrupt_checkpoint_is_quarantined_and_the_plugin_serves(plugin: PluginProcess) -> None:
-    _prepare(plugin, SURVIVOR)
+def test_corrupt_checkpoint_is_quarantined_and_the_claim_rebuilt(plugin: PluginProcess) -> None:
+    survivor = _prepare(plugin, SURVIVOR)
     plugin.kill()
-    damaged = bytearray(plugin.checkpoint_path.read_bytes())
+    [path] = plugin.checkpoint_files()
+    damaged = bytearray(path.read_bytes())
     damaged[-10] ^= 0x01  # one flipped bit in the payload: the checksum no longer matches
-    plugin.checkpoint_path.write_bytes(bytes(damaged))
+    path.write_bytes(bytes(damaged))
 
     plugin.start()
 
-    quarantined = list(plugin.checkpoint_path.parent.glob("checkpoint.json.corrupt-*"))
+    quarantined = list(plugin.checkpoint_dir.glob(f"{path.name}.corrupt-*"))
     assert len(quarantined) == 1
     assert quarantined[0].read_bytes() == bytes(damaged)
     assert "checkpoint unreadable" in plugin.log_tail()
-    checkpoint = plugin.checkpoint()
-    assert checkpoint is not None
-    assert dict(checkpoint.claims) == {}
-    assert plugin.cdi_files() == []  # the spec no entry owns any more is gone
-    # It serves: both claims can be prepared (the kubelet re-prepares after a restart).
-    _prepare(plugin, SURVIVOR)
+    # The claim is rebuilt from its CDI spec: its pod keeps running, nothing changes.
+    _assert_intact(plugin, SURVIVOR, survivor)
     _prepare(plugin, VICTIM)
     _assert_consistent(plugin)
 
 
 def test_garbage_checkpoint_is_quarantined_and_the_plugin_serves(plugin: PluginProcess) -> None:
     plugin.kill()
-    plugin.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
-    plugin.checkpoint_path.write_bytes(b"\x00not a checkpoint")
+    plugin.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    garbage = plugin.checkpoint_dir / f"{VICTIM.uid}.json"
+    garbage.write_bytes(b"\x00not a checkpoint")
+    plugin.legacy_checkpoint_path.write_bytes(b"\x00not a checkpoint either")
 
     plugin.start()
 
-    assert len(list(plugin.checkpoint_path.parent.glob("checkpoint.json.corrupt-*"))) == 1
+    assert len(list(plugin.checkpoint_dir.glob("*.json.corrupt-*"))) == 1
+    assert len(list(plugin.checkpoint_dir.parent.glob("checkpoint.json.corrupt-*"))) == 1
+    assert not plugin.legacy_checkpoint_path.exists()
     _prepare(plugin, VICTIM)
     _unprepare(plugin, VICTIM)
     _assert_no_trace(plugin, VICTIM)

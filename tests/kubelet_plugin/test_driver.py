@@ -81,14 +81,14 @@ def _driver(
         checkpoints=checkpoints,
         cdi_store=cdi,
         mig=MigLifecycle(SimNvml(hardware)),
-        gpu_locks=GpuLocks(checkpoints.path.parent / "locks"),
+        gpu_locks=GpuLocks(checkpoints.directory.parent / "locks"),
     )
 
 
 def _node(tmp_path: Path, hardware: SimHardware) -> Node:
     devices = build_devices(discover(SimNvml(hardware)))
     cluster = LocalCluster(tmp_path / "cluster")
-    checkpoints = CheckpointStore(tmp_path / "plugin" / "checkpoint.json", BOOT)
+    checkpoints = CheckpointStore(tmp_path / "plugin" / "checkpoint", BOOT)
     cdi = CdiStore(tmp_path / "cdi")
     driver = _driver(hardware, cluster, checkpoints, cdi, devices)
     return Node(hardware, driver, cluster, checkpoints, cdi, devices)

@@ -77,7 +77,7 @@ class Node:
             checkpoints=self.checkpoints,
             cdi_store=self.cdi,
             mig=self.mig,
-            gpu_locks=GpuLocks(self.checkpoints.path.parent / "locks"),
+            gpu_locks=GpuLocks(self.checkpoints.directory.parent / "locks"),
         )
 
     def store(self, name: str, uid: str, device: str) -> ClaimRef:
@@ -100,7 +100,7 @@ def node(tmp_path: Path) -> Node:
     return Node(
         hardware=hardware,
         cluster=LocalCluster(tmp_path / "cluster"),
-        checkpoints=CheckpointStore(tmp_path / "plugin" / "checkpoint.json", BOOT),
+        checkpoints=CheckpointStore(tmp_path / "plugin" / "checkpoint", BOOT),
         cdi=CdiStore(tmp_path / "cdi"),
         devices=build_devices(discover(SimNvml(hardware)), dynamic_mig=True),
         mig=BusyMig(SimNvml(hardware)),

@@ -426,7 +426,7 @@ def test_prepare_and_unprepare_pass_the_mig_failpoints_in_the_listed_order(
         cluster=cluster,
         devices=build_devices(discover(nvml), dynamic_mig=True),
         host=HostInfo(tmp_path / "proc"),
-        checkpoints=CheckpointStore(tmp_path / "plugin" / "checkpoint.json", hw.boot_id()),
+        checkpoints=CheckpointStore(tmp_path / "plugin" / "checkpoint", hw.boot_id()),
         cdi_store=CdiStore(tmp_path / "cdi"),
         mig=MigLifecycle(nvml),
         gpu_locks=GpuLocks(tmp_path / "locks"),

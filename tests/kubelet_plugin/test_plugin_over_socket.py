@@ -231,7 +231,7 @@ def test_repeated_prepare_answers_the_same_without_rewriting_anything(
     first = plugin.client.prepare([ref])[uid]
     spec_path = plugin.cdi_spec_path(uid)
     spec_before = (spec_path.stat().st_ino, spec_path.stat().st_mtime_ns, spec_path.read_bytes())
-    checkpoint_before = plugin.checkpoint_path.stat().st_mtime_ns
+    checkpoint_before = [(p.name, p.stat().st_mtime_ns) for p in plugin.checkpoint_files()]
 
     second = plugin.client.prepare([ref])[uid]
     over_v1beta1 = plugin.client.prepare([ref], version="v1beta1")[uid]
@@ -242,7 +242,7 @@ def test_repeated_prepare_answers_the_same_without_rewriting_anything(
     assert (spec_path.stat().st_ino, spec_path.stat().st_mtime_ns, spec_path.read_bytes()) == (
         spec_before
     )
-    assert plugin.checkpoint_path.stat().st_mtime_ns == checkpoint_before
+    assert [(p.name, p.stat().st_mtime_ns) for p in plugin.checkpoint_files()] == checkpoint_before
     _unprepare_ok(plugin, [ref])
 
 

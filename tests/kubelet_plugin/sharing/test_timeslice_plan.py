@@ -107,8 +107,9 @@ def test_another_claims_different_interval_is_a_conflict() -> None:
         "Long; the interval is GPU-wide, so claims sharing a GPU must ask for the same one"
     )
     _plan("b", [("gpu", "gpu-0")], [_config("GpuConfig", _ts("Long"))], held)  # same: fine
-    assert wanted_interval(held, GPU0, without="b") == "Long"
-    assert wanted_interval(held, GPU0, without="a") is None
+    (record,) = other.devices
+    assert wanted_interval(held, record, without="b") == "Long"
+    assert wanted_interval(held, record, without="a") is None
     assert intervals(held) == {GPU0: "Long"}
 
 
