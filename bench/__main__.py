@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, str] = {
     "placement": "bench.placement",
     "allocator": "bench.allocator",
     "mig-parallel": "bench.mig_parallel",
+    "republish": "bench.republish",
 }
 """Benchmark name -> module; modules are imported only when their benchmark runs."""
 

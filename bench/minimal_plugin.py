@@ -5,16 +5,18 @@ thread pool, like the real one) on a real Unix socket, serving
 NodePrepareResources and NodeUnprepareResources of DRA v1. Per claim,
 Prepare reads the ResourceClaim from the same local cluster directory the
 real plugin reads (the same `LocalCluster` code, so YAML parsing costs the
-same), writes a CDI spec with the same container edits as the real one
-(YAML with the same emitter, written atomically: temp file, fsync, rename,
-directory fsync) and then its checkpoint (JSON of the prepared
-claims, fsync'd and renamed the same way), and answers with one CDI device
-per allocated device. Unprepare removes the spec and writes the checkpoint.
-It validates nothing, plans nothing, has no crash safety beyond atomic
-files and no locks: the real plugin's time above this is its overhead.
+same); writes a CDI spec with the same content as the real plugin's (the
+benchmark hands it a spec the real plugin wrote as a template: device
+nodes, driver mounts, hooks; only the device names change) as YAML with the
+same emitter, atomically (temp file, fsync, rename, directory fsync); then
+writes its checkpoint (JSON of the prepared claims, fsync'd and renamed the
+same way); and answers with one CDI device per allocated device. Unprepare
+removes the spec and writes the checkpoint. It validates nothing, plans
+nothing, has no crash safety beyond atomic files and no locks: the real
+plugin's time above this is its overhead.
 
 Run as its own process, as the real plugin is:
-`python -m bench.minimal_plugin SOCKET CLUSTER_ROOT CDI_ROOT STATE_DIR`.
+`python -m bench.minimal_plugin SOCKET CLUSTER_ROOT CDI_ROOT STATE_DIR TEMPLATE`.
 """
 
 from __future__ import annotations
@@ -31,20 +33,23 @@ from typing import Any
 import grpc
 import yaml
 
-from dra_driver import cdi, fsutil
+from dra_driver import fsutil
 from dra_driver.cluster.local import LocalCluster
 from kubelet_plugin.gen.dra.v1 import api_pb2 as pb2
 from kubelet_plugin.gen.dra.v1 import api_pb2_grpc as pb2_grpc
 
 CDI_KIND = "k8s.gpu.nvidia.com/claim"
-UVM_MAJOR = 235
 
 
 class MinimalPlugin(pb2_grpc.DRAPluginServicer):
     """Claim read, CDI write, checkpoint write; the reverse on Unprepare."""
 
-    def __init__(self, cluster_root: Path, cdi_root: Path, state_dir: Path) -> None:
+    def __init__(
+        self, cluster_root: Path, cdi_root: Path, state_dir: Path, template: dict[str, Any]
+    ) -> None:
         self._cluster = LocalCluster(cluster_root)
+        self._template = template
+        self._device_edits = template["devices"][0]["containerEdits"]
         self._cdi_root = cdi_root
         self._checkpoint = state_dir / "checkpoint.json"
         self._prepared: dict[str, list[str]] = {}
@@ -61,12 +66,8 @@ class MinimalPlugin(pb2_grpc.DRAPluginServicer):
             results = obj["status"]["allocation"]["devices"]["results"]
             names = [f"{claim.uid}-{r['device']}" for r in results]
             spec: dict[str, Any] = {
-                "cdiVersion": "0.5.0",
-                "kind": CDI_KIND,
-                "devices": [
-                    {"name": n, "containerEdits": cdi.gpu_edits(0).to_dict()} for n in names
-                ],
-                "containerEdits": cdi.common_edits(UVM_MAJOR).to_dict(),
+                **self._template,
+                "devices": [{"name": n, "containerEdits": self._device_edits} for n in names],
             }
             data = yaml.dump(spec, Dumper=yaml.CSafeDumper, sort_keys=False).encode()
             fsutil.atomic_write(self._spec_path(claim.uid), data)
@@ -103,11 +104,11 @@ class MinimalPlugin(pb2_grpc.DRAPluginServicer):
 
 
 def main(argv: list[str]) -> int:
-    socket, cluster_root, cdi_root, state_dir = (Path(a) for a in argv)
+    socket, cluster_root, cdi_root, state_dir, template = (Path(a) for a in argv)
     socket.parent.mkdir(parents=True, exist_ok=True)
     server = grpc.server(ThreadPoolExecutor(max_workers=16))
     pb2_grpc.add_DRAPluginServicer_to_server(
-        MinimalPlugin(cluster_root, cdi_root, state_dir), server
+        MinimalPlugin(cluster_root, cdi_root, state_dir, json.loads(template.read_text())), server
     )
     server.add_insecure_port(f"unix://{os.path.abspath(socket)}")
     server.start()

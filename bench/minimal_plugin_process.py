@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.errors import PluginError
@@ -16,10 +17,18 @@ from kubelet_plugin.server import dra_socket_path
 
 
 class MinimalPluginProcess:
-    """Runs the baseline plugin on `cluster_root` (the claims it reads) in a work directory."""
+    """Runs the baseline plugin on `cluster_root` (the claims it reads) in a work directory.
 
-    def __init__(self, cluster_root: Path, *, prefix: str = "dra-gpu-min-") -> None:
+    `spec_template` is a CDI spec the real plugin wrote, whose content the
+    baseline writes for every claim.
+    """
+
+    def __init__(
+        self, cluster_root: Path, spec_template: dict[str, Any], *, prefix: str = "dra-gpu-min-"
+    ) -> None:
         self.work = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+        self.template = self.work / "spec-template.json"
+        self.template.write_text(json.dumps(spec_template))
         kubelet_root = self.work / "kubelet"
         self.socket = dra_socket_path(kubelet_root, DEFAULT_DRIVER_NAME)
         self.cluster_root = cluster_root
@@ -35,6 +44,7 @@ class MinimalPluginProcess:
             str(self.cluster_root),
             str(self.work / "cdi"),
             str(self.work / "state"),
+            str(self.template),
         ]
         self.process = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
         assert self.process.stdout is not None

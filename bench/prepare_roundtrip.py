@@ -26,6 +26,7 @@ import grpc
 
 from bench import BenchOptions, BenchResult, summarize_ns
 from bench.minimal_plugin_process import MinimalPluginProcess
+from dra_driver.cdi_store import CdiStore
 from dra_driver.errors import PluginError
 from kubelet_plugin.kubelet_client import KubeletClient
 from kubelet_plugin.service import ClaimRef
@@ -48,32 +49,42 @@ def run(options: BenchOptions) -> BenchResult:
     cycles = options.cycles or DEFAULT_CYCLES
     warmup = DEFAULT_WARMUP if options.warmup is None else options.warmup
     # A long publish interval keeps the slice re-sync out of the measured window.
-    with (
-        PluginProcess(shape=SHAPE, prefix="dra-gpu-bench-", publish_interval=3600) as plugin,
-        MinimalPluginProcess(plugin.cluster_root, prefix="dra-gpu-bench-min-") as minimal,
-    ):
+    with PluginProcess(shape=SHAPE, prefix="dra-gpu-bench-", publish_interval=3600) as plugin:
         version = plugin.client.register()
         plugin.store_claim(
             make_allocated_claim(
                 CLAIM.name, CLAIM.namespace, CLAIM.uid, [("gpu", "gpu-0")], pool=plugin.node_name
             )
         )
-        for _ in range(warmup):
-            cycle(plugin.client)
-            cycle(minimal.client)
-        rss_after_warmup = plugin.rss_peak_kib()
+        plugin.client.prepare([CLAIM])
+        spec = CdiStore(plugin.cdi_root).read(CLAIM.uid)
+        plugin.client.unprepare([CLAIM])
+        if spec is None:
+            raise PluginError(f"the plugin wrote no CDI spec for {CLAIM}")
+        with MinimalPluginProcess(plugin.cluster_root, spec, prefix="dra-gpu-bench-min-") as min_:
+            return _measure(plugin, min_, version, cycles, warmup)
 
-        prepare_ns: list[int] = []
-        unprepare_ns: list[int] = []
-        minimal_ns: list[int] = []
-        started = time.perf_counter_ns()
-        for _ in range(cycles):
-            prepared, unprepared = cycle(plugin.client)
-            prepare_ns.append(prepared)
-            unprepare_ns.append(unprepared)
-            minimal_ns.append(sum(cycle(minimal.client)))
-        elapsed_s = (time.perf_counter_ns() - started) / 1e9
-        rss_peak = plugin.rss_peak_kib()
+
+def _measure(
+    plugin: PluginProcess, minimal: MinimalPluginProcess, version: str, cycles: int, warmup: int
+) -> BenchResult:
+    """Alternate cycles of the real and the minimal plugin; the result."""
+    for _ in range(warmup):
+        cycle(plugin.client)
+        cycle(minimal.client)
+    rss_after_warmup = plugin.rss_peak_kib()
+
+    prepare_ns: list[int] = []
+    unprepare_ns: list[int] = []
+    minimal_ns: list[int] = []
+    started = time.perf_counter_ns()
+    for _ in range(cycles):
+        prepared, unprepared = cycle(plugin.client)
+        prepare_ns.append(prepared)
+        unprepare_ns.append(unprepared)
+        minimal_ns.append(sum(cycle(minimal.client)))
+    elapsed_s = (time.perf_counter_ns() - started) / 1e9
+    rss_peak = plugin.rss_peak_kib()
 
     cycle_ns = [p + u for p, u in zip(prepare_ns, unprepare_ns, strict=True)]
     rate = cycles / elapsed_s

@@ -50,12 +50,14 @@ import copy
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
 from dra_driver.api_objects import Obj
+from dra_driver.backoff import backoff_delay
 from dra_driver.cluster.interface import Cluster, ConflictError
 from dra_driver.errors import ConfigError, DraGpuError, NotFoundError, SliceError
 from dra_driver.quantity import parse_quantity
@@ -66,6 +68,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL: Final = 30.0
 """Seconds between republishes in `run_forever` (the helper library's sync delay)."""
+
+_STOP_CHECK_SECONDS: Final = 0.5
 
 _COMPARED_METADATA: Final = ("labels", "annotations", "ownerReferences")
 
@@ -170,33 +174,65 @@ class SlicePublisher:
         interval: float = DEFAULT_INTERVAL,
         *,
         immediately: bool = True,
+        wake: threading.Event | None = None,
+        on_result: Callable[[bool], None] | None = None,
     ) -> None:
-        """Publish `build()` now and every `interval` seconds until `stop` is set.
+        """Publish `build()` now, whenever `wake` is set, and every `interval` seconds.
 
-        With `immediately=False` the first round waits one interval (the
-        caller has just published). Errors are logged and the loop goes on: a
-        slice the kubelet wiped, or an apiserver that was down, is put right
-        on a later round.
+        Runs until `stop` is set (set `wake` too, to end the wait at once).
+        With `immediately=False` the first round waits (the caller has just
+        published). `wake` is set by whoever sees a reason to look again: a
+        watch on the slices (someone deleted or changed one), or a device
+        whose health changed. Errors are logged and retried after an
+        exponential back-off with jitter (`dra_driver.backoff`), during which
+        wake-ups are not acted on, so a down apiserver is not hammered.
+        `on_result(ok)` is told the outcome of every round (metrics).
         """
+        wake = wake if wake is not None else threading.Event()
+        failures = 0
         if not immediately:
-            stop.wait(interval)
+            self._sleep(interval, stop, wake)
         while not stop.is_set():
+            wake.clear()
             try:
                 result = self.publish(build())
-            except DraGpuError as exc:
-                log.error("publishing ResourceSlices of node %s failed: %s", self._node_name, exc)
-            except Exception:
-                log.exception("publishing ResourceSlices of node %s failed", self._node_name)
-            else:
-                if result.changed:
-                    log.info(
-                        "republished ResourceSlices of node %s: created %s, updated %s, deleted %s",
+            except Exception as exc:
+                failures += 1
+                delay = backoff_delay(failures)
+                if isinstance(exc, DraGpuError):
+                    log.error(
+                        "publishing ResourceSlices of node %s failed, again in %.1f s: %s",
                         self._node_name,
-                        result.created,
-                        result.updated,
-                        result.deleted,
+                        delay,
+                        exc,
                     )
-            stop.wait(interval)
+                else:
+                    log.exception("publishing ResourceSlices of node %s failed", self._node_name)
+                if on_result is not None:
+                    on_result(False)
+                stop.wait(delay)
+                continue
+            failures = 0
+            if on_result is not None:
+                on_result(True)
+            if result.changed:
+                log.info(
+                    "republished ResourceSlices of node %s: created %s, updated %s, deleted %s",
+                    self._node_name,
+                    result.created,
+                    result.updated,
+                    result.deleted,
+                )
+            self._sleep(interval, stop, wake)
+
+    @staticmethod
+    def _sleep(seconds: float, stop: threading.Event, wake: threading.Event) -> None:
+        """Wait until `wake` or `stop` is set, or `seconds` pass."""
+        deadline = time.monotonic() + seconds
+        while not stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or wake.wait(min(remaining, _STOP_CHECK_SECONDS)):
+                return
 
     # Planning
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, cast
 
@@ -119,6 +119,7 @@ def build_resource_slices(
     max_devices_per_slice: int = RESOURCE_SLICE_MAX_DEVICES,
     version: str | None = None,
     layout: Layout | None = None,
+    taints: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> list[dict[str, Any]]:
     """The complete ResourceSlice objects publishing `devices` for one node.
 
@@ -133,6 +134,10 @@ def build_resource_slices(
     `version` is the Kubernetes release whose limits apply ("1.34"/"1.35");
     `layout` defaults to the one of `version`, `version` to the one of
     `layout`, both to 1.35.
+
+    `taints` maps device names to the `taints` their entries carry (device
+    health); with any taint, slices hold at most 64 devices, the apiserver's
+    limit for slices with taints.
 
     Raises SliceError for bad arguments, a layout that does not match the
     version, or if any slice would break an apiserver limit of that version.
@@ -150,6 +155,13 @@ def build_resource_slices(
             f"must be 1..{RESOURCE_SLICE_MAX_DEVICES}"
         )
 
+    device_taints: dict[str, list[Mapping[str, Any]]] = {
+        name: list(entries) for name, entries in (taints or {}).items() if entries
+    }
+    if device_taints:
+        max_devices_per_slice = min(
+            max_devices_per_slice, RESOURCE_SLICE_MAX_DEVICES_WITH_TAINTS_OR_CONSUMES_COUNTERS
+        )
     ordered = order_devices(devices)
     specs: list[_SliceContent]
     if not any(device.consumes_counters for device in ordered):
@@ -175,6 +187,7 @@ def build_resource_slices(
                 pool=pool,
                 generation=generation,
                 count=len(specs),
+                taints=device_taints,
             ),
         }
         for index, content in enumerate(specs)
@@ -334,7 +347,14 @@ def _device_limit_135(consumes: bool) -> int:
 
 
 def _spec(
-    content: _SliceContent, *, driver: str, node_name: str, pool: str, generation: int, count: int
+    content: _SliceContent,
+    *,
+    driver: str,
+    node_name: str,
+    pool: str,
+    generation: int,
+    count: int,
+    taints: Mapping[str, list[Mapping[str, Any]]],
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "driver": driver,
@@ -344,8 +364,17 @@ def _spec(
     if content.counter_sets:
         spec["sharedCounters"] = [counter_set.to_api() for counter_set in content.counter_sets]
     if not content.counter_slice:
-        spec["devices"] = [device.to_api() for device in content.devices]
+        spec["devices"] = [_device_api(device, taints) for device in content.devices]
     return spec
+
+
+def _device_api(
+    device: AllocatableDevice, taints: Mapping[str, list[Mapping[str, Any]]]
+) -> dict[str, Any]:
+    entry = device.to_api()
+    if device.name in taints:
+        entry["taints"] = [dict(taint) for taint in taints[device.name]]
+    return entry
 
 
 def _sanitize(text: str) -> str:

@@ -216,9 +216,40 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="leave MIG mode on when the last dynamic MIG device of a Hopper+ GPU is gone",
     )
+    parser.add_argument(
+        "--device-health-checks",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="watch NVML Xid/ECC events, taint unhealthy devices and serve the kubelet's "
+        "health stream",
+    )
+    parser.add_argument(
+        "--additional-xids-to-ignore",
+        default="",
+        metavar="XIDS",
+        help="comma-separated Xids to ignore besides the application errors 13,31,43,45,68,109",
+    )
+    parser.add_argument(
+        "--unhealthy-taint-effect",
+        choices=("NoSchedule", "NoExecute"),
+        default="NoSchedule",
+        help="effect of the gpu.nvidia.com/unhealthy taint (NoExecute also evicts pods)",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (e.g. :8080)",
+    )
+    parser.add_argument(
+        "--healthcheck-port",
+        type=int,
+        metavar="PORT",
+        help="serve the gRPC health service (for liveness/readiness probes) on this port",
+    )
 
 
 def _run_plugin(args: argparse.Namespace) -> int:
+    from dra_driver.health import DEFAULT_IGNORED_XIDS, parse_xid_list
     from dra_driver.sim.hardware import parse_latency
     from kubelet_plugin.main import PluginOptions, run
 
@@ -241,6 +272,11 @@ def _run_plugin(args: argparse.Namespace) -> int:
             consumable_shares=parse_consumable_shares(args.consumable_shares),
             driver_root=_driver_root(args),
             driver_retry_interval=args.driver_retry_interval,
+            health_checks=args.device_health_checks,
+            ignored_xids=DEFAULT_IGNORED_XIDS | parse_xid_list(args.additional_xids_to_ignore),
+            taint_effect=args.unhealthy_taint_effect,
+            metrics_address=args.metrics_address,
+            healthcheck_port=args.healthcheck_port,
         )
     )
 
@@ -269,6 +305,36 @@ def _run_mig(args: argparse.Namespace) -> int:
     )
     print(mig_status.render(mig_status.collect(hardware.nvml)), end="")
     return 0
+
+
+# ---------------------------------------------------------------- sim
+
+
+def _sim_flags(parser: argparse.ArgumentParser) -> None:
+    sim_commands = parser.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")
+    health = sim_commands.add_parser(
+        "health", help="inject a device-health event into a running plugin's simulated GPUs"
+    )
+    health.add_argument("--sim-state", type=Path, required=True, help="the node's state file")
+    health.add_argument("--gpu", type=int, required=True, help="NVML index of the GPU")
+    event = health.add_mutually_exclusive_group(required=True)
+    event.add_argument("--xid", type=int, help="a critical Xid error, e.g. 79 or 48")
+    event.add_argument("--double-bit-ecc", action="store_true", help="a double-bit ECC error")
+    event.add_argument("--gpu-lost", action="store_true", help="the GPU fell off the bus")
+    event.add_argument("--healthy", action="store_true", help="the GPU was reset and works again")
+
+
+def _run_sim(args: argparse.Namespace) -> int:
+    # `health` is the only sim command (argparse refuses any other).
+    from dra_driver.sim.health_command import inject_health_event
+
+    return inject_health_event(
+        args.sim_state,
+        gpu=args.gpu,
+        xid=args.xid,
+        double_bit_ecc=args.double_bit_ecc,
+        gpu_lost=args.gpu_lost,
+    )
 
 
 # ---------------------------------------------------------------- cdi
@@ -443,6 +509,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command("kubelet-plugin", "run the node daemon", _plugin_flags, _run_plugin),
     Command("mig", "MIG tools", _mig_flags, _run_mig),
+    Command("sim", "act on a simulated node's hardware", _sim_flags, _run_sim),
     Command(
         "cdi",
         "print the CDI edits every claim's container gets on this node (driver files, "
@@ -480,6 +547,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dra-gpu", description="DRA driver for NVIDIA GPUs: node plugin and tools"
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="log lines as text, or as one JSON object each (for log collectors)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         sub = commands.add_parser(command.name, help=command.help, description=command.description)
@@ -490,17 +563,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    _configure_logging(verbose=args.verbose, json_format=args.log_format == "json")
     try:
         code: int = args.run(args)
     except DraGpuError as exc:
         print(f"dra-gpu {args.command}: {exc}", file=sys.stderr)
         return 2
     return code
+
+
+def _configure_logging(*, verbose: bool, json_format: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if json_format:
+        from pythonjsonlogger.json import JsonFormatter
+
+        handler.setFormatter(
+            JsonFormatter(
+                "%(asctime)s %(levelname)s %(name)s %(message)s",
+                rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+            )
+        )
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True
+    )
 
 
 if __name__ == "__main__":

@@ -311,6 +311,15 @@ class GpuDriver:
             if device.mig is not None and device.mig.created_by_us and device.mig.gi_id is not None
         }
 
+    def prepared_counts(self) -> tuple[int, int]:
+        """(claims, devices) prepared on this node, from the checkpoint (for metrics)."""
+        completed = [
+            entry
+            for entry in self.snapshot().claims.values()
+            if entry.state is ClaimState.PrepareCompleted
+        ]
+        return len(completed), sum(len(entry.devices) for entry in completed)
+
     # -- DraService ---------------------------------------------------------------
 
     def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:

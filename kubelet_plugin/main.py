@@ -2,9 +2,11 @@
 
 Opens the hardware and the cluster, discovers the devices, recovers the
 checkpoint, starts the gRPC servers (DRA socket first, then registration),
-keeps the node's ResourceSlices published, and shuts down cleanly on
-SIGTERM/SIGINT, removing its sockets. All logic lives in the modules it
-wires; this file only decides the order.
+keeps the node's ResourceSlices published (re-published at once when a
+watch sees them changed or deleted, or a device's health changes), watches
+device health, serves metrics and the gRPC health probe, and shuts down
+cleanly on SIGTERM/SIGINT, removing its sockets. All logic lives in the
+modules it wires; this file only decides the order.
 
 On a real node the NVIDIA driver may not be there yet (the GPU Operator
 installs it after the plugin starts): until NVML loads from the driver root
@@ -24,19 +26,38 @@ from types import FrameType
 
 from controller.publisher import SlicePublisher
 from controller.slices import build_resource_slices, choose_layout
+from dra_driver.api_objects import Obj
 from dra_driver.cdi_store import CdiStore
 from dra_driver.checkpoint_store import CheckpointStore
 from dra_driver.cluster import Cluster, open_cluster
 from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.devices import AllocatableDevice, build_devices, inventory_warnings
 from dra_driver.driver_root import DriverRoot
-from dra_driver.errors import DraGpuError, DriverRootError, NvmlError, PluginError
+from dra_driver.errors import (
+    DraGpuError,
+    DriverRootError,
+    NotFoundError,
+    NvmlError,
+    PluginError,
+)
 from dra_driver.flock import file_lock
+from dra_driver.health import (
+    DEFAULT_IGNORED_XIDS,
+    Fault,
+    HealthPolicy,
+    device_faults,
+    device_taints,
+)
 from dra_driver.inventory import discover
 from dra_driver.nvml.backend import Hardware, open_hardware
+from kubelet_plugin.claim_events import EventingService
 from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
+from kubelet_plugin.health_monitor import HealthMonitor
+from kubelet_plugin.health_stream import DeviceHealthServicer
+from kubelet_plugin.metrics import PluginMetrics
 from kubelet_plugin.mig_lifecycle import MigLifecycle
+from kubelet_plugin.probe import HealthCheckServer, PluginHealthServicer
 from kubelet_plugin.rebuild import default_sources
 from kubelet_plugin.server import PluginServer
 from kubelet_plugin.sharing.gpu_policy import open_gpu_policy
@@ -71,6 +92,11 @@ class PluginOptions:
     consumable_shares: ConsumableShares | None = None
     driver_root: DriverRoot | None = None  # None: "/" on real hardware, a fake root in sim
     driver_retry_interval: float = 10.0
+    health_checks: bool = True
+    ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
+    taint_effect: str = "NoSchedule"
+    metrics_address: str | None = None
+    healthcheck_port: int | None = None
 
 
 def plugin_data_dir(kubelet_root: Path, driver_name: str) -> Path:
@@ -176,8 +202,11 @@ def _serve(
     cluster: Cluster,
     data_dir: Path,
 ) -> int:
+    metrics = PluginMetrics()
     cdi_store = CdiStore(options.cdi_root)
-    mig = MigLifecycle(hardware.nvml, disable_mig_when_empty=not options.keep_mig_enabled)
+    mig = MigLifecycle(
+        hardware.nvml, disable_mig_when_empty=not options.keep_mig_enabled, metrics=metrics
+    )
 
     def every_instance_as_dynamic() -> list[AllocatableDevice]:
         # Maps allocated device names back to MIG profiles and placements.
@@ -210,6 +239,7 @@ def _serve(
         ),
         gpu_policy=open_gpu_policy(hardware),
     )
+    metrics.track_prepared(driver.prepared_counts)
 
     # 1. Make checkpoint, hardware and CDI agree; 2. deal with MIG instances
     # nobody owns; 3. only then look at the hardware to decide what to publish.
@@ -237,48 +267,164 @@ def _serve(
     )
     driver.set_devices(devices)
     layout = choose_layout(cluster.server_version(), options.partitionable_layout)
-    slices = build_resource_slices(
-        devices, driver=options.driver_name, node_name=options.node_name, layout=layout
+
+    wake = threading.Event()  # set: publish now
+    policy = HealthPolicy(ignored_xids=options.ignored_xids, taint_effect=options.taint_effect)
+
+    def health_changed(faults: Mapping[str, Fault]) -> None:
+        metrics.unhealthy_devices.set(len(device_faults(devices, faults)))
+        wake.set()
+
+    health_checks = options.health_checks and hardware.health is not None
+    monitor = HealthMonitor(
+        hardware.health,
+        sorted({device.gpu.uuid for device in devices}),
+        policy,
+        on_change=health_changed,
     )
+    slices = _SliceBuilder(options, devices, layout, monitor)
 
     # The server is built (socket paths checked) before anything is published:
     # devices must never be advertised by a plugin that cannot take calls. It
     # starts serving once the slices are out, as the kubelet's first calls may
     # come as soon as the registration socket appears.
-    server = PluginServer(
-        driver, driver_name=options.driver_name, kubelet_root=options.kubelet_root
+    service = EventingService(
+        driver, cluster, driver_name=options.driver_name, node_name=options.node_name
     )
-    publisher = SlicePublisher(cluster, driver=options.driver_name, node_name=options.node_name)
+    health_servicer = DeviceHealthServicer(
+        monitor, pool_name=options.node_name, devices=lambda: devices
+    )
+    server = PluginServer(
+        service,
+        driver_name=options.driver_name,
+        kubelet_root=options.kubelet_root,
+        health=health_servicer if health_checks else None,
+        metrics=metrics,
+    )
+    publisher = SlicePublisher(
+        cluster,
+        driver=options.driver_name,
+        node_name=options.node_name,
+        owner_node_uid=_node_uid(cluster, options.node_name),
+    )
     try:
-        result = publisher.publish(slices)
+        result = publisher.publish(slices())
     except DraGpuError as exc:
         # Serve anyway: Unprepare needs no API server, and the loop below retries.
+        metrics.publishes.labels("error").inc()
         log.error("publishing ResourceSlices failed, retrying in the background: %s", exc)
     else:
+        metrics.publishes.labels("success").inc()
         log.info(
-            "published %d devices in %d ResourceSlices, layout %s "
-            "(created %s, updated %s, deleted %s)",
+            "published %d devices, layout %s (created %s, updated %s, deleted %s)",
             len(devices),
-            len(slices),
             layout,
             result.created,
             result.updated,
             result.deleted,
         )
+    stop_metrics = metrics.serve(options.metrics_address) if options.metrics_address else None
     server.start()
-    republisher = threading.Thread(  # the first round above is done: wait an interval
-        target=publisher.run_forever,
-        args=(lambda: slices, stop, options.publish_interval),
-        kwargs={"immediately": False},
-        name="slice-publisher",
-        daemon=True,
-    )
-    republisher.start()
+    probe: HealthCheckServer | None = None
+    if options.healthcheck_port is not None:
+        probe = HealthCheckServer(
+            PluginHealthServicer(
+                options.driver_name, server.registration_socket, server.dra_socket
+            ),
+            options.healthcheck_port,
+        )
+        probe.start()
+
+    threads = [
+        threading.Thread(  # the first round above is done: wait for a reason
+            target=publisher.run_forever,
+            args=(slices, stop, options.publish_interval),
+            kwargs={
+                "immediately": False,
+                "wake": wake,
+                "on_result": lambda ok: metrics.publishes.labels(
+                    "success" if ok else "error"
+                ).inc(),
+            },
+            name="slice-publisher",
+            daemon=True,
+        ),
+        threading.Thread(
+            target=cluster.watch_resource_slices,
+            kwargs={
+                "driver": options.driver_name,
+                "node_name": options.node_name,
+                "on_change": wake.set,
+                "stop": stop,
+            },
+            name="slice-watch",
+            daemon=True,
+        ),
+    ]
+    if health_checks:
+        threads.append(
+            threading.Thread(target=monitor.run, args=(stop,), name="health-monitor", daemon=True)
+        )
+    for thread in threads:
+        thread.start()
     log.info("serving %s on node %s", options.driver_name, options.node_name)
     try:
         stop.wait()
     finally:
+        wake.set()
         server.stop()
-        republisher.join(timeout=5)
+        if probe is not None:
+            probe.stop()
+        service.close()
+        if stop_metrics is not None:
+            stop_metrics()
+        for thread in threads:
+            thread.join(timeout=5)
     log.info("stopped")
     return 0
+
+
+class _SliceBuilder:
+    """The node's desired ResourceSlices, with health taints; rebuilt only when health changes."""
+
+    def __init__(
+        self,
+        options: PluginOptions,
+        devices: list[AllocatableDevice],
+        layout: str,
+        monitor: HealthMonitor,
+    ) -> None:
+        self._options = options
+        self._devices = devices
+        self._layout = layout
+        self._monitor = monitor
+        self._cache: tuple[int, list[Obj]] | None = None
+
+    def __call__(self) -> list[Obj]:
+        version, faults, _ = self._monitor.snapshot()
+        if self._cache is None or self._cache[0] != version:
+            taints = device_taints(self._devices, faults, self._monitor.policy.taint_effect)
+            slices = build_resource_slices(
+                self._devices,
+                driver=self._options.driver_name,
+                node_name=self._options.node_name,
+                layout=self._layout,  # type: ignore[arg-type]
+                taints=taints,
+            )
+            self._cache = (version, slices)
+        return self._cache[1]
+
+
+def _node_uid(cluster: Cluster, node_name: str) -> str | None:
+    """The Node's uid, to own the slices (garbage collection); None if it cannot be read."""
+    try:
+        uid = cluster.get_node(node_name).get("metadata", {}).get("uid")
+    except NotFoundError:
+        log.warning(
+            "Node %s not found: its ResourceSlices are published without an owner", node_name
+        )
+        return None
+    except DraGpuError as exc:
+        log.warning("cannot read Node %s (slices published without an owner): %s", node_name, exc)
+        return None
+    return str(uid) if uid else None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from dra_driver import failpoints
@@ -26,6 +27,7 @@ from dra_driver.devices import AllocatableDevice
 from dra_driver.errors import ClaimError, NvmlError
 from dra_driver.nvml import codes
 from dra_driver.nvml.interface import MigDeviceInfo, Nvml, Placement
+from kubelet_plugin.metrics import PluginMetrics
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +73,21 @@ def mig_target(device: AllocatableDevice) -> MigTarget | None:
 class MigLifecycle:
     """The MIG side effects of Prepare and Unprepare, through the NVML interface."""
 
-    def __init__(self, nvml: Nvml, *, disable_mig_when_empty: bool = True) -> None:
+    def __init__(
+        self,
+        nvml: Nvml,
+        *,
+        disable_mig_when_empty: bool = True,
+        metrics: PluginMetrics | None = None,
+    ) -> None:
         self._nvml = nvml
         self._disable_mig_when_empty = disable_mig_when_empty
+        self._metrics = metrics
+
+    def _measured(self, operation: str) -> AbstractContextManager[None]:
+        if self._metrics is None:
+            return nullcontext()
+        return self._metrics.mig_operation(operation)
 
     def create(
         self, target: MigTarget, progress: Callable[[MigRecord], None]
@@ -83,6 +97,12 @@ class MigLifecycle:
         Raises ClaimError (after undoing its own partial work) when the
         hardware refuses, naming the GPU, profile and placement.
         """
+        with self._measured("create"):
+            return self._create(target, progress)
+
+    def _create(
+        self, target: MigTarget, progress: Callable[[MigRecord], None]
+    ) -> tuple[MigRecord, MigDeviceInfo]:
         where = (
             f"MIG device {target.device_name} ({target.profile_name} at memory slices "
             f"{target.placement.start}..{target.placement.start + target.placement.size - 1} "
@@ -148,6 +168,12 @@ class MigLifecycle:
         whose id now names another profile or placement is not ours: it stays.
         """
         if not record.created_by_us or record.gi_id is None:
+            return
+        with self._measured("destroy"):
+            self._destroy(record)
+
+    def _destroy(self, record: MigRecord) -> None:
+        if record.gi_id is None:
             return
         uuid, gi_id = record.parent_uuid, record.gi_id
         if not self._is_recorded_instance(record):

@@ -29,8 +29,9 @@ SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 """The DRA services served on the DRA socket, in order of preference.
 
 Kubelets 1.34+ take the first entry they know, so v1 comes first; kubelets
-1.32/1.33 know only v1beta1. The health service is not served, so it is not
-advertised.
+1.32/1.33 know only v1beta1. When the plugin serves the device-health stream,
+`v1alpha1.DRAResourceHealth` follows them (newer kubelets open the stream only
+when it is advertised).
 """
 
 
@@ -78,12 +79,19 @@ def _abort_rejected(context: grpc.ServicerContext, error: str) -> NoReturn:
 class RegistrationServicer(api_pb2_grpc.RegistrationServicer):
     """Answers the kubelet's plugin watcher on the registration socket."""
 
-    def __init__(self, *, driver_name: str, endpoint: Path, state: RegistrationState) -> None:
+    def __init__(
+        self,
+        *,
+        driver_name: str,
+        endpoint: Path,
+        state: RegistrationState,
+        supported_versions: tuple[str, ...] = SUPPORTED_VERSIONS,
+    ) -> None:
         self._info = api_pb2.PluginInfo(
             type=DRA_PLUGIN_TYPE,
             name=driver_name,
             endpoint=str(endpoint),
-            supported_versions=SUPPORTED_VERSIONS,
+            supported_versions=supported_versions,
         )
         self._state = state
 

@@ -3,7 +3,9 @@
 The kubelet reaches a DRA driver only through two sockets:
 
 - `<kubelet-root>/plugins/<driver>/dra.sock` serves the DRA API
-  (`k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin` and `...v1beta1.DRAPlugin`);
+  (`k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin` and `...v1beta1.DRAPlugin`),
+  and, when given a health servicer, the kubelet's device-health stream
+  (`v1alpha1.DRAResourceHealth`, advertised in `supported_versions`);
 - `<kubelet-root>/plugins_registry/<driver>-reg.sock` serves
   `pluginregistration.Registration`; its appearance registers the plugin and
   its removal deregisters it.
@@ -62,8 +64,13 @@ from kubelet_plugin.gen.dra.v1 import api_pb2 as dra_v1
 from kubelet_plugin.gen.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from kubelet_plugin.gen.dra.v1beta1 import api_pb2 as dra_v1beta1
 from kubelet_plugin.gen.dra.v1beta1 import api_pb2_grpc as dra_v1beta1_grpc
+from kubelet_plugin.gen.dra_health.v1alpha1 import api_pb2_grpc as health_grpc
 from kubelet_plugin.gen.pluginregistration.v1 import api_pb2_grpc as registration_grpc
+from kubelet_plugin.health_stream import SERVICE_NAME as HEALTH_SERVICE_NAME
+from kubelet_plugin.health_stream import DeviceHealthServicer
+from kubelet_plugin.metrics import PluginMetrics
 from kubelet_plugin.registration import (
+    SUPPORTED_VERSIONS,
     RegistrationServicer,
     RegistrationState,
     RegistrationStatus,
@@ -136,10 +143,11 @@ _R = TypeVar("_R", PrepareResult, UnprepareResult)
 
 
 class _ServiceCaller:
-    """Runs one validated service call per RPC, with request ids and logging."""
+    """Runs one validated service call per RPC, with request ids, logging and metrics."""
 
-    def __init__(self, service: DraService) -> None:
+    def __init__(self, service: DraService, metrics: PluginMetrics | None = None) -> None:
         self._service = service
+        self._metrics = metrics
         self._ids = itertools.count(1)
 
     def next_request_id(self) -> int:
@@ -147,17 +155,55 @@ class _ServiceCaller:
 
     def prepare(self, rid: int, api: str, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         return self._call(
-            rid, f"NodePrepareResources[{api}]", claims, self._service.prepare, _prepare_error
+            rid,
+            f"NodePrepareResources[{api}]",
+            claims,
+            self._service.prepare,
+            _prepare_error,
+            operation="prepare",
         )
 
     def unprepare(
         self, rid: int, api: str, claims: Sequence[ClaimRef]
     ) -> dict[str, UnprepareResult]:
         return self._call(
-            rid, f"NodeUnprepareResources[{api}]", claims, self._service.unprepare, _unprepare_error
+            rid,
+            f"NodeUnprepareResources[{api}]",
+            claims,
+            self._service.unprepare,
+            _unprepare_error,
+            operation="unprepare",
         )
 
     def _call(
+        self,
+        rid: int,
+        method: str,
+        claims: Sequence[ClaimRef],
+        call: Callable[[Sequence[ClaimRef]], Mapping[str, _R]],
+        make_error: Callable[[str], _R],
+        *,
+        operation: str,
+    ) -> dict[str, _R]:
+        if self._metrics is None:
+            return self._call_logged(rid, method, claims, call, make_error)
+        metrics = self._metrics
+        started = time.monotonic()
+        with metrics.in_flight.labels(operation).track_inprogress():
+            try:
+                results = self._call_logged(rid, method, claims, call, make_error)
+            except BaseException:
+                metrics.requests.labels(operation, "error").inc()
+                raise
+            finally:
+                metrics.request_seconds.labels(operation).observe(time.monotonic() - started)
+        failed = sum(1 for result in results.values() if result.error)
+        metrics.requests.labels(operation, "error" if failed else "success").inc()
+        metrics.claims.labels(operation, "success").inc(len(results) - failed)
+        metrics.claims.labels(operation, "error").inc(failed)
+        return results
+
+    def _call_logged(
         self,
         rid: int,
         method: str,
@@ -407,6 +453,8 @@ class PluginServer:
         driver_name: str,
         kubelet_root: Path,
         max_workers: int = 16,
+        health: DeviceHealthServicer | None = None,
+        metrics: PluginMetrics | None = None,
     ) -> None:
         if not is_dns_subdomain(driver_name):
             raise PluginError(
@@ -422,7 +470,8 @@ class PluginServer:
         for path in (self.dra_socket, self.registration_socket):
             _check_socket_path_length(path)
         self._max_workers = max_workers
-        self._caller = _ServiceCaller(service)
+        self._caller = _ServiceCaller(service, metrics)
+        self._health = health
         self._registration = RegistrationState()
         self._lock = threading.RLock()  # re-entrant: a signal handler may call stop() in start()
         self._state = _State.NEW
@@ -483,6 +532,8 @@ class PluginServer:
             if self._state is _State.STOPPED:
                 return
             self._state = _State.STOPPED
+        if self._health is not None:
+            self._health.close()  # health streams would otherwise hold the grace period
         self._shutdown(grace)
         log.info("stopped serving %s", self.driver_name)
 
@@ -503,10 +554,18 @@ class PluginServer:
     def _add_dra_servicers(self, server: grpc.Server) -> None:
         dra_v1_grpc.add_DRAPluginServicer_to_server(_DraV1Servicer(self._caller), server)
         dra_v1beta1_grpc.add_DRAPluginServicer_to_server(_DraV1beta1Servicer(self._caller), server)
+        if self._health is not None:
+            health_grpc.add_DRAResourceHealthServicer_to_server(self._health, server)
 
     def _add_registration_servicer(self, server: grpc.Server) -> None:
+        versions: tuple[str, ...] = SUPPORTED_VERSIONS
+        if self._health is not None:
+            versions = (*versions, HEALTH_SERVICE_NAME)
         servicer = RegistrationServicer(
-            driver_name=self.driver_name, endpoint=self.dra_socket, state=self._registration
+            driver_name=self.driver_name,
+            endpoint=self.dra_socket,
+            state=self._registration,
+            supported_versions=versions,
         )
         registration_grpc.add_RegistrationServicer_to_server(servicer, server)
 

@@ -44,13 +44,14 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ResourceKind:
-    """One resource.k8s.io/v1 resource type: its kind, URL plural and shape."""
+    """One API resource type: its kind, URL plural, shape and group/version."""
 
     kind: str
     plural: str
     namespaced: bool
     has_status: bool
     field_labels: tuple[str, ...] = ("metadata.name",)
+    api_version: str = API_VERSION
 
 
 RESOURCE_SLICE: Final = ResourceKind(
@@ -70,6 +71,12 @@ RESOURCE_CLAIM: Final = ResourceKind(
     has_status=True,
     field_labels=("metadata.name", "metadata.namespace"),
 )
+NODE: Final = ResourceKind("Node", "nodes", namespaced=False, has_status=True, api_version="v1")
+"""Read only: the plugin looks up its Node's uid to own its slices."""
+EVENT: Final = ResourceKind(
+    "Event", "events", namespaced=True, has_status=False, api_version="events.k8s.io/v1"
+)
+"""events.k8s.io/v1 Events the plugin reports, e.g. a failed Prepare."""
 
 _SYSTEM_METADATA = ("uid", "creationTimestamp", "generation", "resourceVersion")
 
@@ -131,7 +138,7 @@ def object_key(
     else:
         ns = None
     check_name(kind, ns, name)
-    for field, expected in (("apiVersion", API_VERSION), ("kind", kind.kind)):
+    for field, expected in (("apiVersion", kind.api_version), ("kind", kind.kind)):
         value = obj.get(field)
         if value is not None and value != expected:
             raise ClusterError(
@@ -162,7 +169,7 @@ def prepare_create(
             f"objects to be created"
         )
     new = copy.deepcopy(obj)
-    new["apiVersion"] = API_VERSION
+    new["apiVersion"] = kind.api_version
     new["kind"] = kind.kind
     meta = new["metadata"]
     if kind.namespaced:
@@ -218,7 +225,7 @@ def prepare_update(
             new.pop("status", None)
     else:
         new = copy.deepcopy(obj)
-        new["apiVersion"] = API_VERSION
+        new["apiVersion"] = kind.api_version
         new["kind"] = kind.kind
         for field in _SYSTEM_METADATA:
             if field in stored_meta:

@@ -1,7 +1,8 @@
 """The narrow seam between dra-gpu and the Kubernetes API.
 
 Everything the driver reads or writes in the cluster (ResourceSlices it
-publishes, ResourceClaims it prepares, DeviceClasses the demo installs) goes
+publishes and watches, ResourceClaims it prepares, DeviceClasses the demo
+installs, its Node, the Events it reports) goes
 through the `Cluster` protocol, so the same code runs against a real
 apiserver (`KubeCluster`) and against a directory of YAML files
 (`LocalCluster`) for demos and tests without a cluster.
@@ -19,6 +20,8 @@ else wrote the object first.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Protocol
 
 from dra_driver.api_objects import Obj
@@ -100,6 +103,32 @@ class Cluster(Protocol):
 
     def put_device_class(self, obj: Obj) -> Obj:
         """Create the DeviceClass, or replace it if it exists."""
+        ...
+
+    def watch_resource_slices(
+        self,
+        *,
+        driver: str,
+        node_name: str,
+        on_change: Callable[[], None],
+        stop: threading.Event,
+    ) -> None:
+        """Call `on_change` soon after a slice of this driver and node may have changed.
+
+        Blocks until `stop` is set (run it in a thread). Any write by anyone
+        counts, within about a second. `on_change` may also be called when
+        nothing changed (at the start, or after reconnecting), so it must be
+        cheap and idempotent, e.g. waking a publisher. Errors are logged and
+        retried with back-off; they never end the watch.
+        """
+        ...
+
+    def get_node(self, name: str) -> Obj:
+        """The core/v1 Node; `NotFoundError` if it does not exist."""
+        ...
+
+    def create_event(self, obj: Obj) -> Obj:
+        """Create an events.k8s.io/v1 Event; `AlreadyExistsError` if its name is taken."""
         ...
 
     def server_version(self) -> tuple[int, int] | None:

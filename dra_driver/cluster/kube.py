@@ -22,19 +22,25 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
+import threading
 from collections.abc import Callable
 from typing import Any, Final
 from urllib.parse import quote
 
 import kubernetes.client
 import kubernetes.config
+import kubernetes.watch
 import urllib3
 
 from dra_driver.api_objects import Obj
+from dra_driver.backoff import backoff_delay
 from dra_driver.cluster import apiserver_rules as rules
 from dra_driver.cluster.apiserver_rules import (
     DEVICE_CLASS,
+    EVENT,
+    NODE,
     RESOURCE_CLAIM,
     RESOURCE_SLICE,
     ResourceKind,
@@ -42,12 +48,31 @@ from dra_driver.cluster.apiserver_rules import (
 from dra_driver.cluster.interface import API_VERSION, AlreadyExistsError, ConflictError
 from dra_driver.errors import ClusterError, ConfigError, NotFoundError
 
-__all__ = ["DEFAULT_REQUEST_TIMEOUT", "KubeCluster", "load_api_client"]
+__all__ = ["DEFAULT_REQUEST_TIMEOUT", "WATCH_SECONDS", "KubeCluster", "load_api_client"]
+
+log = logging.getLogger(__name__)
+
+WATCH_SECONDS: Final = 60
+"""Server-side timeout of one slice watch; a new one starts right after."""
 
 DEFAULT_REQUEST_TIMEOUT: Final = 30.0
 """Seconds one API request may take before it counts as failed."""
 
-_GROUP_PATH: Final = f"/apis/{API_VERSION}"
+
+_WATCH_ERRORS: Final = (
+    ClusterError,
+    kubernetes.client.ApiException,
+    urllib3.exceptions.HTTPError,
+    OSError,
+    ValueError,
+)
+
+
+def _api_path(api_version: str) -> str:
+    """`/apis/<group>/<version>`, or `/api/v1` for the core group."""
+    return f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
+
+
 _LIST_PAGE_SIZE: Final = 500
 
 
@@ -90,6 +115,7 @@ class KubeCluster:
     ) -> None:
         self._client = api_client if api_client is not None else load_api_client(kubeconfig)
         self._resources = kubernetes.client.ResourceV1Api(self._client)
+        self._core = kubernetes.client.CoreV1Api(self._client)
         self._versions = kubernetes.client.VersionApi(self._client)
         self._timeout = request_timeout
 
@@ -177,6 +203,75 @@ class KubeCluster:
         self._delete(
             what, lambda: self._resources.delete_resource_slice(name, **self._raw_options())
         )
+
+    def watch_resource_slices(
+        self,
+        *,
+        driver: str,
+        node_name: str,
+        on_change: Callable[[], None],
+        stop: threading.Event,
+    ) -> None:
+        selector = f"spec.driver={driver},spec.nodeName={node_name}"
+        failures = 0
+        current: list[Any] = []  # the running Watch, for the closer
+
+        def close_on_stop() -> None:
+            # A watch blocks reading until the next event; closing its response
+            # ends the read at once instead of at the server's timeout.
+            stop.wait()
+            for running in list(current):
+                running.stop()
+                response = getattr(running, "_resp", None)
+                if response is not None:
+                    response.close()
+
+        threading.Thread(target=close_on_stop, name="slice-watch-closer", daemon=True).start()
+        while not stop.is_set():
+            watch = kubernetes.watch.Watch()  # type: ignore[no-untyped-call]
+            current[:] = [watch]
+            try:
+                for event in watch.stream(  # type: ignore[no-untyped-call]
+                    self._resources.list_resource_slice,
+                    field_selector=selector,
+                    timeout_seconds=WATCH_SECONDS,
+                    _request_timeout=WATCH_SECONDS + self._timeout,
+                    deserialize=False,
+                ):
+                    if isinstance(event, dict) and event.get("type") == "ERROR":
+                        raise ClusterError(f"watch answered {event.get('raw_object')!r}")
+                    failures = 0
+                    on_change()
+                    if stop.is_set():
+                        break
+            except Exception as exc:
+                if stop.is_set():
+                    return  # the closer ended the read; how urllib3 fails then varies
+                if not isinstance(exc, _WATCH_ERRORS):
+                    raise
+                failures += 1
+                delay = backoff_delay(failures)
+                log.warning(
+                    "watching ResourceSlices (%s) failed, again in %.1f s: %s", selector, delay, exc
+                )
+                on_change()  # a change may have been missed: let the caller look
+                stop.wait(delay)
+            finally:
+                watch.stop()  # type: ignore[no-untyped-call]
+
+    # Nodes and Events
+
+    def get_node(self, name: str) -> Obj:
+        rules.check_name(NODE, None, name)
+        return self._decode(
+            rules.describe(NODE, None, name),
+            "get",
+            lambda: self._core.read_node(name, **self._raw_options()),
+        )
+
+    def create_event(self, obj: Obj) -> Obj:
+        namespace, name = rules.object_key(EVENT, obj)
+        return self._send(EVENT, "POST", namespace, name, obj)
 
     # DeviceClasses
 
@@ -268,7 +363,7 @@ class KubeCluster:
         subresource: str | None = None,
     ) -> Obj:
         """POST to the collection or PUT to the object (or its subresource), JSON in and out."""
-        path = _GROUP_PATH
+        path = _api_path(kind.api_version)
         if kind.namespaced:
             path += f"/namespaces/{quote(str(namespace), safe='')}"
         path += f"/{kind.plural}"

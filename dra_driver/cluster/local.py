@@ -9,16 +9,25 @@ can read, diff and hand-edit the "cluster":
     DIR/resourceslices/<name>.yaml
     DIR/deviceclasses/<name>.yaml
     DIR/resourceclaims/<namespace>/<name>.yaml
+    DIR/nodes/<name>.yaml                 (read only; optional)
+    DIR/events/<namespace>/<name>.yaml    (events.k8s.io/v1 Events the plugin reports)
 
 Writes follow the apiserver's rules (`apiserver_rules`), are atomic (readers
 never see half a file) and are serialised across processes by an flock on
 `DIR/.lock`; `DIR/.resource-version` holds the last resourceVersion handed
 out. A file that cannot be parsed is reported, never skipped.
+
+Watching slices is polling: the directory's mtime and its entries (name,
+inode, size, mtime) are compared every `SLICE_POLL_SECONDS`, which is cheap
+(no file is read) and sees writes by any process.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -31,9 +40,12 @@ except ImportError:  # PyYAML built without libyaml
     from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
 
 from dra_driver.api_objects import Obj
+from dra_driver.backoff import backoff_delay
 from dra_driver.cluster import apiserver_rules as rules
 from dra_driver.cluster.apiserver_rules import (
     DEVICE_CLASS,
+    EVENT,
+    NODE,
     RESOURCE_CLAIM,
     RESOURCE_SLICE,
     ResourceKind,
@@ -42,7 +54,12 @@ from dra_driver.errors import ClusterError, NotFoundError, yaml_problem
 from dra_driver.flock import file_lock
 from dra_driver.fsutil import atomic_write, remove_file
 
-__all__ = ["LocalCluster", "dump_yaml"]
+__all__ = ["SLICE_POLL_SECONDS", "LocalCluster", "dump_yaml"]
+
+log = logging.getLogger(__name__)
+
+SLICE_POLL_SECONDS = 0.5
+"""How often `watch_resource_slices` looks at the slice directory."""
 
 _LOCK_FILE = ".lock"
 # A write holds the lock for one file write; a minute means a stuck process, not a busy one.
@@ -163,6 +180,46 @@ class LocalCluster:
 
     def delete_resource_slice(self, name: str) -> None:
         self._delete(RESOURCE_SLICE, None, name)
+
+    def watch_resource_slices(
+        self,
+        *,
+        driver: str,
+        node_name: str,
+        on_change: Callable[[], None],
+        stop: threading.Event,
+    ) -> None:
+        directory = self._root / RESOURCE_SLICE.plural
+        seen: tuple[int, frozenset[tuple[str, int, int, int]]] | None = None
+        failures = 0
+        while not stop.is_set():
+            try:
+                current = _directory_signature(directory)
+            except OSError as exc:
+                failures += 1
+                log.warning(
+                    "local cluster %s: cannot watch the ResourceSlices of %s on node %s: %s",
+                    self._root,
+                    driver,
+                    node_name,
+                    exc,
+                )
+                stop.wait(backoff_delay(failures))
+                continue
+            failures = 0
+            if current != seen:
+                if seen is not None:
+                    on_change()
+                seen = current
+            stop.wait(SLICE_POLL_SECONDS)
+
+    # Nodes and Events
+
+    def get_node(self, name: str) -> Obj:
+        return self._get(NODE, None, name)
+
+    def create_event(self, obj: Obj) -> Obj:
+        return self._create(EVENT, obj)
 
     # DeviceClasses
 
@@ -328,3 +385,24 @@ class LocalCluster:
                 raise ClusterError(
                     f"{rules.describe(kind, namespace, name)}: cannot delete {path}: {exc}"
                 ) from exc
+
+
+def _directory_signature(directory: Path) -> tuple[int, frozenset[tuple[str, int, int, int]]]:
+    """What changes whenever an object file is written or removed.
+
+    The directory's own mtime changes with every create, rename and delete,
+    so a slice deleted and re-created between two polls (the same files as
+    before) still counts as a change; the files' (name, inode, size, mtime)
+    catch edits in place.
+    """
+    out = set()
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name.startswith(".") or not entry.name.endswith(_SUFFIX):
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            out.add((entry.name, info.st_ino, info.st_size, info.st_mtime_ns))
+    return directory.stat().st_mtime_ns, frozenset(out)

@@ -25,7 +25,7 @@ from pathlib import Path
 from dra_driver.driver_root import DriverBinaries, DriverRoot, DriverUserSpace
 from dra_driver.errors import ConfigError
 from dra_driver.host import HostInfo
-from dra_driver.nvml.interface import Nvml
+from dra_driver.nvml.interface import HealthEventSource, Nvml
 from dra_driver.sim.hardware import SimHardware
 
 REAL_SPEC = "real"
@@ -45,6 +45,7 @@ class Hardware:
     host: HostInfo
     driver: DriverUserSpace
     sim: SimHardware | None = None
+    health: HealthEventSource | None = None  # device-health events (both backends have them)
 
     def driver_version(self) -> str:
         """The driver version NVML reports (what the driver files must match)."""
@@ -90,7 +91,9 @@ def open_hardware(
 
         root = driver_root or DriverRoot()
         nvml = RealNvml(lib=load_pynvml(nvml_library(root)))
-        return Hardware(nvml=nvml, host=HostInfo(Path("/proc")), driver=DriverUserSpace(root))
+        return Hardware(
+            nvml=nvml, host=HostInfo(Path("/proc")), driver=DriverUserSpace(root), health=nvml
+        )
     if not spec.startswith(SIM_PREFIX) or not spec[len(SIM_PREFIX) :].strip():
         raise ConfigError(f"--nvml {spec!r}: expected {SPEC_FORMS}")
 
@@ -126,4 +129,7 @@ def open_hardware(
             driver_root or DriverRoot(), host_path=str(fake), container_path=None
         )
         user_space = DriverUserSpace(root, setup=write_fake_root)
-    return Hardware(nvml=SimNvml(hw), host=HostInfo(proc_root), driver=user_space, sim=hw)
+    sim_nvml = SimNvml(hw)
+    return Hardware(
+        nvml=sim_nvml, host=HostInfo(proc_root), driver=user_space, sim=hw, health=sim_nvml
+    )

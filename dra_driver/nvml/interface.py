@@ -10,6 +10,7 @@ return code from `dra_driver.nvml.codes`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Protocol
 
 from dra_driver.nvml import codes
@@ -196,3 +197,57 @@ class Nvml(Protocol):
     ) -> None: ...
 
     def destroy_gpu_instance(self, uuid: str, gpu_instance_id: int) -> None: ...
+
+
+# --------------------------------------------------------------------------- device health events
+
+NO_INSTANCE = 0xFFFFFFFF
+"""NVML's gpuInstanceId/computeInstanceId of an event not tied to a GI or CI."""
+
+
+class HealthEventKind(Enum):
+    """What a device-health event says about its GPU."""
+
+    XID = "xid"  # nvmlEventTypeXidCriticalError; `xid` holds the Xid number
+    DOUBLE_BIT_ECC = "double-bit-ecc"  # nvmlEventTypeDoubleBitEccError
+    GPU_LOST = "gpu-lost"  # NVML_ERROR_GPU_IS_LOST while waiting or reading the GPU
+    RECOVERED = "recovered"  # the GPU answers normally again (reset, or back on the bus)
+
+
+@dataclass(frozen=True)
+class HealthEvent:
+    """One event of one physical GPU, as a backend reports it.
+
+    `gpu_instance_id`/`compute_instance_id` are NVML's attribution of the
+    event to a MIG device (None when NVML gives `NO_INSTANCE`).
+    """
+
+    gpu_uuid: str
+    kind: HealthEventKind
+    xid: int | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+class HealthEventSet(Protocol):
+    """A registration for the health events of some GPUs (NVML's event set)."""
+
+    def wait(self, timeout: float) -> list[HealthEvent]:
+        """The events that arrived, waiting up to `timeout` seconds for the first."""
+        ...
+
+    def close(self) -> None:
+        """Free the registration; `wait` must not be called afterwards."""
+        ...
+
+
+class HealthEventSource(Protocol):
+    """A backend that can report device-health events (both NVML backends)."""
+
+    def health_events(self, uuids: list[str]) -> HealthEventSet:
+        """Register for Xid, double-bit ECC and GPU-lost events of these GPUs.
+
+        A GPU that cannot be registered (old GPUs answer NOT_SUPPORTED) is
+        skipped and logged by the backend; the set still covers the others.
+        """
+        ...

@@ -30,6 +30,7 @@ Facts this module relies on (see the NVML notes, sections 1 and 4):
 from __future__ import annotations
 
 import ctypes
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,11 +41,14 @@ from typing import Any, NoReturn
 from dra_driver.errors import NvmlError
 from dra_driver.nvml import codes
 from dra_driver.nvml.interface import (
+    NO_INSTANCE,
     ComputeInstanceInfo,
     ComputeInstanceProfile,
     GpuInfo,
     GpuInstanceInfo,
     GpuInstanceProfile,
+    HealthEvent,
+    HealthEventKind,
     MigDeviceInfo,
     Placement,
     SystemInfo,
@@ -64,6 +68,14 @@ _PLAIN_CI_ENUMS = range(7)
 _CI_1_SLICE_REV1 = 7  # NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1
 _GI_1_SLICE = 0x0  # NVML_GPU_INSTANCE_PROFILE_1_SLICE
 _GI_1_SLICE_REV2 = 0x9  # NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2 (1 compute, 2 memory slices)
+
+# nvmlEventType* bits the health monitor registers (NVML notes 4.6). Single-bit
+# ECC errors are corrected by the hardware and not a reason to stop using a GPU.
+_EVENT_DOUBLE_BIT_ECC = 0x2  # nvmlEventTypeDoubleBitEccError
+_EVENT_XID = 0x8  # nvmlEventTypeXidCriticalError
+_HEALTH_EVENT_MASK = _EVENT_XID | _EVENT_DOUBLE_BIT_ECC
+
+log = logging.getLogger(__name__)
 
 # Enumerating profile enums: these codes mean "this enum does not exist here".
 _ABSENT_PROFILE = (codes.ERROR_NOT_SUPPORTED, codes.ERROR_INVALID_ARGUMENT)
@@ -395,6 +407,34 @@ class RealNvml:
                 self._lib.nvmlGpuInstanceDestroy,
                 gi,
             )
+
+    # ---------------------------------------------------------------- health events
+
+    def health_events(self, uuids: list[str]) -> RealHealthEventSet:
+        """An NVML event set registered for Xid and double-bit ECC events of `uuids`."""
+        with self._lock:
+            event_set = self._call("create an NVML event set", self._lib.nvmlEventSetCreate)
+            monitored: list[str] = []
+            for uuid in uuids:
+                try:
+                    handle = self._handle(uuid)
+                    supported = self._call(
+                        f"GPU {uuid}: read its supported event types",
+                        self._lib.nvmlDeviceGetSupportedEventTypes,
+                        handle,
+                    )
+                    self._call(
+                        f"GPU {uuid}: register for Xid and ECC events",
+                        self._lib.nvmlDeviceRegisterEvents,
+                        handle,
+                        _HEALTH_EVENT_MASK & int(supported),
+                        event_set,
+                    )
+                except NvmlError as exc:
+                    log.warning("%s: the health of this GPU is not monitored", exc)
+                    continue
+                monitored.append(uuid)
+            return RealHealthEventSet(self._lib, event_set, monitored)
 
     # ---------------------------------------------------------------- calling pynvml
 
@@ -729,6 +769,51 @@ class RealNvml:
             multiprocessors=ci_sms.get(ci_profile_id, known.profile.multiprocessors),
             memory_bytes=int(memory.total),
         )
+
+
+class RealHealthEventSet:
+    """`HealthEventSet` over one NVML event set (`nvmlEventSetWait_v2`).
+
+    NVML reports no recovery: a GPU that had a critical Xid stays reported
+    until the plugin restarts (a new registration does not see old events),
+    which is what an admin does after resetting the GPU.
+    """
+
+    def __init__(self, lib: ModuleType, event_set: Any, uuids: list[str]) -> None:
+        self._lib = lib
+        self._set = event_set
+        self.uuids = tuple(uuids)
+
+    def wait(self, timeout: float) -> list[HealthEvent]:
+        lib = self._lib
+        try:
+            data = lib.nvmlEventSetWait_v2(self._set, max(int(timeout * 1000), 0))
+            uuid = _text(lib.nvmlDeviceGetUUID(data.device))
+        except lib.NVMLError as exc:
+            code = int(getattr(exc, "value", codes.ERROR_UNKNOWN))
+            if code == codes.ERROR_TIMEOUT:
+                return []
+            if code == codes.ERROR_GPU_IS_LOST:
+                # NVML does not say which GPU fell off the bus: all of them are suspect.
+                return [HealthEvent(gpu_uuid=u, kind=HealthEventKind.GPU_LOST) for u in self.uuids]
+            raise NvmlError(code, f"wait for NVML events: {error_text(exc, code)}") from exc
+        event_type = int(data.eventType)
+        gi, ci = int(data.gpuInstanceId), int(data.computeInstanceId)
+        where = {
+            "gpu_instance_id": None if gi == NO_INSTANCE else gi,
+            "compute_instance_id": None if ci == NO_INSTANCE else ci,
+        }
+        if event_type & _EVENT_XID:
+            return [HealthEvent(uuid, HealthEventKind.XID, xid=int(data.eventData), **where)]
+        if event_type & _EVENT_DOUBLE_BIT_ECC:
+            return [HealthEvent(uuid, HealthEventKind.DOUBLE_BIT_ECC, **where)]
+        return []
+
+    def close(self) -> None:
+        try:
+            self._lib.nvmlEventSetFree(self._set)
+        except self._lib.NVMLError as exc:
+            log.warning("free the NVML event set: %s", exc)
 
 
 def _derived_ci_profiles(

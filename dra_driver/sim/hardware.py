@@ -87,8 +87,10 @@ from dra_driver.sim.models import CiProfileSpec, GiProfileSpec
 from dra_driver.sim.proctree import ProcTree
 from dra_driver.sim.shapes import NodeShape
 from dra_driver.sim.state import (
+    MAX_HEALTH_EVENTS,
     CiState,
     GiState,
+    HealthEventState,
     NodeState,
     mig_uuid,
     new_boot_id,
@@ -422,6 +424,25 @@ class SimHardware:
                         if ci.uuid == uuid:
                             return lookup.ci_view(g, gi, ci.id)
         raise NvmlError(codes.ERROR_NOT_FOUND, f"no MIG device with UUID {uuid}")
+
+    # -- device health events ----------------------------------------------------
+
+    def inject_health_event(self, gpu: GpuRef, kind: str, xid: int | None = None) -> int:
+        """Queue a health event of `gpu` (what `dra-gpu sim health` does); returns its seq."""
+        with self._store.mutate() as st:
+            g = lookup.find_gpu(st, gpu)
+            st.health_seq += 1
+            st.health_events.append(
+                HealthEventState(seq=st.health_seq, gpu_index=g.index, kind=kind, xid=xid)
+            )
+            del st.health_events[:-MAX_HEALTH_EVENTS]
+            return st.health_seq
+
+    def health_events_after(self, seq: int) -> tuple[list[tuple[str, HealthEventState]], int]:
+        """Events newer than `seq` as (GPU UUID, event), and the newest seq."""
+        with self._store.read() as st:
+            events = [(st.gpus[e.gpu_index].uuid, e) for e in st.health_events if e.seq > seq]
+            return events, st.health_seq
 
     # -- helpers -------------------------------------------------------------
 

@@ -9,9 +9,17 @@ one lock, so they are consistent even while another process changes things.
 Protocol choices where NVML itself would raise: a GPU without MIG, or with MIG
 off, has no GPU instances, compute instances or MIG devices (empty lists);
 `gpu_instance_profiles` answers with MIG on or off, like NVML's v1 call.
+
+Health events: `health_events` registers like `nvmlEventSetCreate` +
+`nvmlDeviceRegisterEvents`: only events injected after the registration
+(`SimHardware.inject_health_event`, from `dra-gpu sim health`, possibly in
+another process) are delivered, as NVML does not replay the past. `wait`
+polls the shared state every `EVENT_POLL_SECONDS`.
 """
 
 from __future__ import annotations
+
+import time
 
 from dra_driver.errors import NvmlError
 from dra_driver.nvml import codes
@@ -21,6 +29,8 @@ from dra_driver.nvml.interface import (
     GpuInfo,
     GpuInstanceInfo,
     GpuInstanceProfile,
+    HealthEvent,
+    HealthEventKind,
     MigDeviceInfo,
     Placement,
     SystemInfo,
@@ -28,6 +38,35 @@ from dra_driver.nvml.interface import (
 from dra_driver.sim.hardware import SimHardware
 from dra_driver.sim.models import GiProfileSpec
 from dra_driver.sim.views import ComputeInstanceView, GpuFacts, GpuInstanceView, NodeSnapshot
+
+EVENT_POLL_SECONDS = 0.1
+"""How often a waiting simulated event set looks for newly injected events."""
+
+
+class SimHealthEventSet:
+    """`HealthEventSet` over the events injected into a `SimHardware`."""
+
+    def __init__(self, hw: SimHardware, uuids: list[str]) -> None:
+        self._hw = hw
+        self._uuids = frozenset(uuids)
+        _, self._seen = hw.health_events_after(0)
+
+    def wait(self, timeout: float) -> list[HealthEvent]:
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            found, self._seen = self._hw.health_events_after(self._seen)
+            events = [
+                HealthEvent(gpu_uuid=uuid, kind=HealthEventKind(e.kind), xid=e.xid)
+                for uuid, e in found
+                if uuid in self._uuids
+            ]
+            remaining = deadline - time.monotonic()
+            if events or remaining <= 0:
+                return events
+            time.sleep(min(EVENT_POLL_SECONDS, remaining))
+
+    def close(self) -> None:
+        return None
 
 
 class SimNvml:
@@ -98,6 +137,9 @@ class SimNvml:
         self, uuid: str, gpu_instance_id: int, compute_instance_id: int
     ) -> None:
         self.hw.destroy_compute_instance(uuid, gpu_instance_id, compute_instance_id)
+
+    def health_events(self, uuids: list[str]) -> SimHealthEventSet:
+        return SimHealthEventSet(self.hw, uuids)
 
     def destroy_gpu_instance(self, uuid: str, gpu_instance_id: int) -> None:
         self.hw.destroy_gpu_instance(uuid, gpu_instance_id)

@@ -70,6 +70,24 @@ class GpuState:
 
 
 @dataclass
+class HealthEventState:
+    """An injected device-health event (`dra-gpu sim health`), as NVML would deliver it.
+
+    `kind` is a `dra_driver.nvml.interface.HealthEventKind` value; `seq`
+    orders events so each reader takes only the ones it has not seen.
+    """
+
+    seq: int
+    gpu_index: int
+    kind: str
+    xid: int | None = None
+
+
+MAX_HEALTH_EVENTS = 256
+"""Injected events kept in the state file; older ones are dropped (readers keep up)."""
+
+
+@dataclass
 class NodeState:
     """The whole simulated node."""
 
@@ -80,6 +98,8 @@ class NodeState:
     boot_id: str
     creations: int  # GI/CI creations so far; feeds MIG UUIDs so a recreated device gets a new one
     gpus: list[GpuState]
+    health_seq: int = 0  # seq of the last injected health event
+    health_events: list[HealthEventState] = field(default_factory=list)
 
 
 def gpu_uuid(node_name: str, index: int) -> str:
@@ -166,6 +186,25 @@ def _node(doc: Any) -> NodeState:
         boot_id=_get(doc, "boot_id", str),
         creations=_get(doc, "creations", int),
         gpus=_gpus(_get(doc, "gpus", list)),
+        # Optional: state files written before health events existed have none.
+        health_seq=_get(doc, "health_seq", int) if "health_seq" in doc else 0,
+        health_events=[_health_event(e) for e in _optional_list(doc, "health_events")],
+    )
+
+
+def _optional_list(doc: Any, key: str) -> list[Any]:
+    return _get(doc, key, list) if key in doc else []
+
+
+def _health_event(doc: Any) -> HealthEventState:
+    xid = doc.get("xid") if isinstance(doc, dict) else None
+    if xid is not None and (isinstance(xid, bool) or not isinstance(xid, int)):
+        raise TypeError(f"xid must be an integer, got {xid!r}")
+    return HealthEventState(
+        seq=_get(doc, "seq", int),
+        gpu_index=_get(doc, "gpu_index", int),
+        kind=_get(doc, "kind", str),
+        xid=xid,
     )
 
 

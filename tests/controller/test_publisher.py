@@ -7,8 +7,10 @@ fake apiserver, through a RecordingCluster that records each write.
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -442,3 +444,62 @@ def test_run_forever_can_wait_an_interval_before_its_first_round(
     publisher.run_forever(build, stop, interval=0.001, immediately=False)
     assert built == []
     assert cluster.writes == []
+
+
+def test_run_forever_publishes_at_once_when_woken_and_reports_each_round(
+    publisher: SlicePublisher, cluster: RecordingCluster
+) -> None:
+    """A watch that sees a wiped slice wakes the loop; the hour-long interval is not waited."""
+    stop, wake = threading.Event(), threading.Event()
+    outcomes: list[bool] = []
+    thread = threading.Thread(
+        target=publisher.run_forever,
+        args=(lambda: desired(["gpu-0"]), stop, 3600.0),
+        kwargs={"wake": wake, "on_result": outcomes.append},
+        daemon=True,
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(published(cluster)) != 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (name,) = published(cluster)
+        cluster.inner.delete_resource_slice(name)
+        wake.set()
+        while not published(cluster) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert list(published(cluster)) == [name]
+        while len(outcomes) < 2 and time.monotonic() < deadline:  # told after the write
+            time.sleep(0.01)
+        assert outcomes[:2] == [True, True]
+    finally:
+        stop.set()
+        wake.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
+def test_run_forever_backs_off_after_errors_instead_of_acting_on_every_wake(
+    inner: Cluster,
+) -> None:
+    cluster = RecordingCluster(inner)
+    publisher = SlicePublisher(cluster, driver=DRIVER, node_name=NODE)
+    stop, wake = threading.Event(), threading.Event()
+    attempts: list[float] = []
+
+    def build() -> list[dict[str, Any]]:
+        attempts.append(time.monotonic())
+        if len(attempts) == 3:
+            stop.set()
+        raise ClusterError("apiserver down")
+
+    wake.set()  # woken all the time: only the back-off spaces the attempts
+    thread = threading.Thread(
+        target=publisher.run_forever, args=(build, stop, 3600.0), kwargs={"wake": wake}
+    )
+    thread.start()
+    thread.join(timeout=60)
+    assert len(attempts) == 3
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
+    assert gaps[0] >= 0.25  # first back-off: 0.5 s with up to half of it jittered away
+    assert gaps[1] >= 0.5

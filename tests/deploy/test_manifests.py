@@ -41,3 +41,30 @@ def test_default_deviceclasses_match_nvidia_names_and_selectors() -> None:
             "device.driver == 'gpu.nvidia.com' && "
             f"device.attributes['gpu.nvidia.com'].type == '{kind}'"
         )
+
+
+def test_the_daemonset_probes_and_scrapes_the_ports_the_plugin_serves() -> None:
+    (daemonset,) = _documents(ROOT / "deploy/kubelet-plugin.yaml")
+    pod = daemonset["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    args = container["command"]
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert f"--healthcheck-port={ports['healthz']}" in args
+    assert f"--metrics-address=:{ports['metrics']}" in args
+    assert container["livenessProbe"]["grpc"]["port"] == ports["healthz"]
+    assert container["readinessProbe"]["grpc"]["port"] == ports["healthz"]
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(ports["metrics"])
+
+
+def test_the_plugin_may_create_events_and_read_nodes_but_no_more() -> None:
+    role = next(
+        doc for doc in _documents(ROOT / "deploy/rbac.yaml") if doc["kind"] == "ClusterRole"
+    )
+    rules = {
+        (group, resource): sorted(rule["verbs"])
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert rules[("events.k8s.io", "events")] == ["create"]
+    assert rules[("", "nodes")] == ["get"]

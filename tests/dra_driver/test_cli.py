@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from dra_driver.cli import main
@@ -17,3 +22,36 @@ def test_publish_interval_must_be_a_positive_number_of_seconds(
         main([*args, "--publish-interval", interval])
     assert exited.value.code == 2
     assert "argument --publish-interval" in capsys.readouterr().err
+
+
+def test_log_format_json_writes_one_json_object_per_line(tmp_path: Path) -> None:
+    # In a child process: the logging set-up is process-wide.
+    code = (
+        "import logging, sys\n"
+        "from dra_driver.cli import _configure_logging\n"
+        "_configure_logging(verbose=False, json_format=True)\n"
+        "logging.getLogger('kubelet_plugin.main').warning('GPU %s is unhealthy', 'GPU-1')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
+    )
+    (line,) = done.stderr.splitlines()
+    record = json.loads(line)
+    assert record["level"] == "WARNING"
+    assert record["logger"] == "kubelet_plugin.main"
+    assert record["message"] == "GPU GPU-1 is unhealthy"
+    assert "time" in record
+
+
+def test_sim_health_refuses_a_missing_state_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "none.json"
+    assert main(["sim", "health", f"--sim-state={missing}", "--gpu=0", "--xid=79"]) == 2
+    assert "no such state file" in capsys.readouterr().err
+
+
+def test_sim_health_needs_exactly_one_event(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["sim", "health", "--sim-state=x", "--gpu=0", "--xid=79", "--healthy"])
+    assert "not allowed with argument" in capsys.readouterr().err

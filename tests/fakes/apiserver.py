@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -15,15 +16,19 @@ from dra_driver.cluster import apiserver_rules as cluster_rules
 from dra_driver.cluster.interface import API_VERSION, Cluster, ConflictError
 from dra_driver.errors import ClusterError
 
-_FAKE_API_KINDS = {
-    kind.plural: kind
-    for kind in (
-        cluster_rules.RESOURCE_SLICE,
-        cluster_rules.DEVICE_CLASS,
-        cluster_rules.RESOURCE_CLAIM,
-    )
+_FAKE_API_GROUPS: dict[tuple[str, ...], dict[str, cluster_rules.ResourceKind]] = {
+    ("apis", "resource.k8s.io", "v1"): {
+        kind.plural: kind
+        for kind in (
+            cluster_rules.RESOURCE_SLICE,
+            cluster_rules.DEVICE_CLASS,
+            cluster_rules.RESOURCE_CLAIM,
+        )
+    },
+    ("api", "v1"): {"nodes": cluster_rules.NODE},
+    ("apis", "events.k8s.io", "v1"): {"events": cluster_rules.EVENT},
 }
-_FAKE_API_PREFIX = ("apis", "resource.k8s.io", "v1")
+_WATCH_POLL_SECONDS = 0.05
 
 
 class _ApiFailure(Exception):
@@ -41,7 +46,11 @@ class FakeApiServer:
 
     It serves `/version` and, for resourceslices and deviceclasses (cluster
     scoped) and resourceclaims (namespaced, with `/status`), list (with
-    `fieldSelector`, `limit`/`continue`), get, create, replace and delete. It
+    `fieldSelector`, `limit`/`continue`), get, create, replace and delete;
+    a `watch=true` list of any of them streams ADDED events for what exists,
+    then ADDED/MODIFIED/DELETED as objects change, until `timeoutSeconds`.
+    Nodes (`/api/v1`, add them with `add_node`) and events.k8s.io/v1 Events
+    answer the same calls. It
     listens on 127.0.0.1 on an ephemeral port, in a daemon thread. Writes
     follow `dra_driver.cluster.apiserver_rules`, as in kube-apiserver: new UIDs on
     create, resourceVersion preconditions (409 Conflict), 409 AlreadyExists,
@@ -60,6 +69,7 @@ class FakeApiServer:
         self._resource_version = 0
         self._lock = threading.Lock()
         self._failures: list[tuple[str, int, str]] = []
+        self._stopping = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -107,6 +117,7 @@ class FakeApiServer:
 
     def stop(self) -> None:
         """Stop serving and close the listening socket."""
+        self._stopping.set()  # ends open watches
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -127,6 +138,20 @@ class FakeApiServer:
 
         configuration = kubernetes.client.Configuration(host=self.url)
         return kubernetes.client.ApiClient(configuration)
+
+    def add_node(self, name: str, uid: str) -> None:
+        """Store a Node object named `name` with metadata.uid `uid`."""
+        with self._lock:
+            self._resource_version += 1
+            self._objects[("nodes", None, name)] = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "uid": uid,
+                    "resourceVersion": str(self._resource_version),
+                },
+            }
 
     def fail_next(self, method: str, code: int, reason: str) -> None:
         """Answer the next `method` request with HTTP `code` and Status reason `reason`."""
@@ -149,6 +174,10 @@ class FakeApiServer:
         self.requests.append((method, handler.path))
         length = int(handler.headers.get("Content-Length") or 0)
         raw_body = handler.rfile.read(length) if length else b""
+        query = parse_qs(url.query)
+        if method == "GET" and query.get("watch") == ["true"] and not self._failures:
+            self._watch(handler, url.path, query)
+            return
         try:
             with self._lock:
                 code, payload = self._route(method, url.path, parse_qs(url.query), raw_body)
@@ -186,15 +215,7 @@ class FakeApiServer:
                 "gitVersion": f"v{major}.{minor.rstrip('+')}.0",
                 "platform": "linux/amd64",
             }
-        if tuple(parts[:3]) != _FAKE_API_PREFIX:
-            raise _ApiFailure(404, "NotFound", "the server could not find the requested resource")
-        rest = parts[3:]
-        namespace: str | None = None
-        if len(rest) >= 3 and rest[0] == "namespaces":
-            namespace, rest = rest[1], rest[2:]
-        if not rest or rest[0] not in _FAKE_API_KINDS:
-            raise _ApiFailure(404, "NotFound", "the server could not find the requested resource")
-        kind = _FAKE_API_KINDS[rest[0]]
+        kind, namespace, rest = self._resolve(parts)
         if kind.namespaced != (namespace is not None) and not (
             kind.namespaced and len(rest) == 1 and method == "GET"
         ):
@@ -222,6 +243,80 @@ class FakeApiServer:
             if method == "PUT":
                 return 200, self._update(kind, namespace, name, body, status_only=True)
         raise _ApiFailure(405, "MethodNotAllowed", f"{method} is not supported on {path}")
+
+    @staticmethod
+    def _resolve(
+        parts: list[str],
+    ) -> tuple[cluster_rules.ResourceKind, str | None, list[str]]:
+        """(kind, namespace, [plural, name?, subresource?]) of an API path."""
+        for prefix, kinds in _FAKE_API_GROUPS.items():
+            if tuple(parts[: len(prefix)]) != prefix:
+                continue
+            rest = parts[len(prefix) :]
+            namespace: str | None = None
+            if len(rest) >= 3 and rest[0] == "namespaces":
+                namespace, rest = rest[1], rest[2:]
+            if rest and rest[0] in kinds:
+                return kinds[rest[0]], namespace, rest
+        raise _ApiFailure(404, "NotFound", "the server could not find the requested resource")
+
+    def _watch(
+        self, handler: BaseHTTPRequestHandler, path: str, query: dict[str, list[str]]
+    ) -> None:
+        """Stream watch events of one collection until the timeout or `stop()`."""
+        parts = [unquote(part) for part in path.strip("/").split("/")]
+        try:
+            kind, namespace, rest = self._resolve(parts)
+            wanted = cluster_rules.parse_field_selector(
+                ",".join(query.get("fieldSelector", [])), kind
+            )
+        except (_ApiFailure, ClusterError) as exc:
+            handler.send_error(404 if isinstance(exc, _ApiFailure) else 400, str(exc))
+            return
+        timeout = float(query.get("timeoutSeconds", ["30"])[0])
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        # Chunked, like kube-apiserver: clients read each event as its chunk arrives.
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        handler.close_connection = True
+
+        def write_chunk(data: bytes) -> None:
+            handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            handler.wfile.flush()
+
+        def matching() -> dict[str, dict[str, Any]]:
+            with self._lock:
+                return {
+                    name: json.loads(json.dumps(obj))
+                    for (plural, ns, name), obj in self._objects.items()
+                    if plural == rest[0]
+                    and namespace in (None, ns)
+                    and cluster_rules.matches_field_selector(obj, wanted)
+                }
+
+        seen: dict[str, dict[str, Any]] = {}
+        deadline = time.monotonic() + timeout
+        try:
+            while not self._stopping.is_set() and time.monotonic() < deadline:
+                current = matching()
+                events = [("ADDED", obj) for name, obj in current.items() if name not in seen]
+                events += [
+                    ("MODIFIED", obj)
+                    for name, obj in current.items()
+                    if name in seen
+                    and obj["metadata"].get("resourceVersion")
+                    != seen[name]["metadata"].get("resourceVersion")
+                ]
+                events += [("DELETED", obj) for name, obj in seen.items() if name not in current]
+                for event_type, obj in events:
+                    write_chunk((json.dumps({"type": event_type, "object": obj}) + "\n").encode())
+                seen = current
+                self._stopping.wait(_WATCH_POLL_SECONDS)
+            write_chunk(b"")  # the last chunk
+        except OSError:
+            return  # the client went away
 
     @staticmethod
     def _decode_body(raw_body: bytes) -> dict[str, Any]:
@@ -444,6 +539,30 @@ class RecordingCluster:
         obj = self._obj(method, obj)
         result: dict[str, Any] = self._write(
             method, obj["metadata"]["name"], lambda: self.inner.put_device_class(obj)
+        )
+        return result
+
+    def watch_resource_slices(
+        self,
+        *,
+        driver: str,
+        node_name: str,
+        on_change: Callable[[], None],
+        stop: threading.Event,
+    ) -> None:
+        self.inner.watch_resource_slices(
+            driver=driver, node_name=node_name, on_change=on_change, stop=stop
+        )
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        self._enter("get_node")
+        return self.inner.get_node(name)
+
+    def create_event(self, obj: dict[str, Any]) -> dict[str, Any]:
+        method = "create_event"
+        obj = self._obj(method, obj)
+        result: dict[str, Any] = self._write(
+            method, obj["metadata"]["name"], lambda: self.inner.create_event(obj)
         )
         return result
 

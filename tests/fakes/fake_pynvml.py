@@ -7,9 +7,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Any, TypeVar, cast
@@ -105,6 +106,14 @@ def fake_nvml_error(code: int) -> FakeNVMLError:
     """The fake module's exception for an NVML return code (its NVMLError_* subclass)."""
     cls = FAKE_NVML_ERRORS.get(code)
     return cls() if cls is not None else FakeNVMLError(code)
+
+
+@dataclass
+class _FakeEventSet:
+    """An NVML event set: registered event masks per GPU index, and the last event seen."""
+
+    seen: int
+    masks: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -291,6 +300,54 @@ class FakePynvml(ModuleType):
             target[i] = item
         count.value = len(items)
         return nvml_codes.SUCCESS
+
+    # -- events (the injected health events of the simulated hardware) ----------
+
+    @_pynvml_call
+    def nvmlEventSetCreate(self) -> Any:
+        _, seen = self.hw.health_events_after(0)
+        return _FakeEventSet(seen=seen)
+
+    @_pynvml_call
+    def nvmlDeviceGetSupportedEventTypes(self, handle: Any) -> int:
+        self._gpu(handle)
+        return 0x1 | 0x2 | 0x8  # single-bit ECC, double-bit ECC, Xid
+
+    @_pynvml_call
+    def nvmlDeviceRegisterEvents(self, handle: Any, eventTypes: int, eventSet: Any) -> None:
+        gpu = self._resolve(handle, "gpu").gpu
+        eventSet.masks[gpu] = eventSet.masks.get(gpu, 0) | int(eventTypes)
+
+    @_pynvml_call
+    def nvmlEventSetWait_v2(self, eventSet: Any, timeoutms: int) -> Any:
+        """The next registered event; Timeout when none comes, GpuIsLost for a lost GPU.
+
+        NVML has no recovery event: injected recoveries are not delivered.
+        """
+        bits = {"xid": 0x8, "double-bit-ecc": 0x2, "gpu-lost": -1}
+        deadline = time.monotonic() + timeoutms / 1000
+        while True:
+            found, _ = self.hw.health_events_after(eventSet.seen)
+            for _uuid, event in found:
+                eventSet.seen = event.seq
+                mask = eventSet.masks.get(event.gpu_index, 0)
+                bit = bits.get(event.kind, 0)
+                if bit == -1 and mask:
+                    raise NvmlError(nvml_codes.ERROR_GPU_IS_LOST, "GPU is lost")
+                if bit > 0 and mask & bit:
+                    data = _real_pynvml.c_nvmlEventData_t()
+                    data.device = self._device_pointer(event.gpu_index)
+                    data.eventType = bit
+                    data.eventData = event.xid if event.xid is not None else 0
+                    data.gpuInstanceId = data.computeInstanceId = 0xFFFFFFFF
+                    return data
+            if time.monotonic() >= deadline:
+                raise NvmlError(nvml_codes.ERROR_TIMEOUT, "no event before the timeout")
+            time.sleep(0.02)
+
+    @_pynvml_call
+    def nvmlEventSetFree(self, eventSet: Any) -> None:
+        eventSet.masks.clear()
 
     # -- library and system --------------------------------------------------
 

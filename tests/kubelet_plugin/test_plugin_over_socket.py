@@ -97,8 +97,14 @@ def test_get_info_describes_a_dra_driver_serving_v1_first(plugin: PluginProcess)
     assert info.type == "DRAPlugin"
     assert info.name == DEFAULT_DRIVER_NAME
     assert info.endpoint == str(plugin.dra_socket)
-    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
-    assert tuple(info.supported_versions) == SUPPORTED_VERSIONS
+    # The device-health stream is advertised after the DRA services (newer
+    # kubelets open it only when it is listed).
+    assert list(info.supported_versions) == [
+        "v1.DRAPlugin",
+        "v1beta1.DRAPlugin",
+        "v1alpha1.DRAResourceHealth",
+    ]
+    assert tuple(info.supported_versions[:2]) == SUPPORTED_VERSIONS
     assert plugin.dra_socket.is_socket()
 
 

@@ -223,6 +223,7 @@ def test_health_api_matches_the_kubelet() -> None:
         "health": 2,
         "last_updated_time": 3,
         "health_check_timeout_seconds": 4,
+        "message": 5,  # kubelet 1.36
     }
     assert _fields(api_pb2, "NodeWatchResourcesResponse") == {"devices": 1}
     statuses = api_pb2.DESCRIPTOR.enum_types_by_name["HealthStatus"]

@@ -7,7 +7,9 @@ every test here runs against both implementations.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -366,3 +368,114 @@ def test_device_class_put_and_list(cluster: Cluster) -> None:
 
 def test_server_version(cluster: Cluster) -> None:
     assert cluster.server_version() == (1, 34)
+
+
+# Watching slices, Nodes, Events
+
+
+@pytest.fixture(params=["local", "kube"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Cluster, Any]]:
+    """A cluster and its raw storage: the LocalCluster's directory or the FakeApiServer."""
+    if request.param == "local":
+        yield LocalCluster(tmp_path / "cluster"), tmp_path / "cluster"
+        return
+    with FakeApiServer(version=("1", "35")) as server:
+        client = server.api_client()
+        try:
+            yield KubeCluster(client), server
+        finally:
+            client.close()
+
+
+def _wait_until(condition: Callable[[], bool], timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def test_watch_sees_slices_created_and_deleted_by_someone_else(
+    backend: tuple[Cluster, Any],
+) -> None:
+    cluster, _ = backend
+    calls: list[float] = []
+    stop = threading.Event()
+    watcher = threading.Thread(
+        target=cluster.watch_resource_slices,
+        kwargs={
+            "driver": DRIVER,
+            "node_name": "node-1",
+            "on_change": lambda: calls.append(time.monotonic()),
+            "stop": stop,
+        },
+        daemon=True,
+    )
+    watcher.start()
+    try:
+        # Create slices until the (possibly still starting) watch reports one.
+        created: list[str] = []
+        deadline = time.monotonic() + 15
+        while not calls and time.monotonic() < deadline:
+            name = f"s-{len(created)}"
+            cluster.create_resource_slice(make_slice(name))
+            created.append(name)
+            _wait_until(lambda: bool(calls), timeout=1.0)
+        assert calls, "the watch never reported a created slice"
+        # Let start-up notifications settle, then a delete must be reported.
+        _wait_until(lambda: time.monotonic() - calls[-1] > 1.0, timeout=10.0)
+        before = len(calls)
+        cluster.delete_resource_slice(created[0])
+        assert _wait_until(lambda: len(calls) > before), "the watch missed a deleted slice"
+    finally:
+        stop.set()
+        watcher.join(timeout=90)
+    assert not watcher.is_alive()
+
+
+def test_get_node(backend: tuple[Cluster, Any]) -> None:
+    cluster, storage = backend
+    with pytest.raises(NotFoundError, match="Node node-1"):
+        cluster.get_node("node-1")
+    if isinstance(storage, FakeApiServer):
+        storage.add_node("node-1", "uid-of-node-1")
+    else:
+        (storage / "nodes").mkdir()
+        (storage / "nodes" / "node-1.yaml").write_text(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: node-1\n  uid: uid-of-node-1\n"
+        )
+    node = cluster.get_node("node-1")
+    assert node["kind"] == "Node"
+    assert node["metadata"]["uid"] == "uid-of-node-1"
+
+
+def make_event(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": "gpu-test"},
+        "eventTime": "2026-11-25T10:00:00.000000Z",
+        "reportingController": "gpu.nvidia.com/kubelet-plugin",
+        "reportingInstance": "node-1",
+        "action": "PrepareResources",
+        "reason": "PrepareFailed",
+        "type": "Warning",
+        "note": "claim gpu-test/c: no such device",
+        "regarding": {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "name": "c"},
+    }
+
+
+def test_create_event_stores_it_once(backend: tuple[Cluster, Any]) -> None:
+    cluster, storage = backend
+    stored = cluster.create_event(make_event("c.1876"))
+    assert stored["apiVersion"] == "events.k8s.io/v1"
+    assert stored["metadata"]["uid"]
+    assert stored["metadata"]["resourceVersion"]
+    assert stored["note"] == "claim gpu-test/c: no such device"
+    with pytest.raises(AlreadyExistsError):
+        cluster.create_event(make_event("c.1876"))
+    if isinstance(storage, FakeApiServer):
+        assert [e["metadata"]["name"] for e in storage.objects("events")] == ["c.1876"]
+    else:
+        assert (storage / "events" / "gpu-test" / "c.1876.yaml").is_file()

@@ -4,7 +4,7 @@ isort:skip_file
 Kubelet DRA device-health API, version v1alpha1 (kubelet gate ResourceHealthStatus).
 
 Wire-compatible copy of k8s.io/kubelet/pkg/apis/dra-health/v1alpha1/api.proto
-(1.35 content). The upstream directory is "dra-health"; ours is "dra_health"
+(1.36 content, with `message`). The upstream directory is "dra-health"; ours is "dra_health"
 so that the generated Python package can be imported. The proto package is
 the bare name "v1alpha1" upstream, and the full method name depends on it.
 Regenerate the Python stubs with `make proto` after editing this file.
@@ -103,6 +103,7 @@ class DeviceHealth(_message.Message):
     HEALTH_FIELD_NUMBER: _builtins.int
     LAST_UPDATED_TIME_FIELD_NUMBER: _builtins.int
     HEALTH_CHECK_TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
     health: Global___HealthStatus.ValueType
     """Its health."""
     last_updated_time: _builtins.int
@@ -110,6 +111,10 @@ class DeviceHealth(_message.Message):
     health_check_timeout_seconds: _builtins.int
     """After how many seconds without an update the kubelet reports the device
     as Unknown; 0 means the kubelet's default (30 s). Kubelet 1.35+.
+    """
+    message: _builtins.str
+    """Details about the device's health, at most 1024 characters (the kubelet
+    truncates longer ones to 1021 plus "..."). Kubelet 1.36+.
     """
     @_builtins.property
     def device(self) -> Global___DeviceIdentifier:
@@ -122,10 +127,11 @@ class DeviceHealth(_message.Message):
         health: Global___HealthStatus.ValueType = ...,
         last_updated_time: _builtins.int = ...,
         health_check_timeout_seconds: _builtins.int = ...,
+        message: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["device", b"device"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "health", b"health", "health_check_timeout_seconds", b"health_check_timeout_seconds", "last_updated_time", b"last_updated_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "health", b"health", "health_check_timeout_seconds", b"health_check_timeout_seconds", "last_updated_time", b"last_updated_time", "message", b"message"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

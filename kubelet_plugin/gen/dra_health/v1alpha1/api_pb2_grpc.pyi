@@ -4,7 +4,7 @@ isort:skip_file
 Kubelet DRA device-health API, version v1alpha1 (kubelet gate ResourceHealthStatus).
 
 Wire-compatible copy of k8s.io/kubelet/pkg/apis/dra-health/v1alpha1/api.proto
-(1.35 content). The upstream directory is "dra-health"; ours is "dra_health"
+(1.36 content, with `message`). The upstream directory is "dra-health"; ours is "dra_health"
 so that the generated Python package can be imported. The proto package is
 the bare name "v1alpha1" upstream, and the full method name depends on it.
 Regenerate the Python stubs with `make proto` after editing this file.

@@ -1,0 +1,126 @@
+"""Kubernetes Events (events.k8s.io/v1) for claims whose Prepare failed.
+
+The kubelet shows a failed NodePrepareResources only as a generic pod event;
+the admin debugging a pending pod needs the driver's own reason. So when a
+claim fails to prepare, the plugin records a Warning Event `PrepareFailed` on
+the ResourceClaim and on each pod that reserved it (`status.reservedFor`),
+with the per-claim error as the note.
+
+`prepare_failed_events` builds them (pure); `EventingService` wraps the
+driver's `DraService` and posts them in a background thread, so a slow API
+server never delays the answer to the kubelet. Failures to post are logged.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final
+
+from dra_driver.api_objects import Obj
+from dra_driver.cluster.interface import Cluster
+from dra_driver.errors import DraGpuError
+from kubelet_plugin.service import ClaimRef, DraService, PrepareResult, UnprepareResult
+
+log = logging.getLogger(__name__)
+
+REASON: Final = "PrepareFailed"
+ACTION: Final = "PrepareResources"
+MAX_NOTE_BYTES: Final = 1024  # the apiserver's limit on `note`
+
+
+def prepare_failed_events(
+    claim: Obj, error: str, *, driver_name: str, node_name: str, now: float
+) -> list[Obj]:
+    """The Events for one claim that failed to prepare: the claim's, then its pods'."""
+    meta = claim.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    moment = datetime.datetime.fromtimestamp(now, tz=datetime.UTC)
+    event_time = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    claim_ref = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "namespace": namespace,
+        "name": name,
+        "uid": str(meta.get("uid") or ""),
+    }
+    note = f"ResourceClaim {namespace}/{name} on node {node_name}: {error}"
+    note = note.encode()[:MAX_NOTE_BYTES].decode(errors="ignore")
+    regarding: list[tuple[dict[str, Any], dict[str, Any] | None]] = [(claim_ref, None)]
+    for consumer in (claim.get("status") or {}).get("reservedFor") or []:
+        if consumer.get("resource") == "pods" and not consumer.get("apiGroup"):
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": namespace,
+                "name": str(consumer.get("name") or ""),
+                "uid": str(consumer.get("uid") or ""),
+            }
+            regarding.append((pod, claim_ref))
+    return [
+        {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {
+                # client-go's naming: <object name>.<hex nanoseconds>
+                "name": f"{target['name']}.{int(now * 1e9) + index:x}",
+                "namespace": namespace,
+            },
+            "eventTime": event_time,
+            "reportingController": f"{driver_name}/kubelet-plugin",
+            "reportingInstance": f"{driver_name}/kubelet-plugin-{node_name}"[:128],
+            "action": ACTION,
+            "reason": REASON,
+            "type": "Warning",
+            "note": note,
+            "regarding": target,
+            **({"related": related} if related is not None else {}),
+        }
+        for index, (target, related) in enumerate(regarding)
+    ]
+
+
+class EventingService:
+    """A `DraService` that reports failed Prepares as Events, then answers as `inner` does."""
+
+    def __init__(
+        self, inner: DraService, cluster: Cluster, *, driver_name: str, node_name: str
+    ) -> None:
+        self._inner = inner
+        self._cluster = cluster
+        self._driver_name = driver_name
+        self._node_name = node_name
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="claim-events")
+
+    def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
+        results = self._inner.prepare(claims)
+        for ref in claims:
+            result = results.get(ref.uid)
+            if result is not None and result.error:
+                self._executor.submit(self._report, ref, result.error, time.time())
+        return results
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, UnprepareResult]:
+        return self._inner.unprepare(claims)
+
+    def close(self) -> None:
+        """Post what is queued, then stop."""
+        self._executor.shutdown(wait=True)
+
+    def _report(self, ref: ClaimRef, error: str, now: float) -> None:
+        try:
+            try:
+                claim = self._cluster.get_resource_claim(ref.namespace, ref.name)
+            except DraGpuError:  # gone, or the API is down: an Event on the claim alone
+                claim = {"metadata": {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid}}
+            for event in prepare_failed_events(
+                claim, error, driver_name=self._driver_name, node_name=self._node_name, now=now
+            ):
+                self._cluster.create_event(event)
+        except DraGpuError as exc:
+            log.warning("cannot record an Event for the failed Prepare of %s: %s", ref, exc)
+        except Exception:
+            log.exception("cannot record an Event for the failed Prepare of %s", ref)

@@ -1,0 +1,81 @@
+"""Events for failed Prepares: what the admin reads in `kubectl get events`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from dra_driver.cluster.local import LocalCluster
+from kubelet_plugin.claim_events import EventingService, prepare_failed_events
+from kubelet_plugin.service import ClaimRef, PrepareResult, UnprepareResult
+from tests.fakes import make_allocated_claim
+
+NOW = 1_764_000_000.25
+
+
+def _claim_with_pods() -> dict[str, object]:
+    claim = make_allocated_claim("train", "ml", "11111111-2222-4333-8444-555555555555")
+    claim["status"]["reservedFor"] = [
+        {"resource": "pods", "name": "trainer-0", "uid": "pod-uid-0"},
+        {"resource": "pods", "name": "trainer-1", "uid": "pod-uid-1"},
+        {"apiGroup": "example.com", "resource": "jobs", "name": "j", "uid": "x"},
+    ]
+    return claim
+
+
+def test_a_failed_claim_gets_a_warning_on_itself_and_on_each_pod_that_reserved_it() -> None:
+    events = prepare_failed_events(
+        _claim_with_pods(),
+        "gpu-99 is not a device of this node",
+        driver_name="gpu.nvidia.com",
+        node_name="node-1",
+        now=NOW,
+    )
+    assert [e["regarding"]["kind"] for e in events] == ["ResourceClaim", "Pod", "Pod"]
+    assert [e["regarding"]["name"] for e in events] == ["train", "trainer-0", "trainer-1"]
+    assert len({e["metadata"]["name"] for e in events}) == 3
+    for event in events:
+        assert event["apiVersion"] == "events.k8s.io/v1"
+        assert event["metadata"]["namespace"] == "ml"
+        assert event["type"] == "Warning"
+        assert event["reason"] == "PrepareFailed"
+        assert event["action"] == "PrepareResources"
+        assert event["eventTime"] == "2025-11-24T16:00:00.250000Z"
+        assert event["reportingController"] == "gpu.nvidia.com/kubelet-plugin"
+        assert event["note"] == (
+            "ResourceClaim ml/train on node node-1: gpu-99 is not a device of this node"
+        )
+    assert "related" not in events[0]
+    assert events[1]["related"]["name"] == "train"
+
+
+def test_a_long_error_is_cut_to_the_apiservers_limit() -> None:
+    (event,) = prepare_failed_events(
+        make_allocated_claim(), "x" * 5000, driver_name="d.example.com", node_name="n", now=NOW
+    )
+    assert len(event["note"].encode()) == 1024
+
+
+class _Failing:
+    def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
+        return {c.uid: PrepareResult(error=f"{c.name} failed") for c in claims}
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, UnprepareResult]:
+        return {c.uid: UnprepareResult() for c in claims}
+
+
+def test_the_service_posts_events_for_failed_claims_even_when_the_claim_is_gone(
+    tmp_path: Path,
+) -> None:
+    cluster = LocalCluster(tmp_path / "cluster")
+    claim = make_allocated_claim("present", "default", "uid-present")
+    claim["metadata"].pop("resourceVersion", None)
+    cluster.put_resource_claim(claim)
+    service = EventingService(_Failing(), cluster, driver_name="gpu.nvidia.com", node_name="n1")
+    results = service.prepare(
+        [ClaimRef("default", "uid-present", "present"), ClaimRef("default", "uid-gone", "gone")]
+    )
+    service.close()  # posts what is queued
+    assert results["uid-gone"].error == "gone failed"
+    names = sorted(p.name for p in (cluster.root / "events" / "default").iterdir())
+    assert [n.split(".")[0] for n in names] == ["gone", "present"]
