@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, str] = {
     "held-claims": "bench.held_claims",
     "placement": "bench.placement",
     "allocator": "bench.allocator",
+    "simulate": "bench.simulate_cli",
     "mig-parallel": "bench.mig_parallel",
     "republish": "bench.republish",
 }

@@ -11,9 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
-
 from controller.slices import Layout, build_resource_slices
+from dra_driver import yaml_io
 from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.devices import AllocatableDevice, build_devices, inventory_warnings
 from dra_driver.driver_root import DriverRoot
@@ -44,7 +43,7 @@ def print_inventory(
     for warning in inventory_warnings(inventory, dynamic_mig=dynamic_mig):
         print(f"warning: {warning}", file=sys.stderr)
     if output == "yaml":
-        yaml.safe_dump_all(slices, out, sort_keys=False)
+        out.write(yaml_io.dump_all(slices, sort_keys=False))
     else:
         out.write(render_table(devices, slice_count=len(slices)))
     return 0

@@ -34,7 +34,10 @@ from dra_driver.api_objects import Obj
 from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.devices import build_devices
 from dra_driver.inventory import NodeInventory, discover
-from dra_driver.nvml.backend import open_hardware
+from dra_driver.sim.hardware import SimHardware
+from dra_driver.sim.nvml import SimNvml
+from dra_driver.sim.shapes import NodeShape, load_shape
+from dra_driver.sim.state import new_node_state
 from dra_driver.simulate.nodes import (
     HOSTNAME_LABEL,
     MigMode,
@@ -55,22 +58,22 @@ def build_simulated_nodes(
     """Simulated nodes and their slices, in request order (see the module docstring)."""
     built = SimulatedNodes()
     for request in requests:
-        template: tuple[str, NodeInventory, list[Obj]] | None = None
+        shape = load_shape(request.shape)
+        template: tuple[str, list[Obj]] | None = None
         for index in range(request.count):
             name = f"{request.prefix}-{index}"
-            inventory = _inventory(request.shape, name)
             if template is None:
                 slices = node_slices(
-                    inventory,
+                    _inventory(shape, name),
                     name,
                     driver=driver,
                     mig=mig,
                     release=release,
                     consumable_shares=consumable_shares,
                 )
-                template = (name, inventory, slices)
+                template = (name, slices)
             else:
-                slices = _renamed(template, name, inventory, driver)
+                slices = _renamed(template, name, shape, driver)
             built.nodes.append(Node(name, {HOSTNAME_LABEL: name}))
             built.slices.extend(slices)
     return built
@@ -103,29 +106,37 @@ def _version_tuple(release: Release) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def _inventory(shape: str, node_name: str) -> NodeInventory:
-    hardware = open_hardware(f"sim:{shape}", node_name=node_name)
-    return discover(hardware.nvml)
+def _inventory(shape: NodeShape, node_name: str) -> NodeInventory:
+    # Discovery reads NVML only: the node lives in memory, without the fake
+    # /proc tree and state file a plugin process shares with its node.
+    return discover(SimNvml(SimHardware(shape, node_name=node_name)))
 
 
 def _renamed(
-    template: tuple[str, NodeInventory, list[Obj]],
-    name: str,
-    inventory: NodeInventory,
-    driver: str,
+    template: tuple[str, list[Obj]], name: str, shape: NodeShape, driver: str
 ) -> list[Obj]:
-    """The template node's slices with this node's name and UUIDs."""
-    template_name, template_inventory, slices = template
+    """The template node's slices with this node's name and UUIDs.
+
+    A node's UUIDs are those of its simulated hardware as first booted
+    (`new_node_state`), so the two nodes' states pair them up in order.
+    """
+    template_name, slices = template
     mapping: dict[str, str] = {template_name: name}
     for index in range(len(slices)):
         mapping[resource_slice_name(template_name, driver, index)] = resource_slice_name(
             name, driver, index
         )
-    for old, new in zip(template_inventory.gpus, inventory.gpus, strict=True):
-        mapping[old.info.uuid] = new.info.uuid
-        for old_mig, new_mig in zip(old.mig_devices, new.mig_devices, strict=True):
-            mapping[old_mig.uuid] = new_mig.uuid
+    mapping.update(zip(_uuids(shape, template_name), _uuids(shape, name), strict=True))
     return [_replace_strings(s, mapping) for s in slices]
+
+
+def _uuids(shape: NodeShape, node_name: str) -> list[str]:
+    """The GPU and MIG device UUIDs of a freshly booted node, in state order."""
+    uuids: list[str] = []
+    for gpu in new_node_state(shape, node_name).gpus:
+        uuids.append(gpu.uuid)
+        uuids.extend(ci.uuid for gi in gpu.gis for ci in gi.cis)
+    return uuids
 
 
 def _replace_strings(value: Any, mapping: Mapping[str, str]) -> Any:

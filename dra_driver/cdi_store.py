@@ -19,16 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-try:  # libyaml's C emitter and parser: six times faster than the Python ones
-    from yaml import CSafeDumper as _SafeDumper
-    from yaml import CSafeLoader as _SafeLoader
-except ImportError:  # PyYAML built without libyaml
-    from yaml import SafeDumper as _SafeDumper  # type: ignore[assignment]
-    from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
-
-from dra_driver import cdi, fsutil
+from dra_driver import cdi, fsutil, yaml_io
 from dra_driver.errors import CdiError
 
 RECORD_PREFIX = "# gpu.nvidia.com/dra-gpu-claim: "
@@ -61,7 +52,7 @@ class CdiStore:
             )
         cdi.validate_spec(spec)
         path = self.path_for(claim_uid)
-        text = yaml.dump(spec, Dumper=_SafeDumper, sort_keys=False, default_flow_style=False)
+        text = yaml_io.dump(spec, sort_keys=False)
         if record is not None:
             text = f"{RECORD_PREFIX}{record}\n{text}"
         data = text.encode()
@@ -82,8 +73,8 @@ class CdiStore:
         except (OSError, UnicodeDecodeError) as exc:
             raise CdiError(f"{path}: cannot read CDI spec: {exc}") from exc
         try:
-            spec = yaml.load(text, Loader=_SafeLoader)
-        except yaml.YAMLError as exc:
+            spec = yaml_io.load(text)
+        except yaml_io.YAMLError as exc:
             raise CdiError(f"{path}: not valid YAML: {exc}") from exc
         if not isinstance(spec, dict):
             raise CdiError(f"{path}: not a CDI spec (top level is not a mapping)")

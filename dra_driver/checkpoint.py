@@ -154,6 +154,59 @@ class MigRecord:
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class MpsRecord:
+    """The MPS control daemon a claim's device is a client of.
+
+    One daemon serves every MPS claim on a device, so several entries carry
+    the same record. It is saved with `pid` None *before* the daemon is
+    started (the intent: a crash then leaves enough to find it through the
+    pid file in `daemon_dir`), then with the pid and the process start time
+    (`/proc/<pid>/stat` field 22, clock ticks since boot), which tell the
+    daemon from a later process that got its pid. `limits` are the claim's
+    own (`CUDA_MPS_*` values its containers get); `gpu_uuid` is the GPU
+    whose lock guards the daemon (the parent of a MIG device).
+    """
+
+    device_uuid: str
+    gpu_uuid: str
+    daemon_dir: str
+    device_memory_mib: int
+    pid: int | None = None
+    start_ticks: int | None = None
+    multi_user: bool = False
+    active_thread_percentage: int | None = None
+    pinned_memory_mib: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "deviceUuid": self.device_uuid,
+            "gpuUuid": self.gpu_uuid,
+            "daemonDir": self.daemon_dir,
+            "deviceMemoryMiB": self.device_memory_mib,
+            "pid": self.pid,
+            "startTicks": self.start_ticks,
+            "multiUser": self.multi_user,
+            "activeThreadPercentage": self.active_thread_percentage,
+            "pinnedMemoryMiB": self.pinned_memory_mib,
+        }
+
+    @classmethod
+    def from_dict(cls, obj: object, where: str = "mps") -> MpsRecord:
+        m = _obj(obj, where)
+        return cls(
+            device_uuid=_req(m, "deviceUuid", str, where),
+            gpu_uuid=_req(m, "gpuUuid", str, where),
+            daemon_dir=_req(m, "daemonDir", str, where),
+            device_memory_mib=_req(m, "deviceMemoryMiB", int, where),
+            pid=_opt(m, "pid", int, where, None),
+            start_ticks=_opt(m, "startTicks", int, where, None),
+            multi_user=_opt(m, "multiUser", bool, where, False),
+            active_thread_percentage=_opt(m, "activeThreadPercentage", int, where, None),
+            pinned_memory_mib=_opt(m, "pinnedMemoryMiB", int, where, None),
+        )
+
+
 @dataclass(frozen=True)
 class TimeSliceRecord:
     """The time-slice interval ("Default", "Short", "Medium", "Long") a claim wants on a GPU."""
@@ -197,6 +250,7 @@ class PreparedDevice:
     admin_access: bool = False
     consumed_capacity: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     time_slice: TimeSliceRecord | None = None
+    mps: MpsRecord | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -209,12 +263,14 @@ class PreparedDevice:
             "adminAccess": self.admin_access,
             "consumedCapacity": dict(sorted(self.consumed_capacity.items())),
             "timeSlice": None if self.time_slice is None else self.time_slice.to_dict(),
+            "mps": None if self.mps is None else self.mps.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, obj: object, where: str = "device") -> PreparedDevice:
         m = _obj(obj, where)
         raw_mig = m.get("mig")
+        raw_mps = m.get("mps")
         return cls(
             request_names=_str_tuple(m, "requestNames", where),
             pool=_req(m, "pool", str, where),
@@ -227,6 +283,7 @@ class PreparedDevice:
             time_slice=None
             if m.get("timeSlice") is None
             else TimeSliceRecord.from_dict(m["timeSlice"], f"{where}.timeSlice"),
+            mps=None if raw_mps is None else MpsRecord.from_dict(raw_mps, f"{where}.mps"),
         )
 
 
@@ -337,6 +394,13 @@ class Checkpoint:
     def update_devices(self, uid: str, devices: Iterable[PreparedDevice]) -> Checkpoint:
         """Record progress of a started Prepare (e.g. a MIG instance just created)."""
         entry = self._require(uid, ClaimState.PrepareStarted, "update its devices")
+        return self._with(dataclasses.replace(entry, devices=tuple(devices)))
+
+    def replace_devices(self, uid: str, devices: Iterable[PreparedDevice]) -> Checkpoint:
+        """Rewrite the devices of a claim in any state (e.g. its MPS daemon was restarted)."""
+        entry = self.claims.get(uid)
+        if entry is None:
+            raise CheckpointError(f"claim {uid} is not in the checkpoint; cannot replace devices")
         return self._with(dataclasses.replace(entry, devices=tuple(devices)))
 
     def complete(self, uid: str, devices: Iterable[PreparedDevice]) -> Checkpoint:

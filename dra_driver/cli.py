@@ -307,6 +307,37 @@ def _run_mig(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- status
+
+
+def _status_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node-name", default="sim-node", help="node name (simulated UUIDs)")
+    parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
+    parser.add_argument(
+        "--kubelet-root",
+        type=Path,
+        default=Path("/var/lib/kubelet"),
+        help="the plugin's kubelet root: its checkpoint and MPS daemons are read from there",
+    )
+    parser.add_argument("-o", "--output", choices=("table", "yaml"), default="table")
+    _add_hardware_flags(parser)
+    _add_driver_root_flags(parser)
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    from kubelet_plugin.node_status import print_status
+
+    return print_status(
+        nvml=args.nvml,
+        sim_state=args.sim_state,
+        node_name=args.node_name,
+        kubelet_root=args.kubelet_root,
+        driver_name=args.driver_name,
+        driver_root=_driver_root(args),
+        output=args.output,
+    )
+
+
 # ---------------------------------------------------------------- sim
 
 
@@ -508,6 +539,12 @@ COMMANDS: tuple[Command, ...] = (
         _run_inventory,
     ),
     Command("kubelet-plugin", "run the node daemon", _plugin_flags, _run_plugin),
+    Command(
+        "status",
+        "per GPU: MIG mode, time-slice, MPS daemon and the claims it serves, MIG devices",
+        _status_flags,
+        _run_status,
+    ),
     Command("mig", "MIG tools", _mig_flags, _run_mig),
     Command("sim", "act on a simulated node's hardware", _sim_flags, _run_sim),
     Command(

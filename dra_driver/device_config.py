@@ -9,10 +9,11 @@ which device the way NVIDIA does: class configs, then claim configs, the last
 matching one wins; a config naming requests applies only to them and must fit
 the device type; an unnamed config applies to devices of its own type.
 
-Sharing is decoded and validated here. The node plugin applies
-time-slicing (`kubelet_plugin.sharing`); MPS it cannot apply yet, so
-`unsupported_sharing` turns a request for it into a clear per-claim error
-instead of silently handing out an unshared device.
+Sharing is decoded and validated here and applied by the node plugin: MPS
+(`mps_config_of` says which devices ask for it) and time-slicing
+(`kubelet_plugin.sharing`). `unsupported_sharing` is where a strategy the
+plugin cannot apply would be turned into a clear per-claim error instead of
+a silently unshared device; today every strategy is applied.
 """
 
 from __future__ import annotations
@@ -168,17 +169,28 @@ def unsupported_sharing(
     """Why this plugin cannot honour the claim's sharing settings, or None."""
     for result in claim.results:
         config = configs.get(config_key(result))
-        if (
-            config is not None
-            and config.sharing is not None
-            and config.sharing.strategy is SharingStrategy.MPS
-        ):
+        if config is None or config.sharing is None:
+            continue
+        if config.sharing.strategy not in (SharingStrategy.MPS, SharingStrategy.TIME_SLICING):
             return (
                 f"{claim.ref}: request {result.request!r} asks for {config.sharing.strategy} "
                 f"sharing of {result.device} ({config.kind}), which this dra-gpu release does "
                 "not apply yet; remove the sharing section to get the device exclusively"
             )
     return None
+
+
+def mps_config_of(
+    result: DeviceResult, configs: Mapping[str, DeviceConfig | None]
+) -> MpsConfig | None:
+    """The MPS settings of `result`'s device (defaults when none are given), or None
+    when its config does not ask for MPS."""
+    config = configs.get(config_key(result))
+    if config is None or config.sharing is None:
+        return None
+    if config.sharing.strategy is not SharingStrategy.MPS:
+        return None
+    return config.sharing.mps_config or MpsConfig()
 
 
 def config_key(result: DeviceResult) -> str:
@@ -194,5 +206,6 @@ __all__ = [
     "MigDeviceConfig",
     "decode",
     "effective_configs",
+    "mps_config_of",
     "unsupported_sharing",
 ]

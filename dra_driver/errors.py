@@ -21,6 +21,7 @@ because the person reading them is an admin looking at a pending pod.
     ├── DriverRootError        the NVIDIA driver's files are not under the driver root
     ├── CelError               a CEL selector does not compile or fails at run time
     ├── AllocationError        a claim cannot be allocated for a reason that is not "does not fit"
+    ├── MpsError               an MPS control daemon cannot be started, configured or stopped
     └── PluginError            the kubelet plugin cannot start or serve
 
 Third-party exceptions (pynvml, kubernetes ApiException, OSError, yaml) are
@@ -135,6 +136,10 @@ class GpuSettingError(DraGpuError):
     def __init__(self, message: str, *, not_supported: bool = False) -> None:
         super().__init__(message)
         self.not_supported = not_supported
+
+
+class MpsError(DraGpuError):
+    """An MPS control daemon could not be started, configured or stopped."""
 
 
 class PluginError(DraGpuError):

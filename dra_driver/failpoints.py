@@ -8,8 +8,9 @@ an OOM kill or a node crash would stop it. The crash tests start the real
 plugin process with each point in turn and check that a restart recovers
 without leaking anything. `PREPARE_STEPS` and `UNPREPARE_STEPS` list every
 point of the claim transaction, `MIG_PREPARE_STEPS` and `MIG_UNPREPARE_STEPS`
-every point of dynamic MIG creation and destruction, `SHARING_*_STEPS` those
-of time-slicing, so a new step cannot be
+every point of dynamic MIG creation and destruction, `MPS_PREPARE_STEPS` and
+`MPS_UNPREPARE_STEPS` every point of an MPS daemon's life, `SHARING_*_STEPS`
+those of time-slicing, so a new step cannot be
 added without the tests covering it.
 """
 
@@ -51,6 +52,15 @@ MIG_UNPREPARE_STEPS: Final[tuple[str, ...]] = (
     "mig-after-mig-disabled",
 )
 
+# MPS, per device, between the MIG steps and "prepare-after-cdi-written": the
+# daemon is started only when none runs for the device yet ...
+MPS_PREPARE_STEPS: Final[tuple[str, ...]] = (
+    "mps-after-daemon-started",
+    "mps-after-daemon-recorded",
+    "mps-after-limits-set",
+)
+# ... and stopped on Unprepare, before the MIG steps, once no other claim uses it.
+MPS_UNPREPARE_STEPS: Final[tuple[str, ...]] = ("mps-after-daemon-stopped",)
 # Time-slicing, per GPU: after the interval is set (between the dynamic MIG
 # steps and "prepare-after-cdi-written"), and after it is reset to Default
 # (after the MIG steps of Unprepare, or while rolling back).

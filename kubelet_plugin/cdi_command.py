@@ -16,9 +16,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-import yaml
-
-from dra_driver import cdi
+from dra_driver import cdi, yaml_io
 from dra_driver.driver_root import DriverRoot
 from dra_driver.nvml.backend import open_hardware
 
@@ -52,5 +50,5 @@ def print_common_edits(
         if root.container_path:
             out.write(f" (read at {root.container_path})")
         out.write("\n")
-        yaml.safe_dump(doc, out, sort_keys=False)
+        out.write(yaml_io.dump(doc, sort_keys=False))
     return 0

@@ -7,9 +7,12 @@ its ResourceSlices, writes allocated ResourceClaims, calls
 NodePrepareResources and NodeUnprepareResources over the real Unix socket,
 and shows the devices, CDI specs and checkpoint at each step. The plugin
 runs with `--dynamic-mig`, so one step asks for MIG slices by profile and
-shows them created at Prepare and gone at Unprepare. The simulated node has
-a fake NVIDIA driver root, so each CDI spec shows the driver files a
-container gets. It finishes in seconds
+shows them created at Prepare and gone at Unprepare; another has two claims
+share one GPU through MPS, each with its own limits, served by one control
+daemon (a real process) that comes with the first and goes with the last
+(`dra-gpu status` shows it). The simulated node has a fake NVIDIA driver
+root, so each CDI spec shows the driver files a container gets. It finishes
+in seconds
 and removes everything it made (unless `--keep`).
 """
 
@@ -21,11 +24,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-import yaml
-
-from dra_driver import DEFAULT_DRIVER_NAME, mig_status
+from dra_driver import DEFAULT_DRIVER_NAME, mig_status, yaml_io
 from dra_driver.api_objects import Obj
+from dra_driver.mps import DaemonPaths
+from dra_driver.sim.mps_control import read_state
+from kubelet_plugin import node_status
 from kubelet_plugin.demo_claims import demo_claims, mig_profile_claim
+from kubelet_plugin.main import plugin_data_dir
 from kubelet_plugin.plugin_process import PluginProcess
 from kubelet_plugin.service import ClaimRef, PrepareResult
 
@@ -82,7 +87,7 @@ def run_demo(*, allocate: NodeAllocator, keep: bool = False, out: TextIO = sys.s
     work = plugin.work
     try:
         cluster = plugin.cluster
-        for doc in yaml.safe_load_all((DEPLOY_DIR / "deviceclasses.yaml").read_text()):
+        for doc in yaml_io.load_all((DEPLOY_DIR / "deviceclasses.yaml").read_text()):
             cluster.put_device_class(doc)
 
         p.step(f"Start the kubelet plugin on a simulated {SHAPE} node")
@@ -146,7 +151,7 @@ def run_demo(*, allocate: NodeAllocator, keep: bool = False, out: TextIO = sys.s
         spec_path = plugin.cdi_spec_path(refs[1].uid)
         p.line(f"CDI spec {spec_path.name}:")
         p.line(_abridged_yaml(spec_path.read_text()), indent=5)
-        _show_driver_mounts(p, yaml.safe_load(spec_path.read_text()), work)
+        _show_driver_mounts(p, yaml_io.load(spec_path.read_text()), work)
         _show_checkpoint(p, plugin)
 
         p.step("Repeat the call, as a restarted kubelet would: same answer, no side effects")
@@ -189,6 +194,8 @@ def run_demo(*, allocate: NodeAllocator, keep: bool = False, out: TextIO = sys.s
         )
         _show_mig_status(p, plugin, minor, "after Unprepare:")
 
+        _mps_step(p, plugin, version)
+
         p.step("SIGTERM: the plugin stops and removes its sockets")
         code = plugin.terminate()
         p.line(f"exit code {code}")
@@ -201,6 +208,74 @@ def run_demo(*, allocate: NodeAllocator, keep: bool = False, out: TextIO = sys.s
         plugin.close()
         if keep:
             out.write(f"kept {work}\n")
+
+
+MPS_GPU = 7
+MPS_CLAIMS = (  # name, uid, thread percentage, memory consumed
+    ("infer-a", "2c9f4e1a-6b7d-4c3e-9a8f-1e0d2c3b4a51", 25, "20Gi"),
+    ("infer-b", "8e1d3c5b-4a2f-4e6d-8b9c-0f1e2d3c4b62", 50, "40Gi"),
+)
+
+
+def _mps_step(p: _Printer, plugin: PluginProcess, version: str) -> None:
+    """Two claims share one GPU through MPS; the daemon comes and goes."""
+    p.step(f"MPS: two claims share gpu-{MPS_GPU} through one control daemon, own limits each")
+    refs = []
+    for index, (name, uid, percentage, memory) in enumerate(MPS_CLAIMS):
+        plugin.store_claim(_mps_claim(name, uid, percentage, memory, index))
+        refs.append(ClaimRef("ml-team", uid, name))
+        p.line(
+            f"ml-team/{name}: GpuConfig sharing MPS, defaultActiveThreadPercentage {percentage}; "
+            f"share of gpu-{MPS_GPU} consuming {memory} of memory"
+        )
+    for ref in refs:
+        _show_prepare(p, ref, plugin.client.prepare([ref], version=version)[ref.uid])
+    for ref in refs:
+        spec = yaml_io.load(plugin.cdi_spec_path(ref.uid).read_text())
+        env = [e for d in spec["devices"] for e in d["containerEdits"].get("env", [])]
+        p.line(f"{ref.name} containers get: {' '.join(e for e in env if 'MPS' in e)}")
+    _show_node_status(p, plugin, "dra-gpu status: one daemon, both claims its clients")
+    gpu_uuid = plugin.hardware().nvml.gpus()[MPS_GPU].uuid
+    told = read_state(DaemonPaths.of(plugin.mps_root, gpu_uuid).log) or {}
+    p.line(
+        f"daemon defaults (the most generous claim's): {told.get('defaultActiveThreadPercentage')}"
+        f" % of threads, pinned memory {told.get('defaultDevicePinnedMemLimits')}"
+    )
+    for ref, title in zip(
+        refs, ("the daemon stays for the other claim", "after the last claim"), strict=True
+    ):
+        error = plugin.client.unprepare([ref], version=version)[ref.uid].error
+        p.line(f"unprepare {ref.name}: {error or 'ok'}")
+        _show_node_status(p, plugin, title)
+
+
+def _mps_claim(name: str, uid: str, percentage: int, memory: str, index: int) -> dict[str, Any]:
+    """An MPS claim allocated a share of the demo GPU, as the scheduler would write it for a
+    device published with allowMultipleAllocations."""
+    config = {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "GpuConfig",
+        "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": percentage}},
+    }
+    claim = _allocated_claim("ml-team", name, uid, f"gpu-{MPS_GPU}")
+    devices = claim["status"]["allocation"]["devices"]
+    devices["results"][0]["shareID"] = f"0d5c7e9a-1b3f-4d6e-8a0c-{index:012d}"
+    devices["results"][0]["consumedCapacity"] = {"memory": memory}
+    devices["config"] = [
+        {"source": "FromClaim", "opaque": {"driver": DEFAULT_DRIVER_NAME, "parameters": config}}
+    ]
+    return claim
+
+
+def _show_node_status(p: _Printer, plugin: PluginProcess, title: str) -> None:
+    """The `dra-gpu status` line of the MPS GPU."""
+    statuses = node_status.collect(
+        plugin.hardware(),
+        data_dir=plugin_data_dir(plugin.kubelet_root, plugin.driver),
+    )
+    p.line(title + ":")
+    table = node_status.render_table([s for s in statuses if s.name == f"gpu-{MPS_GPU}"])
+    p.line(table.rstrip().replace(str(plugin.work), "<work>"), indent=5)
 
 
 def _show_prepare(p: _Printer, ref: ClaimRef, result: PrepareResult) -> None:
@@ -260,14 +335,15 @@ def _abridged_yaml(text: str, limit: int = 24) -> str:
 
 
 def _rogue_claim(device: str) -> dict[str, Any]:
+    return _allocated_claim("default", "rogue", "9c1a7e52-5d0b-4f7e-8a43-2d1f0c9b6e11", device)
+
+
+def _allocated_claim(namespace: str, name: str, uid: str, device: str) -> dict[str, Any]:
+    """A one-GPU claim allocated `device` of the demo node, as the scheduler writes it."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {
-            "namespace": "default",
-            "name": "rogue",
-            "uid": "9c1a7e52-5d0b-4f7e-8a43-2d1f0c9b6e11",
-        },
+        "metadata": {"namespace": namespace, "name": name, "uid": uid},
         "spec": {
             "devices": {
                 "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]

@@ -7,13 +7,20 @@ point is finished or rolled back later:
     Prepare:   fetch the claim -> plan it (pure: our devices? held by another
                claim? shares within capacity? sharing settings that agree?)
                -> checkpoint PrepareStarted (MIG devices as "planned", the
-               wanted sharing settings) -> create dynamic MIG devices,
-               checkpointing each GI/CI id -> apply sharing settings
-               (time-slice intervals) -> write the CDI spec -> checkpoint
-               PrepareCompleted -> answer
-    Unprepare: remove the CDI spec -> destroy the MIG devices we created
-               -> release sharing settings no other claim wants
+               wanted time-slice intervals) -> create dynamic MIG devices,
+               checkpointing each GI/CI id
+               -> MPS: checkpoint the daemon intent, start the device's
+               control daemon unless it runs, checkpoint its pid, set its limits
+               -> apply time-slice intervals
+               -> write the CDI spec -> checkpoint PrepareCompleted -> answer
+    Unprepare: remove the CDI spec -> stop the MPS daemon if no other claim
+               uses it -> destroy the MIG devices we created
+               -> release time-slice intervals no other claim wants
                -> drop the checkpoint entry -> answer
+
+MPS daemons (`mps_daemons`) outlive the plugin process: at start-up the
+daemons of checkpointed claims are adopted (or restarted if they died) and
+any other daemon is stopped.
 
 A repeated Prepare of a completed claim returns the recorded devices without
 side effects. A Prepare that finds the claim PrepareStarted (a crash or an
@@ -48,6 +55,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 from dra_driver import cdi, failpoints
@@ -57,6 +65,7 @@ from dra_driver.checkpoint import (
     ClaimEntry,
     ClaimState,
     MigRecord,
+    MpsRecord,
     PreparedDevice,
     to_spec_record,
 )
@@ -67,9 +76,11 @@ from dra_driver.device_config import effective_configs
 from dra_driver.devices import AllocatableDevice
 from dra_driver.errors import ClaimError, DraGpuError, NotFoundError
 from dra_driver.host import HostInfo
+from dra_driver.mps import DaemonPaths, MpsLimits, container_edits, control_commands, daemon_ceiling
 from dra_driver.nvml.interface import MigDeviceInfo
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle, MigTarget, mig_target
+from kubelet_plugin.mps_daemons import DaemonProcess, MpsDaemons
 from kubelet_plugin.prepare_plan import PlannedDevice, cdi_device, plan_claim, prepared_device
 from kubelet_plugin.rebuild import RebuildSource
 from kubelet_plugin.service import ClaimRef, PrepareResult, ResultDevice, UnprepareResult
@@ -98,6 +109,10 @@ class RecoveryReport:
     missing_mig_devices: list[str] = field(default_factory=list)
     rollback_failed: list[str] = field(default_factory=list)
     sharing_problems: list[str] = field(default_factory=list)
+    mps_adopted: list[str] = field(default_factory=list)
+    mps_restarted: list[str] = field(default_factory=list)
+    mps_orphans_stopped: list[str] = field(default_factory=list)
+    mps_failed: list[str] = field(default_factory=list)
 
 
 class GpuDriver:
@@ -118,13 +133,16 @@ class GpuDriver:
         driver_edits: Callable[[], cdi.ContainerEdits] | None = None,
         rebuild_sources: Sequence[RebuildSource] = (),
         gpu_policy: GpuPolicy | None = None,
+        mps: MpsDaemons | None = None,
     ) -> None:
         """`driver_edits` gives the mounts (and hooks) of the driver's user space
         for the current driver version (`DriverUserSpace.edits`, cached); None
         leaves them out (tests of device handling only). `rebuild_sources`
         rebuild a lost checkpoint (`kubelet_plugin.rebuild`); none: start empty.
         `gpu_policy` sets time-slice intervals (`kubelet_plugin.sharing.gpu_policy`);
-        None makes a claim that asks for one fail clearly."""
+        None makes a claim that asks for one fail clearly.
+        `mps` starts the MPS control daemons; None refuses MPS claims (no
+        control binary)."""
         self._driver_name = driver_name
         self._pool_name = pool_name
         self._cluster = cluster
@@ -135,6 +153,7 @@ class GpuDriver:
         self._mig = mig
         self._gpu_locks = gpu_locks
         self._driver_edits = driver_edits
+        self._mps = mps
         self._thread_lock = threading.Lock()
         self._claim_locks = _KeyedLocks()
         self._state: Checkpoint | None = None
@@ -225,7 +244,62 @@ class GpuDriver:
             return checkpoint
 
         self.update(remove_orphans)
+        self._recover_mps(report)
         return report
+
+    def _recover_mps(self, report: RecoveryReport) -> None:
+        """Adopt the MPS daemons of checkpointed claims (restart dead ones), stop the rest.
+
+        A daemon is adopted when its pid file names a live process; the
+        checkpoint is updated if its pid or start time changed. A failure
+        is reported and logged, never fatal: the claims' next Unprepare
+        cleans up.
+        """
+        if self._mps is None:
+            return
+        owned: dict[str, list[MpsRecord]] = {}
+        for entry in self.snapshot().claims.values():
+            for device in entry.devices:
+                if device.mps is not None:
+                    owned.setdefault(device.mps.daemon_dir, []).append(device.mps)
+        for daemon_dir, records in sorted(owned.items()):
+            paths = DaemonPaths(Path(daemon_dir))
+            try:
+                with self._gpu_locks.hold([records[0].gpu_uuid]):
+                    running = self._mps.find(paths)
+                    if running is None:
+                        log.warning(
+                            "MPS control daemon for %s (used by %d claims) is gone: restarting it",
+                            paths.device_uuid,
+                            len(records),
+                        )
+                        running = self._mps.start(paths, multi_user=records[0].multi_user)
+                        self._set_ceiling(paths, records)
+                        report.mps_restarted.append(paths.device_uuid)
+                    else:
+                        log.info(
+                            "adopted MPS control daemon pid %d for %s",
+                            running.pid,
+                            paths.device_uuid,
+                        )
+                        report.mps_adopted.append(paths.device_uuid)
+                    self._record_daemon(paths, running)
+            except DraGpuError as exc:
+                log.error("MPS control daemon for %s: %s", paths.device_uuid, exc)
+                report.mps_failed.append(paths.device_uuid)
+        for paths in self._mps.daemon_dirs():
+            if str(paths.root) in owned:
+                continue
+            try:
+                self._mps.stop(paths)
+            except DraGpuError as exc:
+                log.error(
+                    "stopping the MPS daemon for %s no claim owns: %s", paths.device_uuid, exc
+                )
+                report.mps_failed.append(paths.device_uuid)
+                continue
+            log.warning("stopped MPS control daemon for %s: no claim uses it", paths.device_uuid)
+            report.mps_orphans_stopped.append(paths.device_uuid)
 
     def _rebuild(self, checkpoint: Checkpoint, report: RecoveryReport) -> Checkpoint:
         """Ask each rebuild source what it vouches for (see `kubelet_plugin.rebuild`)."""
@@ -401,7 +475,10 @@ class GpuDriver:
                     claim, pool_name=self._pool_name, devices=self._devices, checkpoint=checkpoint
                 )
             )
-            prepared = [prepared_device(claim.uid, item.result, item.device) for item in planned]
+            prepared = [
+                self._with_mps_intent(item, prepared_device(claim.uid, item.result, item.device))
+                for item in planned
+            ]
             configs = effective_configs(
                 claim, {item.device.name: item.device.kind for item in planned}
             )
@@ -422,6 +499,7 @@ class GpuDriver:
 
         try:
             created = self._create_mig_devices(claim.uid, planned)
+            self._start_mps(claim.uid, planned, created)
             started = self.snapshot().claims[claim.uid]
             for strategy in self._sharing:
                 strategy.apply(started)
@@ -493,6 +571,128 @@ class GpuDriver:
         _run_all(on_gpu, list(by_gpu.values()))
         return created
 
+    def _start_mps(
+        self, uid: str, planned: Sequence[PlannedDevice], created: Mapping[str, MigDeviceInfo]
+    ) -> None:
+        """Make sure each MPS device of a started claim has its daemon, with limits for all."""
+        for index, item in enumerate(planned):
+            if item.mps is None:
+                continue
+            assert self._mps is not None  # _with_mps_intent refused the claim otherwise
+            record = self._mps_record(item, created)
+            paths = DaemonPaths(Path(record.daemon_dir))
+            with self._gpu_locks.hold([record.gpu_uuid]):
+
+                def intent(
+                    checkpoint: Checkpoint, index: int = index, record: MpsRecord = record
+                ) -> Checkpoint:
+                    devices = list(checkpoint.claims[uid].devices)
+                    devices[index] = dataclasses.replace(devices[index], mps=record)
+                    return checkpoint.update_devices(uid, devices)
+
+                others = _daemon_users(self.update(intent), paths, exclude_uid=uid)
+                conflicting = [o for o in others if o.multi_user != record.multi_user]
+                if conflicting:
+                    mode = "multi-user" if conflicting[0].multi_user else "single-user"
+                    raise ClaimError(
+                        f"{item.device.name}: its MPS control daemon runs in {mode} mode for "
+                        "other claims; multiUser must match theirs"
+                    )
+                running = self._mps.find(paths)
+                if running is None:
+                    running = self._mps.start(paths, multi_user=record.multi_user)
+                    failpoints.hit("mps-after-daemon-started")
+                self._record_daemon(paths, running)
+                failpoints.hit("mps-after-daemon-recorded")
+                self._set_ceiling(paths, [record, *others])
+                failpoints.hit("mps-after-limits-set")
+
+    def _with_mps_intent(self, item: PlannedDevice, prepared: PreparedDevice) -> PreparedDevice:
+        """Record which daemon an MPS device will use before anything is started (a
+        dynamic MIG device's is known only once it exists: `_start_mps` records it)."""
+        if item.mps is None:
+            return prepared
+        if self._mps is None:
+            raise ClaimError(
+                f"{item.device.name}: MPS was asked for, but this node has no MPS control "
+                "binary (nvidia-cuda-mps-control in the driver root)"
+            )
+        if item.device.dynamic is not None:
+            return prepared
+        return dataclasses.replace(prepared, mps=self._mps_record(item, {}))
+
+    def _mps_record(self, item: PlannedDevice, created: Mapping[str, MigDeviceInfo]) -> MpsRecord:
+        """The daemon intent of an MPS device: which daemon, the claim's own limits."""
+        assert self._mps is not None
+        assert item.mps is not None
+        device = item.device
+        mig = created.get(device.name) if device.dynamic is not None else device.mig
+        uuid = device.gpu.uuid if mig is None else mig.uuid
+        return MpsRecord(
+            device_uuid=uuid,
+            gpu_uuid=device.gpu.uuid,
+            daemon_dir=str(self._mps.paths(uuid).root),
+            device_memory_mib=device.capacity.get("memory", 0) // 2**20,
+            multi_user=item.multi_user,
+            active_thread_percentage=item.mps.active_thread_percentage,
+            pinned_memory_mib=item.mps.pinned_memory_mib,
+        )
+
+    def _record_daemon(self, paths: DaemonPaths, running: DaemonProcess) -> None:
+        """Write the daemon's pid and start time into every record of it."""
+
+        def record(loaded: Checkpoint) -> Checkpoint:
+            checkpoint = loaded
+            for entry in list(loaded.claims.values()):
+                devices = [
+                    dataclasses.replace(
+                        d,
+                        mps=dataclasses.replace(
+                            d.mps, pid=running.pid, start_ticks=running.start_ticks
+                        ),
+                    )
+                    if d.mps is not None and d.mps.daemon_dir == str(paths.root)
+                    else d
+                    for d in entry.devices
+                ]
+                if tuple(devices) != entry.devices:
+                    checkpoint = checkpoint.replace_devices(entry.uid, devices)
+            return checkpoint
+
+        self.update(record)
+
+    def _set_ceiling(self, paths: DaemonPaths, records: Sequence[MpsRecord]) -> None:
+        """Set the daemon's defaults to the most any of its claims may use."""
+        assert self._mps is not None
+        ceiling = daemon_ceiling(
+            [MpsLimits(r.active_thread_percentage, r.pinned_memory_mib) for r in records],
+            records[0].device_memory_mib,
+        )
+        self._mps.send(paths, control_commands(ceiling, paths.device_uuid))
+
+    def _release_mps(self, uid: str) -> None:
+        """Stop the MPS daemons only this claim used; lower the others' limits."""
+        entry = self.snapshot().claims.get(uid)
+        if entry is None:
+            return
+        for device in entry.devices:
+            record = device.mps
+            if record is None:
+                continue
+            if self._mps is None:
+                raise ClaimError(
+                    f"{entry.ref}: uses an MPS daemon, but this plugin was started without MPS"
+                )
+            paths = DaemonPaths(Path(record.daemon_dir))
+            with self._gpu_locks.hold([record.gpu_uuid]):
+                others = _daemon_users(self.snapshot(), paths, exclude_uid=uid)
+                if others:
+                    if self._mps.find(paths) is not None:
+                        self._set_ceiling(paths, others)
+                    continue
+                self._mps.stop(paths)
+            failpoints.hit("mps-after-daemon-stopped")
+
     def _record_progress(self, uid: str, index: int, record: MigRecord) -> None:
 
         def record_it(checkpoint: Checkpoint) -> Checkpoint:
@@ -516,6 +716,7 @@ class GpuDriver:
         admin's made after the devices were published, which is why creating
         ours failed. It must survive the rollback.
         """
+        self._release_mps(entry.uid)
         self._destroy_mig_devices(entry, search_unrecorded=search_unrecorded)
         for strategy in self._sharing:
             strategy.release(entry)
@@ -538,6 +739,7 @@ class GpuDriver:
             return
         self._cdi.remove(uid)
         failpoints.hit("unprepare-after-cdi-removed")
+        self._release_mps(uid)
         self._destroy_mig_devices(entry)
         for strategy in self._sharing:
             strategy.release(entry)
@@ -643,11 +845,28 @@ class GpuDriver:
                         mig.parent_minor, mig.gpu_instance_id, mig.compute_instance_id
                     ),
                 )
+            if item.mps is not None:
+                uuid = device.gpu.uuid if mig is None else mig.uuid
+                assert self._mps is not None  # _with_mps_intent refused the claim otherwise
+                edits = edits.merged(container_edits(self._mps.paths(uuid), item.mps))
             devices[name] = cdi.CdiDevice(name=name, edits=edits)
         common = cdi.common_edits(uvm_major)
         if self._driver_edits is not None:
             common = common.merged(self._driver_edits())
         return cdi.claim_spec(claim_uid, list(devices.values()), common)
+
+
+def _daemon_users(
+    checkpoint: Checkpoint, paths: DaemonPaths, *, exclude_uid: str
+) -> list[MpsRecord]:
+    """The MPS records of claims other than `exclude_uid` served by the daemon at `paths`."""
+    return [
+        device.mps
+        for entry in checkpoint.claims.values()
+        if entry.uid != exclude_uid
+        for device in entry.devices
+        if device.mps is not None and device.mps.daemon_dir == str(paths.root)
+    ]
 
 
 def _undo_needs_record(claim: AllocatedClaim, devices: Mapping[str, AllocatableDevice]) -> bool:

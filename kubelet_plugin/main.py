@@ -17,6 +17,7 @@ retries, serving no socket, instead of exiting into a crash loop.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from collections.abc import Mapping
@@ -49,6 +50,7 @@ from dra_driver.health import (
     device_taints,
 )
 from dra_driver.inventory import discover
+from dra_driver.mps import MPS_DIR
 from dra_driver.nvml.backend import Hardware, open_hardware
 from kubelet_plugin.claim_events import EventingService
 from kubelet_plugin.driver import GpuDriver
@@ -57,6 +59,7 @@ from kubelet_plugin.health_monitor import HealthMonitor
 from kubelet_plugin.health_stream import DeviceHealthServicer
 from kubelet_plugin.metrics import PluginMetrics
 from kubelet_plugin.mig_lifecycle import MigLifecycle
+from kubelet_plugin.mps_daemons import MpsDaemons
 from kubelet_plugin.probe import HealthCheckServer, PluginHealthServicer
 from kubelet_plugin.rebuild import default_sources
 from kubelet_plugin.server import PluginServer
@@ -238,6 +241,7 @@ def _serve(
             devices=every_instance_as_dynamic,
         ),
         gpu_policy=open_gpu_policy(hardware),
+        mps=_mps_daemons(hardware, data_dir, shm_tmpfs=options.nvml == "real"),
     )
     metrics.track_prepared(driver.prepared_counts)
 
@@ -251,6 +255,13 @@ def _serve(
         len(report.orphan_cdi_specs_removed),
         len(report.rebuilt),
     )
+    if report.mps_adopted or report.mps_restarted or report.mps_orphans_stopped:
+        log.info(
+            "MPS control daemons: %d adopted, %d restarted, %d without a claim stopped",
+            len(report.mps_adopted),
+            len(report.mps_restarted),
+            len(report.mps_orphans_stopped),
+        )
     if options.dynamic_mig:
         driver.reconcile_mig(reclaim_unknown=options.mig_reclaim_unknown)
     owned = driver.owned_instances()
@@ -382,6 +393,21 @@ def _serve(
             thread.join(timeout=5)
     log.info("stopped")
     return 0
+
+
+def _mps_daemons(hardware: Hardware, data_dir: Path, *, shm_tmpfs: bool) -> MpsDaemons | None:
+    """The MPS control daemons, run with the driver root's `nvidia-cuda-mps-control` (a
+    simulated node's fake root holds one that starts the simulated daemon); None without it."""
+    binaries = hardware.driver_binaries()
+    if binaries.nvidia_cuda_mps_control is None:
+        log.warning("the driver root has no nvidia-cuda-mps-control: MPS claims will be refused")
+        return None
+    return MpsDaemons(
+        data_dir / MPS_DIR,
+        (str(binaries.nvidia_cuda_mps_control),),
+        shm_tmpfs=shm_tmpfs,
+        env={**os.environ, **binaries.env},
+    )
 
 
 class _SliceBuilder:

@@ -11,6 +11,7 @@ The tests and benchmarks drive the plugin through the same class.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -30,9 +31,11 @@ from dra_driver.checkpoint import Checkpoint
 from dra_driver.checkpoint import decode as decode_checkpoint
 from dra_driver.cluster.local import LocalCluster
 from dra_driver.errors import PluginError
+from dra_driver.mps import MPS_DIR
 from dra_driver.nvml.backend import Hardware, open_hardware
 from kubelet_plugin.kubelet_client import KubeletClient
 from kubelet_plugin.main import CHECKPOINT_DIR, LEGACY_CHECKPOINT_FILE, plugin_data_dir
+from kubelet_plugin.mps_daemons import MpsDaemons
 from kubelet_plugin.server import dra_socket_path, registration_socket_path
 
 PLUGIN_START_TIMEOUT_S = 30.0
@@ -205,12 +208,14 @@ class PluginProcess:
         return self.start(failpoints=failpoints or ())
 
     def close(self) -> None:
-        """Kill the plugin if it runs and remove the work directory (unless `keep`)."""
+        """Kill the plugin if it runs, then any MPS daemon it left, and remove the work
+        directory (unless `keep`)."""
         self.client.close()
         if self.process is not None:
             if self.process.poll() is None:
                 self.process.kill()
             self.process.wait(timeout=15)
+        self.kill_mps_daemons()
         if not self.keep:
             shutil.rmtree(self.work, ignore_errors=True)
 
@@ -225,6 +230,29 @@ class PluginProcess:
         self.close()
 
     # -- what the plugin left on disk ---------------------------------------------
+
+    @property
+    def mps_root(self) -> Path:
+        """Where the plugin keeps its MPS daemons' directories (one per device UUID)."""
+        return plugin_data_dir(self.kubelet_root, self.driver) / MPS_DIR
+
+    def mps_daemons(self) -> dict[str, int]:
+        """The simulated MPS control daemons alive under `mps_root`: device UUID -> pid."""
+        alive = {}
+        for paths in MpsDaemons(self.mps_root, ()).daemon_dirs():
+            found = MpsDaemons(self.mps_root, ()).find(paths)
+            if found is not None:
+                alive[paths.device_uuid] = found.pid
+        return alive
+
+    def kill_mps_daemons(self) -> list[int]:
+        """SIGKILL every MPS daemon left under `mps_root` (tests must not leak processes)."""
+        killed = []
+        for pid in self.mps_daemons().values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        return killed
 
     def store_claim(self, claim: Mapping[str, Any]) -> dict[str, Any]:
         """Store a claim as a real API server would get it: create, then write its status.

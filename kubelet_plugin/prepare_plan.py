@@ -13,14 +13,20 @@ checkpoint writes) happens in `kubelet_plugin.driver`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dra_driver import cdi
 from dra_driver.checkpoint import Checkpoint, PreparedDevice
 from dra_driver.claims import AllocatedClaim, DeviceResult
-from dra_driver.device_config import effective_configs, unsupported_sharing
+from dra_driver.device_config import (
+    DeviceConfig,
+    effective_configs,
+    mps_config_of,
+    unsupported_sharing,
+)
 from dra_driver.devices import AllocatableDevice
 from dra_driver.errors import ClaimError
+from dra_driver.mps import MpsLimits, claim_limits, one_mps_device_per_claim
 from dra_driver.nvml.interface import Placement
 from kubelet_plugin.mig_lifecycle import mig_target
 from kubelet_plugin.sharing.shares import check_shares
@@ -28,10 +34,16 @@ from kubelet_plugin.sharing.shares import check_shares
 
 @dataclass(frozen=True)
 class PlannedDevice:
-    """One allocation result this node must prepare."""
+    """One allocation result this node must prepare.
+
+    `mps` is set when the device is shared through MPS: the claim's own limits
+    on it (and `multi_user`, the daemon's mode).
+    """
 
     result: DeviceResult
     device: AllocatableDevice
+    mps: MpsLimits | None = None
+    multi_user: bool = False
 
 
 def plan_claim(
@@ -62,8 +74,8 @@ def plan_claim(
             )
         if not result.admin_access and result.share_id is None:
             # Shares, and exclusive results on shared devices: check_shares.
-            owner = checkpoint.device_owner(result.pool, result.device)
-            if owner is not None and owner != claim.uid:
+            owner = checkpoint.device_owner(result.pool, result.device, exclude_uid=claim.uid)
+            if owner is not None:
                 raise ClaimError(
                     f"{where}[{index}]: device {result.device!r} is already prepared for claim "
                     f"{_describe_owner(checkpoint, owner)}; refusing to hand it out twice"
@@ -74,7 +86,34 @@ def plan_claim(
     problem = unsupported_sharing(claim, configs)
     if problem is not None:
         raise ClaimError(problem)
-    return planned
+    return _with_mps(claim, planned, configs)
+
+
+def _with_mps(
+    claim: AllocatedClaim,
+    planned: list[PlannedDevice],
+    configs: Mapping[str, DeviceConfig | None],
+) -> list[PlannedDevice]:
+    """Attach each MPS device's limits (from its mpsConfig and what it consumed)."""
+    out = []
+    for index, item in enumerate(planned):
+        config = mps_config_of(item.result, configs)
+        if config is None:
+            out.append(item)
+            continue
+        device = item.device
+        uuid = device.mig.uuid if device.mig is not None else device.gpu.uuid
+        limits = claim_limits(
+            config,
+            device_uuid="" if device.dynamic is not None else uuid,
+            device_index=index,
+            capacity=device.capacity,
+            consumed=item.result.consumed_capacity,
+            where=f"{claim.ref}: request {item.result.request!r} on {device.name}",
+        )
+        out.append(replace(item, mps=limits, multi_user=config.multi_user))
+    one_mps_device_per_claim(claim.ref, (i.device.name for i in out if i.mps is not None))
+    return out
 
 
 def prepared_device(

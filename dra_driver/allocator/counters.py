@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from dra_driver.allocator.pools import CounterDomain, DeviceID, DeviceRecord, device_id_str
+from dra_driver.allocator.pools import CounterDomain, DeviceID, DeviceRecord
 from dra_driver.allocator.state import AllocatedState
-from dra_driver.allocator.trace import CountersExhausted
+from dra_driver.allocator.trace import CounterConsumer, CountersExhausted, DeviceRef
 from dra_driver.quantity import readable
 
 CounterKey = tuple[str, str]  # (counter set, counter)
@@ -64,10 +64,11 @@ class CounterLedger:
     def __init__(self, lookup: Callable[[CounterDomain], Availability]) -> None:
         self._lookup = lookup
         self._consumed: dict[int, dict[CounterKey, Fraction]] = {}
-        self._holders: dict[int, list[tuple[DeviceRecord, str]]] = {}
+        # Devices reserved in this attempt, with the claim and request they serve.
+        self._holders: dict[int, list[tuple[DeviceRecord, str, str]]] = {}
 
     def reserve(
-        self, domain: CounterDomain, device: DeviceRecord, holder: str
+        self, domain: CounterDomain, device: DeviceRecord, claim: str, request: str
     ) -> CounterKey | None:
         """Add the device's consumption; None if every counter of the domain still fits,
         else the first (sorted) counter that would not, with nothing reserved.
@@ -93,7 +94,7 @@ class CounterLedger:
         if failing is not None:
             self._subtract(consumed, device)
             return failing
-        self._holders.setdefault(id(domain), []).append((device, holder))
+        self._holders.setdefault(id(domain), []).append((device, claim, request))
         return None
 
     def release(self, domain: CounterDomain, device: DeviceRecord) -> None:
@@ -130,12 +131,12 @@ class CounterLedger:
             _ZERO,
         )
         consumers = [
-            f"{device_id_str(device_id)} ({state.holder(device_id) or 'allocated'})"
+            CounterConsumer(DeviceRef(*device_id), state.holder(device_id) or "")
             for device_id, _ in available.consumers.get(key, [])
         ]
         consumers.extend(
-            f"{device_id_str(holder.id)} ({label})"
-            for holder, label in self._holders.get(id(domain), [])
+            CounterConsumer(DeviceRef(*holder.id), claim, request)
+            for holder, claim, request in self._holders.get(id(domain), [])
             if any(s == key[0] and key[1] in c for s, c in holder.consumes)
         )
         return CountersExhausted(

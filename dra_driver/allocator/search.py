@@ -391,7 +391,7 @@ class Search:
             or self.allocating_shares.get(device.id, 0) > 0
         )
         if device.consumes and domain is not None and not skip_counters:
-            failing = self.ledger.reserve(domain, device, f"{plan.key} {request.full_name}")
+            failing = self.ledger.reserve(domain, device, plan.key, request.full_name)
             if failing is not None:
                 if self.tracer is not None:
                     explained = self.ledger.explain(domain, device, failing, self.state)

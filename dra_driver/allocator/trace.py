@@ -106,13 +106,34 @@ class PartitionableDisabled(Reason):
 
 
 @dataclass(frozen=True, slots=True)
+class CounterConsumer:
+    """A device drawing on a shared counter, and the claim holding it.
+
+    `claim` is "ns/name" ("" if the state does not know it); `request` is set
+    when the device was picked earlier in the same attempt.
+    """
+
+    device: DeviceRef
+    claim: str = ""
+    request: str = ""
+
+    @property
+    def holder(self) -> str:
+        """Who holds the device, in words: "ns/claim", "ns/claim request" or "allocated"."""
+        return " ".join(part for part in (self.claim, self.request) if part) or "allocated"
+
+    def __str__(self) -> str:
+        return f"{self.device} ({self.holder})"
+
+
+@dataclass(frozen=True, slots=True)
 class CountersExhausted(Reason):
     domain: str
     counter_set: str
     counter: str
     needed: str
     available: str
-    consumers: tuple[str, ...] = ()
+    consumers: tuple[CounterConsumer, ...] = ()
 
     def describe(self) -> str:
         text = (
@@ -120,7 +141,7 @@ class CountersExhausted(Reason):
             f"needs {self.needed}, {self.available} available"
         )
         if self.consumers:
-            text += f" (consumed by {', '.join(self.consumers)})"
+            text += f" (consumed by {', '.join(map(str, self.consumers))})"
         return text
 
 

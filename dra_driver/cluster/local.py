@@ -34,11 +34,7 @@ from typing import Any
 
 import yaml
 
-try:  # libyaml's C parser: several times faster, and the plugin reads a claim per Prepare
-    from yaml import CSafeLoader as _SafeLoader
-except ImportError:  # PyYAML built without libyaml
-    from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
-
+from dra_driver import yaml_io
 from dra_driver.api_objects import Obj
 from dra_driver.backoff import backoff_delay
 from dra_driver.cluster import apiserver_rules as rules
@@ -68,7 +64,7 @@ _VERSION_FILE = ".resource-version"
 _SUFFIX = ".yaml"
 
 
-class _Loader(_SafeLoader):
+class _Loader(yaml_io.SafeLoader):
     """SafeLoader that keeps timestamps as strings, as they are in the API's JSON."""
 
 
@@ -79,7 +75,11 @@ _Loader.yaml_implicit_resolvers = {
 
 
 class _KubectlDumper(yaml.SafeDumper):
-    """SafeDumper styled like kubectl: strings that need quotes get double quotes."""
+    """SafeDumper styled like kubectl: strings that need quotes get double quotes.
+
+    Python's emitter, not libyaml's: the quoting style is chosen in the emitter,
+    and this writes one object per file.
+    """
 
     def choose_scalar_style(self) -> str:
         style = super().choose_scalar_style()
@@ -260,8 +260,8 @@ class LocalCluster:
         except (OSError, UnicodeDecodeError) as exc:
             raise ClusterError(f"{kind.kind} file {path}: cannot read it: {exc}") from exc
         try:
-            obj = yaml.load(text, Loader=_Loader)
-        except yaml.YAMLError as exc:
+            obj = yaml_io.load(text, _Loader)
+        except yaml_io.YAMLError as exc:
             raise ClusterError(
                 f"{kind.kind} file {path}: not valid YAML: {yaml_problem(exc)}"
             ) from exc

@@ -5,12 +5,12 @@ the plugin in simulation runs the production discovery
 (`dra_driver.driver_files`) over a directory laid out like a real driver
 install: the versioned libraries of the shape's driver version with their
 soname and `.so` links, `vdpau/`, the driver binaries, and GSP firmware. The
-files are empty (no binary content); binaries are executable.
+files are empty (no binary content); binaries are executable, and
+`nvidia-cuda-mps-control` runs the simulated MPS control daemon
+(`dra_driver.sim.mps_control`).
 
-`fake_driver_files` is the one list of what the fake root holds. A later
-change that makes a simulated binary runnable (for example
-`nvidia-cuda-mps-control` starting a simulated daemon) replaces that entry's
-`content`.
+`fake_driver_files` is the one list of what the fake root holds; a binary
+a simulated node runs gets a script as its content (`_RUNNABLE`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
+
+from dra_driver.sim import mps_control
 
 Layout = Literal["debian", "rhel"]
 
@@ -49,6 +51,9 @@ BINARIES: Final = (
     "nvidia-cuda-mps-server",
 )
 _FIRMWARE: Final = ("gsp_ga10x.bin", "gsp_tu10x.bin")
+_RUNNABLE: Final = {
+    "nvidia-cuda-mps-control": mps_control.launcher()
+}  # what simulated binaries run
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,10 @@ def fake_driver_files(version: str, layout: Layout = "debian") -> list[FakeFile]
     stem, soname = _VDPAU
     entries.append(FakeFile(posixpath.join(vdpau_dir, f"{stem}.so.{version}")))
     entries.append(FakeFile(posixpath.join(vdpau_dir, soname), link_to=f"{stem}.so.{version}"))
-    entries += [FakeFile(f"/usr/bin/{name}", mode=0o755) for name in BINARIES]
+    entries += [
+        FakeFile(f"/usr/bin/{name}", mode=0o755, content=_RUNNABLE.get(name, b""))
+        for name in BINARIES
+    ]
     entries += [FakeFile(f"/lib/firmware/nvidia/{version}/{name}") for name in _FIRMWARE]
     return entries
 
@@ -91,7 +99,7 @@ def materialize_driver_root(root: Path, version: str, layout: Layout = "debian")
             if not path.is_symlink():
                 os.symlink(entry.link_to, path)
             continue
-        if not path.exists():
+        if not path.exists() or path.read_bytes() != entry.content:
             path.write_bytes(entry.content)
         path.chmod(entry.mode)
     return root

@@ -28,8 +28,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
+from dra_driver import yaml_io
 from dra_driver.errors import ConfigError, yaml_problem
 from dra_driver.sim.models import MODELS, GpuModel, find_model
 
@@ -134,10 +133,10 @@ _GPU_KEYS = {"model", "migEnabled", "count"}
 def load_shape_file(path: Path) -> NodeShape:
     """Parse a YAML shape file; every mistake is a ConfigError naming the file and field."""
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = yaml_io.load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"shape file {path}: cannot read: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
+    except yaml_io.YAMLError as exc:
         raise ConfigError(f"shape file {path}: not valid YAML: {yaml_problem(exc)}") from exc
     if not isinstance(doc, dict):
         raise ConfigError(f"shape file {path}: must be a mapping with a 'gpus' list")

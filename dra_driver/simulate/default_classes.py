@@ -12,8 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
-import yaml
-
+from dra_driver import yaml_io
 from dra_driver.errors import ConfigError
 
 DEPLOY_FILE: Final = Path(__file__).resolve().parents[2] / "deploy" / "deviceclasses.yaml"
@@ -42,7 +41,7 @@ def default_device_classes(deploy_file: Path = DEPLOY_FILE) -> list[dict[str, An
     if not deploy_file.is_file():
         return builtin_device_classes()
     try:
-        documents = list(yaml.safe_load_all(deploy_file.read_text(encoding="utf-8")))
-    except (OSError, yaml.YAMLError) as exc:
+        documents = list(yaml_io.load_all(deploy_file.read_text(encoding="utf-8")))
+    except (OSError, yaml_io.YAMLError) as exc:
         raise ConfigError(f"{deploy_file}: cannot read the default DeviceClasses: {exc}") from exc
     return [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") == "DeviceClass"]

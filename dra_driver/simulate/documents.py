@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
-
+from dra_driver import yaml_io
 from dra_driver.errors import ConfigError, yaml_problem
 
 STDIN = "-"
@@ -59,13 +58,13 @@ def read_documents(
 def parse_documents(text: str, name: str) -> Iterator[SourcedObject]:
     """The objects of one YAML text (see `read_documents`)."""
     index = 0
-    loader = yaml.safe_load_all(text)
+    loader = yaml_io.load_all(text)
     while True:
         try:
             document = next(loader)
         except StopIteration:
             return
-        except yaml.YAMLError as exc:
+        except yaml_io.YAMLError as exc:
             raise ConfigError(
                 f"{name}: document {index}: not valid YAML: {yaml_problem(exc)}"
             ) from exc

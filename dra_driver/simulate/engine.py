@@ -251,7 +251,7 @@ class Simulation:
         if not pending:
             return self._placed(item, keys, candidates[0].name)
         claims = [self.claims[key] for key in pending]
-        signature = _signature(claims, candidates)
+        signature = _signature(claims, candidates, self.nodes)
         start = self._cursor.get(signature, 0)
         try:
             found = self.allocator.first_fit(candidates[start:], claims)
@@ -399,7 +399,14 @@ def _allocation(claim: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return allocation if allocation else None
 
 
-def _signature(claims: Sequence[Mapping[str, Any]], nodes: Sequence[Node]) -> str:
-    """What decides whether claims fit on nodes: their specs and the nodes' names."""
+def _signature(
+    claims: Sequence[Mapping[str, Any]], nodes: Sequence[Node], all_nodes: Sequence[Node]
+) -> str:
+    """What decides whether claims fit on nodes: their specs and the nodes' names.
+
+    Pods without node restrictions get the list of all nodes itself, named "*"
+    here so a placement does not serialise every node name.
+    """
     specs = [claim.get("spec") or {} for claim in claims]
-    return json.dumps([specs, [node.name for node in nodes]], sort_keys=True, default=str)
+    names = "*" if nodes is all_nodes else [node.name for node in nodes]
+    return json.dumps([specs, names], sort_keys=True, default=str)

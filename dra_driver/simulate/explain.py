@@ -321,19 +321,12 @@ def _family(reason: Reason) -> str:
 
 def _reason_text(reason: Reason) -> str:
     if isinstance(reason, CountersExhausted):
-        holders = sorted({_holder(consumer) for consumer in reason.consumers})
+        holders = sorted({consumer.holder for consumer in reason.consumers})
         by = f" by {', '.join(holders)}" if holders else ""
         return (
             f"shared counter {reason.counter_set}/{reason.counter} of {reason.domain} used up{by}"
         )
     return reason.describe()
-
-
-def _holder(consumer: str) -> str:
-    """`driver/pool/device (claim)` -> `claim`."""
-    if consumer.endswith(")") and " (" in consumer:
-        return consumer[consumer.rindex(" (") + 2 : -1]
-    return consumer
 
 
 def _device_list(devices: Sequence[DeviceRef], node: str, *, verbose: bool) -> str:

@@ -23,9 +23,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import yaml
-
-from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver import DEFAULT_DRIVER_NAME, yaml_io
 from dra_driver.api_objects import Obj
 from dra_driver.simulate.engine import ClaimOutcome, Placement
 
@@ -65,7 +63,7 @@ def _claim_record(claim: ClaimOutcome) -> Obj:
 
 
 def render_yaml(placements: Sequence[Placement]) -> str:
-    return yaml.safe_dump(placement_records(placements), sort_keys=False, width=1000)
+    return yaml_io.dump(placement_records(placements), sort_keys=False, width=1000)
 
 
 def render_table(placements: Sequence[Placement], *, node_count: int) -> str:

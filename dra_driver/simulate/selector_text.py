@@ -8,71 +8,42 @@ match, equality, quantity and semver comparison, prefix/suffix/contains) and
 finds which attributes and capacities a part reads, so the values the devices
 actually have can be shown next to it. Anything it does not recognise is
 quoted as written.
+
+All of it works on the CEL syntax tree (`dra_driver.cel.parser`): the parts
+are the operands of the top-level `&&` calls, and their text is the source
+between those operators' offsets, with the parentheses of enclosing groups
+removed (what is left is the shortest piece that parses on its own).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-_QUOTED: Final = r"""(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")"""
-_IDENT: Final = r"[A-Za-z_][A-Za-z0-9_]*"
-_REF: Final = (
-    rf"device\s*\.\s*(?P<kind>attributes|capacity)\s*\[\s*(?P<domain>{_QUOTED})\s*\]\s*"
-    rf"(?:\.\s*\??\s*(?P<ident>{_IDENT})|\[\s*\??\s*(?P<key>{_QUOTED})\s*\])"
-)
-REF_RE: Final = re.compile(_REF)
-_CASE: Final = r"(?:\s*\.\s*(?:lowerAscii|upperAscii)\s*\(\s*\))?"
-_LITERAL: Final = rf"(?:{_QUOTED}|-?\d+(?:\.\d+)?|true|false)"
-# `.?name.orValue(default)` / `[?key].orValue(default)`: an optional lookup with a default.
-_OR_VALUE: Final = rf"(?:\s*\.\s*orValue\s*\(\s*{_LITERAL}\s*\))?"
+from dra_driver.cel.ast import Call, Const, Ident, Index, Node, Select, children
+from dra_driver.cel.diagnostics import CompileError
+from dra_driver.cel.parser import parse
 
-_DRIVER_RE: Final = re.compile(rf"^device\s*\.\s*driver\s*(?P<op>==|!=)\s*(?P<arg>{_QUOTED})$")
-DRIVER_REFERENCE_RE: Final = re.compile(r"device\s*\.\s*driver\b")
-
-_PATTERNS: Final = (
-    (
-        re.compile(rf"^{_REF}{_OR_VALUE}{_CASE}\s*\.\s*matches\s*\(\s*(?P<arg>{_QUOTED})\s*\)$"),
-        "matching {arg}",
-    ),
-    (
-        re.compile(rf"^{_REF}{_OR_VALUE}{_CASE}\s*\.\s*startsWith\s*\(\s*(?P<arg>{_QUOTED})\s*\)$"),
-        "starting with {arg}",
-    ),
-    (
-        re.compile(rf"^{_REF}{_OR_VALUE}{_CASE}\s*\.\s*endsWith\s*\(\s*(?P<arg>{_QUOTED})\s*\)$"),
-        "ending with {arg}",
-    ),
-    (
-        re.compile(rf"^{_REF}{_OR_VALUE}{_CASE}\s*\.\s*contains\s*\(\s*(?P<arg>{_QUOTED})\s*\)$"),
-        "containing {arg}",
-    ),
-    (
-        re.compile(rf"^{_REF}{_OR_VALUE}\s*(?P<op>==|!=|>=|<=|>|<)\s*(?P<arg>{_LITERAL})$"),
-        "{op} {arg}",
-    ),
-    (
-        re.compile(
-            rf"^{_REF}{_OR_VALUE}\s*\.\s*compareTo\s*\(\s*(?:quantity|semver)\s*\(\s*(?P<arg>{_QUOTED})\s*\)\s*\)"
-            rf"\s*(?P<op>==|!=|>=|<=|>|<)\s*0$"
-        ),
-        "{op} {bare}",
-    ),
-    (
-        re.compile(
-            rf"^{_REF}{_OR_VALUE}\s*\.\s*isGreaterThan\s*\(\s*(?:quantity|semver)\s*\(\s*(?P<arg>{_QUOTED})\s*\)\s*\)$"
-        ),
-        "> {bare}",
-    ),
-    (
-        re.compile(
-            rf"^{_REF}{_OR_VALUE}\s*\.\s*isLessThan\s*\(\s*(?:quantity|semver)\s*\(\s*(?P<arg>{_QUOTED})\s*\)\s*\)$"
-        ),
-        "< {bare}",
-    ),
-)
+_AND: Final = "_&&_"
+_COMPARISONS: Final = {
+    "_==_": "==",
+    "_!=_": "!=",
+    "_>=_": ">=",
+    "_<=_": "<=",
+    "_>_": ">",
+    "_<_": "<",
+}
+_STRING_TESTS: Final = {
+    "matches": "matching",
+    "startsWith": "starting with",
+    "endsWith": "ending with",
+    "contains": "containing",
+}
+_CASE_FOLDS: Final = frozenset({"lowerAscii", "upperAscii"})
+_ORDER_TESTS: Final = {"isGreaterThan": ">", "isLessThan": "<"}
+_VERSIONED: Final = frozenset({"quantity", "semver"})
+_OPTIONAL_LOOKUPS: Final = frozenset({"_?._", "_[?_]"})
 
 
 @dataclass(frozen=True)
@@ -105,91 +76,38 @@ class Reference:
         return None
 
 
-def _unquote(text: str) -> str:
-    return text[1:-1]
-
-
-def references(expression: str) -> list[Reference]:
-    """The attributes and capacities an expression reads, in order, without repeats."""
-    found: list[Reference] = []
-    if DRIVER_REFERENCE_RE.search(expression):
-        found.append(Reference("driver", "", "driver"))
-    for match in REF_RE.finditer(expression):
-        name = match.group("ident") or _unquote(match.group("key"))
-        ref = Reference(match.group("kind"), _unquote(match.group("domain")), name)
-        if ref not in found:
-            found.append(ref)
-    return found
+_DRIVER: Final = Reference("driver", "", "driver")
 
 
 def conjuncts(expression: str) -> list[str]:
     """The top-level `&&` parts of an expression, outer parentheses removed.
 
-    Quotes and brackets are respected; an expression that is not a plain
-    conjunction comes back as the only part.
+    An expression that is not a conjunction (or does not parse) comes back as
+    the only part.
     """
-    text = _strip_parens(expression.strip())
-    parts: list[str] = []
-    depth = 0
-    quote = ""
-    start = 0
-    index = 0
-    while index < len(text):
-        char = text[index]
-        if quote:
-            if char == "\\":
-                index += 2
-                continue
-            if char == quote:
-                quote = ""
-        elif char in "'\"":
-            quote = char
-        elif char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-        elif depth == 0 and (char == "?" or text.startswith("||", index)):
-            return [text]
-        elif text.startswith("&&", index) and depth == 0:
-            parts.append(text[start:index].strip())
-            start = index + 2
-            index += 1
-        index += 1
-    parts.append(text[start:].strip())
-    if len(parts) == 1:
-        return [text]
-    return [piece for part in parts for piece in conjuncts(part)]
+    tree = _parsed(expression)
+    if tree is None:
+        return [expression.strip()]
+    operators: list[int] = []
+    _and_operators(tree, operators)
+    if not operators:
+        return [_unwrapped(expression)]
+    operators.sort()
+    starts = [0, *(offset + len("&&") for offset in operators)]
+    ends = [*operators, len(expression)]
+    return [_unwrapped(expression[start:end]) for start, end in zip(starts, ends, strict=True)]
 
 
-def _strip_parens(text: str) -> str:
-    while text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]):
-        text = text[1:-1].strip()
-    return text
-
-
-def _balanced(text: str) -> bool:
-    depth = 0
-    quote = ""
-    skip = False
-    for char in text:
-        if skip:
-            skip = False
-            continue
-        if quote:
-            if char == "\\":
-                skip = True
-            elif char == quote:
-                quote = ""
-            continue
-        if char in "'\"":
-            quote = char
-        elif char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-            if depth < 0:
-                return False
-    return depth == 0
+def references(expression: str) -> list[Reference]:
+    """The attributes and capacities an expression reads, in order, without repeats."""
+    tree = _parsed(expression)
+    if tree is None:
+        return []
+    found = sorted(
+        ((node.pos, ref) for node in _walk(tree) if (ref := _reference(node)) is not None),
+        key=lambda item: (item[1] != _DRIVER, item[0]),
+    )
+    return list(dict.fromkeys(ref for _, ref in found))
 
 
 def describe(expression: str) -> str:
@@ -197,27 +115,164 @@ def describe(expression: str) -> str:
 
     Unrecognised expressions are quoted: "`<expression>`".
     """
-    text = _strip_parens(" ".join(expression.split()))
-    driver = _DRIVER_RE.match(text)
-    if driver is not None:
-        return f"driver {driver.group('op')} {_single_quoted(driver.group('arg'))}"
-    for pattern, template in _PATTERNS:
-        match = pattern.match(text)
-        if match is None:
-            continue
-        name = match.group("ident") or _unquote(match.group("key"))
-        groups = match.groupdict()
-        arg = groups.get("arg") or ""
-        phrase = template.format(
-            arg=_single_quoted(arg),
-            bare=_unquote(arg) if arg[:1] in "'\"" else arg,
-            op=groups.get("op") or "",
-        )
-        return f"{name} {phrase}"
-    return f"`{text}`"
+    text = _unwrapped(" ".join(expression.split()))
+    tree = _parsed(text)
+    phrase = _phrase(tree) if tree is not None else None
+    return phrase if phrase is not None else f"`{text}`"
 
 
-def _single_quoted(literal: str) -> str:
-    if literal[:1] == '"':
-        return "'" + literal[1:-1] + "'"
-    return literal
+# -- the tree ----------------------------------------------------------------
+
+
+def _parsed(text: str) -> Node | None:
+    try:
+        return parse(text)
+    except CompileError:
+        return None
+
+
+def _and_operators(node: Node, offsets: list[int]) -> None:
+    """The source offsets of the `&&` operators joining the top-level parts."""
+    if isinstance(node, Call) and node.function == _AND and node.target is None:
+        offsets.append(node.pos)
+        for operand in node.args:
+            _and_operators(operand, offsets)
+
+
+def _unwrapped(text: str) -> str:
+    """`text` without the parentheses of groups it was cut out of, or around it."""
+    original = text = text.strip()
+    while _parsed(text) is None:
+        if text.startswith("("):
+            text = text[1:].strip()
+        elif text.endswith(")"):
+            text = text[:-1].strip()
+        else:
+            return original
+    while text.startswith("(") and text.endswith(")") and _parsed(text[1:-1]) is not None:
+        text = text[1:-1].strip()
+    return text
+
+
+def _walk(node: Node) -> Iterator[Node]:
+    yield node
+    for child in children(node):
+        yield from _walk(child)
+
+
+def _string(node: Node | None) -> str | None:
+    if isinstance(node, Const) and type(node.value) is str:
+        return node.value
+    return None
+
+
+def _reference(node: Node) -> Reference | None:
+    """`device.driver`, `device.<kind>['<domain>'].<name>` or `...['<domain>']['<name>']`
+    (also inside `has()`, optional as `.?<name>` / `[?'<name>']`, with or without
+    an `.orValue(<literal>)` default)."""
+    node = _without_default(node)
+    if isinstance(node, Call) and node.function in _OPTIONAL_LOOKUPS and node.target is None:
+        base, name_node = node.args
+        if (name := _string(name_node)) is None:
+            return None
+    elif isinstance(node, Select):
+        if node.field == "driver" and _is_device(node.operand):
+            return _DRIVER
+        base, name = node.operand, node.field
+    elif isinstance(node, Index) and (key := _string(node.index)) is not None:
+        base, name = node.operand, key
+    else:
+        return None
+    if not isinstance(base, Index) or (domain := _string(base.index)) is None:
+        return None
+    table = base.operand
+    if (
+        isinstance(table, Select)
+        and table.field in ("attributes", "capacity")
+        and _is_device(table.operand)
+    ):
+        return Reference(table.field, domain, name)
+    return None
+
+
+def _without_default(node: Node) -> Node:
+    """`x.orValue(<literal>)` -> `x`."""
+    if (
+        isinstance(node, Call)
+        and node.function == "orValue"
+        and node.target is not None
+        and len(node.args) == 1
+        and isinstance(node.args[0], Const)
+    ):
+        return node.target
+    return node
+
+
+def _is_device(node: Node) -> bool:
+    return isinstance(node, Ident) and node.name == "device"
+
+
+def _phrase(node: Node) -> str | None:
+    if not isinstance(node, Call):
+        return None
+    if node.function in _COMPARISONS and node.target is None and len(node.args) == 2:
+        return _comparison(_COMPARISONS[node.function], node.args[0], node.args[1])
+    subject = node.target
+    if subject is not None and len(node.args) == 1:
+        if isinstance(subject, Call) and subject.function in _CASE_FOLDS and not subject.args:
+            folded = subject.target
+            subject = folded if folded is not None and node.function in _STRING_TESTS else None
+        ref = _reference(subject) if subject is not None else None
+        if ref is None or ref == _DRIVER:
+            return None
+        if node.function in _STRING_TESTS and (arg := _string(node.args[0])) is not None:
+            return f"{ref.name} {_STRING_TESTS[node.function]} '{arg}'"
+        if node.function in _ORDER_TESTS and (bound := _versioned(node.args[0])) is not None:
+            return f"{ref.name} {_ORDER_TESTS[node.function]} {bound}"
+    return None
+
+
+def _comparison(op: str, left: Node, right: Node) -> str | None:
+    """`<ref> op <literal>`, `device.driver op '<name>'`, `<ref>.compareTo(quantity(..)) op 0`."""
+    ref = _reference(left)
+    if ref == _DRIVER:
+        name = _string(right)
+        return f"driver {op} '{name}'" if name is not None and op in ("==", "!=") else None
+    if ref is not None:
+        literal = _literal(right)
+        return f"{ref.name} {op} {literal}" if literal is not None else None
+    if (
+        isinstance(left, Call)
+        and left.function == "compareTo"
+        and left.target is not None
+        and len(left.args) == 1
+        and isinstance(right, Const)
+        and type(right.value) is int
+        and right.value == 0
+    ):
+        ref = _reference(left.target)
+        bound = _versioned(left.args[0])
+        if ref is not None and ref != _DRIVER and bound is not None:
+            return f"{ref.name} {op} {bound}"
+    return None
+
+
+def _literal(node: Node) -> str | None:
+    if not isinstance(node, Const):
+        return None
+    value = node.value
+    if type(value) is str:
+        return f"'{value}'"
+    if type(value) is bool:
+        return "true" if value else "false"
+    if type(value) in (int, float):
+        return str(value)
+    return None
+
+
+def _versioned(node: Node) -> str | None:
+    """The text of `quantity('40Gi')` or `semver('1.2.3')`."""
+    is_call = isinstance(node, Call) and node.function in _VERSIONED and node.target is None
+    if is_call and isinstance(node, Call) and len(node.args) == 1:
+        return _string(node.args[0])
+    return None

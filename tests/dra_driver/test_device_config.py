@@ -11,6 +11,7 @@ from dra_driver.device_config import (
     GpuConfig,
     MigDeviceConfig,
     effective_configs,
+    mps_config_of,
     unsupported_sharing,
 )
 from dra_driver.errors import ClaimError
@@ -108,12 +109,12 @@ def test_bad_configs_name_claim_entry_and_field(parameters: dict[str, Any], mess
     assert "ResourceClaim default/claim-1: status.allocation.devices.config[0]" in str(raised.value)
 
 
-def test_sharing_is_refused_clearly_rather_than_ignored() -> None:
-    mps = {**GPU, "sharing": {"strategy": "MPS"}}
-    claim = _claim([make_opaque_config(mps)])
+def test_time_slicing_is_refused_clearly_rather_than_ignored() -> None:
+    sliced = {**GPU, "sharing": {"strategy": "TimeSlicing"}}
+    claim = _claim([make_opaque_config(sliced)])
     problem = unsupported_sharing(claim, effective_configs(claim, KINDS))
     assert problem is not None
-    assert "asks for MPS sharing of gpu-0" in problem
+    assert "asks for TimeSlicing sharing of gpu-0" in problem
     assert "remove the sharing section" in problem
 
 
@@ -121,3 +122,22 @@ def test_time_slicing_is_no_longer_refused() -> None:
     ts = {**GPU, "sharing": {"strategy": "TimeSlicing"}}
     claim = _claim([make_opaque_config(ts)])
     assert unsupported_sharing(claim, effective_configs(claim, KINDS)) is None
+
+
+def test_mps_is_applied_with_its_settings_or_defaults() -> None:
+    with_settings = {
+        **GPU,
+        "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 20}},
+    }
+    for parameters, percentage in (
+        ({**GPU, "sharing": {"strategy": "MPS"}}, None),
+        (with_settings, 20),
+    ):
+        claim = _claim([make_opaque_config(parameters)])
+        configs = effective_configs(claim, KINDS)
+        assert unsupported_sharing(claim, configs) is None
+        settings = mps_config_of(claim.results[0], configs)
+        assert settings is not None
+        assert settings.default_active_thread_percentage == percentage
+    plain = _claim([make_opaque_config(GPU)])
+    assert mps_config_of(plain.results[0], effective_configs(plain, KINDS)) is None

@@ -2,24 +2,49 @@
 
 `kubelet_plugin.plugin_process.PluginProcess` (production code, used by
 `dra-gpu demo`) runs the real daemon on a simulated node; this subclass adds
-a node reboot and the plugin's peak memory for the tests and benchmarks.
+a node reboot, the plugin's peak memory and a crash at a failpoint for the tests and
+benchmarks.
 """
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
+
+import grpc
 
 from dra_driver.errors import PluginError
 from dra_driver.nvml.backend import sim_proc_root
 from dra_driver.sim.hardware import SimHardware
 from kubelet_plugin.plugin_process import PLUGIN_START_TIMEOUT_S
 from kubelet_plugin.plugin_process import PluginProcess as RuntimePluginProcess
+from kubelet_plugin.service import ClaimRef
 
 __all__ = ["PLUGIN_START_TIMEOUT_S", "PluginProcess"]
 
 
 class PluginProcess(RuntimePluginProcess):
-    """`kubelet_plugin.plugin_process.PluginProcess` plus `reboot_node` and `rss_peak_kib`."""
+    """`kubelet_plugin.plugin_process.PluginProcess` plus `reboot_node`, `rss_peak_kib` and
+    `crash_during`."""
+
+    def crash_during(self, call: str, ref: ClaimRef, step: str) -> None:
+        """Restart the plugin armed with the failpoint `step`, make the `call` ("prepare" or
+        "unprepare") for `ref`, and check that the plugin died right there: the kubelet saw
+        UNAVAILABLE and the process was SIGKILLed. PluginError otherwise."""
+        self.restart(failpoints=[step])
+        rpc = self.client.prepare if call == "prepare" else self.client.unprepare
+        try:
+            rpc([ref])
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                raise PluginError(
+                    f"{call} at {step} failed with {exc.code()}, not UNAVAILABLE"
+                ) from exc
+        else:
+            raise PluginError(f"{call} of {ref.name} succeeded although {step} was armed")
+        code = self.wait_exit()
+        if code != -signal.SIGKILL:
+            raise PluginError(f"plugin exited with {code} at {step}; log:\n{self.log_tail()}")
 
     def reboot_node(self) -> str:
         """Simulate a node reboot; returns the new boot id.

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 
-from kubelet_plugin.demo import _Printer
+import pytest
+
+from dra_driver.simulate.node_allocation import allocate_on_node
+from kubelet_plugin.demo import _Printer, run_demo
 
 
 class _Terminal(io.StringIO):
@@ -22,3 +25,18 @@ def test_step_titles_are_bold_on_a_terminal() -> None:
     out = _Terminal()
     _Printer(out).step("Start the kubelet plugin")
     assert out.getvalue() == "\n\033[1m== 1. Start the kubelet plugin\033[0m\n"
+
+
+@pytest.mark.slow
+def test_demo_runs_through_and_its_mps_daemon_comes_and_goes() -> None:
+    out = io.StringIO()
+    assert run_demo(allocate=allocate_on_node, out=out) == 0
+    text = out.getvalue()
+    mps = text[text.index("MPS: two claims share gpu-7") :]
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M" in mps
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40960M" in mps
+    assert "(ml-team/infer-a, ml-team/infer-b)" in mps
+    assert "daemon defaults (the most generous claim's): 50.0 %" in mps
+    last = mps[mps.index("after the last claim") :].splitlines()[2]
+    assert last.split()[0] == "gpu-7"
+    assert last.split()[-1] == "-"  # no daemon any more

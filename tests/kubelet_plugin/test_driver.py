@@ -34,7 +34,7 @@ from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle
 from kubelet_plugin.prepare_plan import plan_claim
 from kubelet_plugin.service import ClaimRef, UnprepareResult
-from tests.fakes import TEST_POOL, make_allocated_claim
+from tests.fakes import TEST_CLAIM_UID, TEST_POOL, make_allocated_claim, make_opaque_config
 
 BOOT = "b00710d0-0000-4000-8000-000000000000"
 
@@ -273,3 +273,25 @@ def test_recover_removes_orphan_specs_and_temp_files_but_nothing_else(h100: Node
     assert report.orphan_cdi_specs_removed == ["gone"]
     assert sorted(p.name for p in h100.cdi.root.iterdir()) == sorted([kept.name, foreign.name])
     assert set(h100.checkpoints.load().claims) == {"k1"}
+
+
+def test_mps_claim_on_a_driver_without_mps_support_is_refused_cleanly(h100: Node) -> None:
+    config = make_opaque_config(
+        {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "GpuConfig",
+            "sharing": {"strategy": "MPS"},
+        }
+    )
+    claim = make_allocated_claim("mps", uid=TEST_CLAIM_UID, configs=[config])
+    del claim["metadata"]["resourceVersion"]
+    status = claim.pop("status")
+    stored = h100.cluster.put_resource_claim(claim)
+    stored["status"] = status
+    h100.cluster.update_resource_claim_status(stored)
+
+    result = h100.driver.prepare([ClaimRef("default", TEST_CLAIM_UID, "mps")])[TEST_CLAIM_UID]
+
+    assert "gpu-0: MPS was asked for, but this node has no MPS control binary" in result.error
+    assert h100.checkpoints.load().claims == {}
+    assert h100.cdi.claim_uids() == set()

@@ -437,9 +437,12 @@ def test_device_this_node_does_not_publish_is_an_error(
             {
                 "apiVersion": "resource.nvidia.com/v1beta1",
                 "kind": "GpuConfig",
-                "sharing": {"strategy": "MPS"},
+                "sharing": {
+                    "strategy": "MPS",
+                    "mpsConfig": {"defaultActiveThreadPercentage": 0},
+                },
             },
-            "asks for MPS sharing of gpu-2",
+            "request 'gpu' on gpu-2: defaultActiveThreadPercentage must be 1..100, not 0",
         ),
         (
             {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "sharingg": {}},

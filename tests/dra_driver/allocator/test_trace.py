@@ -24,6 +24,7 @@ from dra_driver.allocator.trace import (
     CapacityUndefined,
     ClassSelectorFalse,
     ConstraintMismatch,
+    CounterConsumer,
     CountersExhausted,
     DistinctViolation,
     PickedInThisAttempt,
@@ -177,7 +178,11 @@ def test_exhausted_counter_reports_counter_amounts_and_consumers() -> None:
             counter="memory",
             needed="20Gi",
             available="0",
-            consumers=("gpu.nvidia.com/node-1/gpu-0-full (default/claim-0 big)",),
+            consumers=(
+                CounterConsumer(
+                    DeviceRef(DRIVER, "node-1", "gpu-0-full"), "default/claim-0", "big"
+                ),
+            ),
         )
     ]
     assert (
@@ -217,7 +222,10 @@ def test_counters_consumed_by_allocated_devices_are_attributed_to_their_claims()
     (reason,) = reasons_for(recorder, "gpu", "gpu-0-3g")
     assert isinstance(reason, CountersExhausted)
     assert reason.domain == "ResourceSlice node-1-gpus"
-    assert reason.consumers == ("gpu.nvidia.com/node-1/gpu-0-full (default/inference)",)
+    assert reason.consumers == (
+        CounterConsumer(DeviceRef(DRIVER, "node-1", "gpu-0-full"), "default/inference"),
+    )
+    assert "(consumed by gpu.nvidia.com/node-1/gpu-0-full (default/inference))" in reason.describe()
 
 
 def test_constraint_reasons_show_the_values() -> None:

@@ -1,0 +1,51 @@
+"""`dra-gpu status` rendering: one line per GPU and per MIG device, MPS at a glance."""
+
+from __future__ import annotations
+
+from kubelet_plugin.node_status import GpuStatus, MigDeviceStatus, MpsStatus, render_table, to_dicts
+
+MPS = MpsStatus(running=True, pid=4242, pipe_directory="/k/mps/GPU-1/pipe", clients=("ml/a",))
+GPUS = [
+    GpuStatus("gpu-0", "GPU-1", "NVIDIA H100 80GB HBM3", "Disabled", "Long", MPS, ()),
+    GpuStatus(
+        "gpu-1",
+        "GPU-2",
+        "NVIDIA H100 80GB HBM3",
+        "Enabled",
+        None,
+        None,
+        (
+            MigDeviceStatus(
+                "MIG-3",
+                "1g.10gb",
+                9,
+                0,
+                MpsStatus(running=False, pid=None, pipe_directory="/k/mps/MIG-3/pipe", clients=()),
+            ),
+        ),
+    ),
+]
+
+
+def test_table_shows_time_slice_mps_and_mig_devices() -> None:
+    lines = render_table(GPUS).splitlines()
+    assert lines[0].split() == ["NAME", "UUID", "MIG", "TIMESLICE", "MPS"]
+    assert lines[1].split()[:4] == ["gpu-0", "GPU-1", "Disabled", "Long"]
+    assert lines[1].endswith("running pid 4242 (ml/a) /k/mps/GPU-1/pipe")
+    assert lines[2].split()[:4] == ["gpu-1", "GPU-2", "Enabled", "-"]
+    assert lines[3].split()[:3] == ["1g.10gb", "GI9/CI0", "MIG-3"]
+    # A daemon the checkpoint names but that does not run is what the admin must see.
+    assert lines[3].endswith("NOT RUNNING (no claims) /k/mps/MIG-3/pipe")
+
+
+def test_yaml_fields() -> None:
+    first, second = to_dicts(GPUS)
+    assert first["timeSlice"] == "Long"
+    assert first["mps"] == {
+        "running": True,
+        "pid": 4242,
+        "pipeDirectory": "/k/mps/GPU-1/pipe",
+        "clients": ["ml/a"],
+    }
+    assert second["migDevices"][0]["gpuInstanceId"] == 9
+    assert second["migDevices"][0]["mps"]["running"] is False
