@@ -190,16 +190,3 @@ def test_conflicting_interval_on_a_shared_gpu_is_refused(plugin: PluginProcess) 
     unprepare(plugin, one, two)
     assert time_slice(plugin, 0) == 0
     assert_nothing_left(plugin)
-
-
-def test_mps_is_still_refused_per_claim(plugin: PluginProcess) -> None:
-    mps = make_opaque_config(
-        {
-            "apiVersion": "resource.nvidia.com/v1beta1",
-            "kind": "GpuConfig",
-            "sharing": {"strategy": "MPS"},
-        }
-    )
-    ref = store(plugin, 1, [("gpu", "gpu-0")], (mps,))
-    assert "asks for MPS sharing" in prepare_error(plugin, ref)
-    assert_nothing_left(plugin)
