@@ -7,8 +7,6 @@ blindly (NVIDIA's driver does): a stale allocation, two schedulers or a
 device republished with less capacity could hand out more than the device
 has. `check_shares` refuses, with a per-claim error naming both claims:
 
-* a share (a result with a `shareID`) of a device this node does not publish
-  for sharing;
 * a share of a device another claim holds exclusively, or an exclusive
   result on a device other claims hold shares of;
 * shares whose `consumedCapacity` (per capacity, over every claim the
@@ -54,12 +52,6 @@ def check_shares(
                     f"it is being shared by claim {shared[0]}; refusing to prepare it"
                 )
             continue
-        if not device.allow_multiple_allocations:
-            raise ClaimError(
-                f"{where}[{index}]: share {result.share_id} of device {result.device!r}, but "
-                "this node does not publish the device for sharing (kubelet-plugin "
-                "--consumable-shares is off); refusing to prepare it"
-            )
         exclusive = [name for name, share in holders if not share]
         if exclusive:
             raise ClaimError(
@@ -74,10 +66,7 @@ def check_shares(
             amount = _quantity(text, f"{where}[{index}].consumedCapacity[{name!r}]")
             capacity = device.capacity.get(name)
             if capacity is None:
-                raise ClaimError(
-                    f"{where}[{index}].consumedCapacity names {name!r}, which device "
-                    f"{result.device!r} does not have"
-                )
+                continue  # not published (no --consumable-shares): nothing to account
             in_use = totals.get(name, Fraction(0))
             if in_use + amount > capacity:
                 raise ClaimError(
