@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PACKAGES := dra_driver kubelet_plugin controller
 
-.PHONY: test lint imports typecheck unit demo bench proto clean
+.PHONY: test lint imports typecheck unit demo bench proto clean wheel wheel-check kubectl
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## test: install into .venv, then ruff, the import contracts (.importlinter), mypy --strict and pytest
-test: $(STAMP) lint imports typecheck unit
+test: $(STAMP) lint imports typecheck kubectl unit wheel-check
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check $(PACKAGES) tests bench
@@ -30,6 +30,26 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q
 
+## kubectl: tests/deploy renders deploy/ with `kubectl kustomize` (Debian's kubernetes-client)
+kubectl:
+	command -v kubectl >/dev/null || { apt-get update -q && apt-get install -y -q kubernetes-client; }
+
+## wheel: the wheel deploy/Dockerfile installs (dist/dra_gpu-VERSION-py3-none-any.whl)
+WHEEL_GLOB := dist/dra_gpu-*-py3-none-any.whl
+wheel: $(STAMP)
+	rm -rf dist build/lib build/bdist.*
+	$(PY) -m pip wheel --quiet --no-deps --wheel-dir dist .
+
+## wheel-check: the wheel has no test code, and `dra-gpu demo` runs from it outside the source tree
+WHEEL_VENV := build/wheel-venv
+wheel-check: wheel
+	$(PY) -m tests.wheel_contents $(WHEEL_GLOB)
+	rm -rf $(WHEEL_VENV) && $(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/pip install --quiet $(WHEEL_GLOB)
+	tmp="$$(mktemp -d)" && cd "$$tmp" && { $(CURDIR)/$(WHEEL_VENV)/bin/dra-gpu demo >demo.log 2>&1; \
+		rc=$$?; [ $$rc = 0 ] || cat demo.log; cd / && rm -rf "$$tmp"; exit $$rc; }
+	@echo "wheel-check: $$(ls $(WHEEL_GLOB)) installs and runs the demo outside the source tree"
+
 ## demo: the main job, on a simulated dgx-h100 node
 demo: $(STAMP)
 	$(VENV)/bin/dra-gpu demo
@@ -43,4 +63,4 @@ proto: $(STAMP)
 	$(PY) -m kubelet_plugin.protogen
 
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -50,9 +50,9 @@ from bench import BenchOptions, BenchResult
 from controller.simulated_nodes import build_simulated_nodes
 from dra_driver.allocator import AllocatedState, Allocator
 from dra_driver.cel import compile_selector
+from dra_driver.device_classes import default_device_classes
 from dra_driver.errors import AllocationError
 from dra_driver.simulate.command import Scenario
-from dra_driver.simulate.default_classes import default_device_classes
 from dra_driver.simulate.documents import SourcedObject
 from dra_driver.simulate.engine import Simulation, build_workload
 from dra_driver.simulate.inputs import collect_inputs

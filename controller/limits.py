@@ -5,7 +5,13 @@ rejected slice means a node whose GPUs the scheduler cannot see. The OpenAPI
 schema only knows field types, so the limits that matter (devices per slice,
 attributes per device, name formats, value lengths, semver, counters, taints)
 are checked here, with the numbers of `k8s.io/api/resource/v1` and the rules
-of `pkg/apis/resource/validation` for Kubernetes 1.34 and 1.35.
+of `pkg/apis/resource/validation` for Kubernetes 1.34 and 1.35. 1.36 and 1.37
+keep every 1.35 number checked here (k8s.io/api `resource/v1/types.go` on
+release-1.36 and master at v0.37.0-beta.0, docs/kubernetes-versions.md); they
+rename ResourceSliceMaxDevicesWithTaintsOrConsumesCounters to
+...WithAdvancedFeatures (list-type attributes count too, which we never
+publish) and add ResourceSliceMaxAttributeValuesPerDevice = 48, which our
+at most 32 scalar attributes and capacities cannot reach.
 
 Every message names the slice, the field path and, for device fields, the
 device, e.g. `ResourceSlice node-a-gpu.nvidia.com-0: spec.devices[3].attributes
@@ -32,7 +38,7 @@ from dra_driver.k8s_names import (
 )
 from dra_driver.quantity import INT64_MAX, parse_quantity
 
-SUPPORTED_VERSIONS: Final = ("1.34", "1.35")
+SUPPORTED_VERSIONS: Final = ("1.34", "1.35", "1.36", "1.37")
 DEFAULT_VERSION: Final = "1.35"
 
 API_VERSION: Final = "resource.k8s.io/v1"
@@ -47,7 +53,7 @@ DEVICE_MAX_DOMAIN_LENGTH: Final = 63
 DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH: Final = 64
 DRIVER_NAME_MAX_LENGTH: Final = 63
 POOL_NAME_MAX_LENGTH: Final = 253
-DEVICE_TAINTS_MAX_LENGTH: Final[dict[str, int]] = {"1.34": 4, "1.35": 16}
+DEVICE_TAINTS_MAX_LENGTH: Final[dict[str, int]] = {"1.34": 4, "1.35": 16, "1.36": 16, "1.37": 16}
 BINDING_CONDITIONS_MAX_SIZE: Final = 4
 BINDING_FAILURE_CONDITIONS_MAX_SIZE: Final = 4
 CAPACITY_REQUEST_POLICY_DISCRETE_MAX_OPTIONS: Final = 10
@@ -64,6 +70,8 @@ RESOURCE_SLICE_MAX_COUNTERS_PER_DEVICE_COUNTER_CONSUMPTION: Final = 32
 TAINT_EFFECTS: Final[dict[str, frozenset[str]]] = {
     "1.34": frozenset({"NoSchedule", "NoExecute"}),
     "1.35": frozenset({"NoSchedule", "NoExecute", "None"}),
+    "1.36": frozenset({"NoSchedule", "NoExecute", "None"}),
+    "1.37": frozenset({"NoSchedule", "NoExecute", "None"}),
 }
 
 
@@ -179,7 +187,7 @@ class _Errors:
 
 
 def check_version(version: str) -> str:
-    """The Kubernetes minor version ("1.34"/"1.35") for "1.35", "1.35.0", "v1.35"."""
+    """The Kubernetes minor version ("1.34" ... "1.37") for "1.35", "1.35.0", "v1.35"."""
     short = ".".join(version.lstrip("v").split(".")[:2])
     if short not in SUPPORTED_VERSIONS:
         raise SliceError(
@@ -197,8 +205,9 @@ def slice_label(obj: Mapping[str, Any]) -> str:
 def validate_resource_slice(obj: Mapping[str, Any], *, version: str = DEFAULT_VERSION) -> list[str]:
     """Every apiserver limit `obj` breaks, one message each; [] when it would be accepted.
 
-    `version` selects the 1.34 or 1.35 rules (they differ in counters, taints and
-    the 64-device limit). Raises SliceError only for an unsupported version.
+    `version` selects the 1.34 or the 1.35 rules (they differ in counters,
+    taints and the 64-device limit; 1.36 and 1.37 keep the 1.35 rules).
+    Raises SliceError only for an unsupported version.
     """
     k8s = check_version(version)
     errors = _Errors(slice_label(obj))
@@ -269,7 +278,7 @@ def validate_pool(
             counters = counter_set.get("counters")
             names = set(counters) if isinstance(counters, Mapping) else set()
             counter_sets.setdefault(set_name, (label, names))
-    if k8s == "1.35":
+    if k8s != "1.34":
         for label, spec in zip(labels, specs, strict=True):
             for i, device in enumerate(_list(spec.get("devices"))):
                 if not isinstance(device, Mapping):
@@ -389,7 +398,7 @@ def _check_spec(errors: _Errors, spec: Mapping[str, Any], k8s: str) -> None:
 
     devices = spec.get("devices")
     shared = spec.get("sharedCounters")
-    if k8s == "1.35" and devices is not None and shared is not None:
+    if k8s != "1.34" and devices is not None and shared is not None:
         errors.add("spec", "only one of `sharedCounters` or `devices` is allowed")
     if devices is not None and not isinstance(devices, list):
         errors.add("spec.devices", "must be a list")
@@ -467,7 +476,7 @@ def _check_node_selection(errors: _Errors, spec: Mapping[str, Any]) -> None:
 def _check_shared_counters(errors: _Errors, shared: list[Any], k8s: str) -> dict[str, set[str]]:
     """Check `spec.sharedCounters`; return set name -> counter names (for 1.34 references)."""
     defined: dict[str, set[str]] = {}
-    if k8s == "1.35" and len(shared) > RESOURCE_SLICE_MAX_COUNTER_SETS:
+    if k8s != "1.34" and len(shared) > RESOURCE_SLICE_MAX_COUNTER_SETS:
         errors.add(
             "spec.sharedCounters",
             f"{len(shared)} counter sets: must have at most {RESOURCE_SLICE_MAX_COUNTER_SETS}",
@@ -490,7 +499,7 @@ def _check_shared_counters(errors: _Errors, shared: list[Any], k8s: str) -> dict
         if not isinstance(counters, Mapping) or not counters:
             errors.add(f"{path}.counters", "required")
             counters = {}
-        if k8s == "1.35" and len(counters) > RESOURCE_SLICE_MAX_COUNTERS_PER_COUNTER_SET:
+        if k8s != "1.34" and len(counters) > RESOURCE_SLICE_MAX_COUNTERS_PER_COUNTER_SET:
             errors.add(
                 f"{path}.counters",
                 f"{len(counters)} counters: must have at most "
@@ -537,7 +546,7 @@ def _check_devices(
         isinstance(d, Mapping) and (d.get("taints") or d.get("consumesCounters")) for d in devices
     )
     limit = RESOURCE_SLICE_MAX_DEVICES
-    if k8s == "1.35" and advanced:
+    if k8s != "1.34" and advanced:
         limit = RESOURCE_SLICE_MAX_DEVICES_WITH_TAINTS_OR_CONSUMES_COUNTERS
     if len(devices) > limit:
         why = (
@@ -826,7 +835,7 @@ def _check_consumes_counters(
     if not isinstance(uses, list):
         errors.add(cpath, "must be a list", device)
         return 0
-    if k8s == "1.35" and len(uses) > RESOURCE_SLICE_MAX_DEVICE_COUNTER_CONSUMPTIONS_PER_DEVICE:
+    if k8s != "1.34" and len(uses) > RESOURCE_SLICE_MAX_DEVICE_COUNTER_CONSUMPTIONS_PER_DEVICE:
         errors.add(
             cpath,
             f"{len(uses)} entries: must have at most "
@@ -847,7 +856,7 @@ def _check_consumes_counters(
             set_name = ""
         elif not is_dns_label(set_name):
             errors.add(f"{upath}.counterSet", f"{set_name!r} is not a DNS label", device)
-        if k8s == "1.35" and set_name:
+        if k8s != "1.34" and set_name:
             if set_name in seen:
                 errors.add(f"{upath}.counterSet", f"duplicate counter set {set_name!r}", device)
             seen.add(set_name)
@@ -856,7 +865,7 @@ def _check_consumes_counters(
             errors.add(f"{upath}.counters", "required", device)
             counters = {}
         if (
-            k8s == "1.35"
+            k8s != "1.34"
             and len(counters) > RESOURCE_SLICE_MAX_COUNTERS_PER_DEVICE_COUNTER_CONSUMPTION
         ):
             errors.add(

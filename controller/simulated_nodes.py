@@ -29,7 +29,7 @@ from typing import Any
 
 from controller.slices import build_resource_slices, choose_layout, resource_slice_name
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.allocator import Node
+from dra_driver.allocator import Node, Release
 from dra_driver.api_objects import Obj
 from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.devices import build_devices
@@ -42,7 +42,6 @@ from dra_driver.simulate.nodes import (
     HOSTNAME_LABEL,
     MigMode,
     NodeRequest,
-    Release,
     SimulatedNodes,
 )
 

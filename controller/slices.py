@@ -232,8 +232,9 @@ def _resolve_version(version: str | None, layout: str | None) -> tuple[str, Layo
         k8s = layout[1:] if layout is not None else DEFAULT_VERSION
     else:
         k8s = check_version(version)
-    chosen = cast(Layout, layout if layout is not None else f"v{k8s}")
-    if chosen[1:] != k8s:
+    natural = "v1.34" if k8s == "1.34" else "v1.35"  # 1.36 and 1.37 keep the 1.35 model
+    chosen = cast(Layout, layout if layout is not None else natural)
+    if chosen != natural:
         raise SliceError(
             f"slice layout {chosen} is for Kubernetes {chosen[1:]}; a {k8s} apiserver rejects it"
         )

@@ -502,9 +502,11 @@ def _add_scenario_flags(parser: argparse.ArgumentParser, *, files_required: bool
     parser.add_argument(
         "--kubernetes",
         dest="release",
-        choices=("1.34", "1.35"),
+        choices=("1.34", "1.35", "1.36", "1.37"),  # dra_driver.allocator.features.RELEASES
         default="1.35",
-        help="Kubernetes release whose allocator and slice layout to follow",
+        help="Kubernetes release whose allocator, scheduler feature-gate defaults and slice "
+        "layout to follow (default 1.35, the oldest release still supported; "
+        "docs/kubernetes-versions.md)",
     )
     parser.add_argument(
         "--mig",

@@ -26,6 +26,7 @@ from typing import Any, Protocol, TextIO
 
 from dra_driver import DEFAULT_DRIVER_NAME, mig_status, yaml_io
 from dra_driver.api_objects import Obj
+from dra_driver.device_classes import default_device_classes
 from dra_driver.mps import DaemonPaths
 from dra_driver.sim.mps_control import read_state
 from kubelet_plugin import node_status
@@ -36,7 +37,6 @@ from kubelet_plugin.service import ClaimRef, PrepareResult
 
 NODE = "demo-node"
 SHAPE = "dgx-h100"
-DEPLOY_DIR = Path(__file__).resolve().parents[1] / "deploy"
 
 
 class NodeAllocator(Protocol):
@@ -87,8 +87,8 @@ def run_demo(*, allocate: NodeAllocator, keep: bool = False, out: TextIO = sys.s
     work = plugin.work
     try:
         cluster = plugin.cluster
-        for doc in yaml_io.load_all((DEPLOY_DIR / "deviceclasses.yaml").read_text()):
-            cluster.put_device_class(doc)
+        for device_class in default_device_classes():
+            cluster.put_device_class(device_class)
 
         p.step(f"Start the kubelet plugin on a simulated {SHAPE} node")
         plugin.start()

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from dra_driver import yaml_io
 from dra_driver.checkpoint import Checkpoint
 from dra_driver.checkpoint_store import CheckpointStore
 from dra_driver.driver_root import DriverRoot
@@ -215,7 +214,7 @@ def print_status(
     )
     statuses = collect(hardware, data_dir=plugin_data_dir(kubelet_root, driver_name))
     if output == "yaml":
-        print(yaml.safe_dump(to_dicts(statuses), sort_keys=False), end="")
+        print(yaml_io.dump(to_dicts(statuses), sort_keys=False), end="")
     else:
         print(render_table(statuses), end="")
     return 0

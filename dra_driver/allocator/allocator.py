@@ -228,7 +228,7 @@ class Allocator:
             found = False
         if not found:
             invalid = pools.invalid_pools
-            if invalid and self.features.release == "1.35":
+            if invalid and self.features.release != "1.34":
                 details = "; ".join(f"{pool}: {pool.invalid_reason}" for pool in invalid)
                 raise InvalidPoolsError(
                     f"node {node.name}: invalid resource pools were encountered ({details})"

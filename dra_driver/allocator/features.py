@@ -2,10 +2,12 @@
 
 The scheduler's structured allocator changes behaviour with its feature gates
 (DRAAdminAccess, DRAPrioritizedList, DRAPartitionableDevices, DRADeviceTaints,
-DRAConsumableCapacity, DRADeviceBindingConditions) and, for partitionable
-devices and incomplete pools, with the Kubernetes release. `Features` holds
-the gate values and `release` the release whose semantics to follow, so one
-allocator can answer "would a 1.34 cluster place this?" as well as 1.35.
+DRAConsumableCapacity, DRADeviceBindingConditions, DRAExtendedResource) and,
+for partitionable devices and incomplete pools, with the Kubernetes release.
+`Features` holds the gate values and `release` the release whose semantics to
+follow, so one allocator can answer "would a 1.34 cluster place this?" as
+well as 1.37. `Features.for_release` gives each release's upstream gate
+defaults (kubernetes `pkg/features`, recorded in docs/kubernetes-versions.md).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Release = Literal["1.34", "1.35"]
+Release = Literal["1.34", "1.35", "1.36", "1.37"]
+RELEASES: tuple[Release, ...] = ("1.34", "1.35", "1.36", "1.37")
 
 #: AllocationResultsMaxSize in k8s.io/api/resource/v1: results per claim.
 ALLOCATION_RESULTS_MAX_SIZE = 32
@@ -31,8 +34,9 @@ class Features:
 
     `release` selects version-specific semantics:
 
-    * "1.35" (default): counter sets are pool-wide and live in counter-only
-      slices; incomplete and invalid pools are skipped while searching.
+    * "1.35" (default), "1.36", "1.37": counter sets are pool-wide and live
+      in counter-only slices; incomplete and invalid pools are skipped while
+      searching.
     * "1.34": counters live in the device's own slice; incomplete pools are
       still used for ExactCount requests; meeting an invalid pool while
       searching is a hard error.
@@ -44,7 +48,27 @@ class Features:
     device_taints: bool = True
     consumable_capacity: bool = False
     device_binding_conditions: bool = False
+    extended_resource: bool = False
     release: Release = "1.35"
+
+    @classmethod
+    def for_release(cls, release: Release) -> Features:
+        """kube-scheduler's gate defaults in `release` (docs/kubernetes-versions.md).
+
+        1.34/1.35 keep this class's defaults (partitionable devices and device
+        taints on, see above; extended resources off: alpha). From 1.36
+        consumable capacity, binding conditions, partitionable devices, device
+        taints and extended resources are beta and on by default (extended
+        resources and device taints are GA in 1.37).
+        """
+        if release in ("1.34", "1.35"):
+            return cls(release=release)
+        return cls(
+            consumable_capacity=True,
+            device_binding_conditions=True,
+            extended_resource=True,
+            release=release,
+        )
 
     @classmethod
     def all_enabled(cls, release: Release = "1.35") -> Features:
@@ -56,5 +80,6 @@ class Features:
             device_taints=True,
             consumable_capacity=True,
             device_binding_conditions=True,
+            extended_resource=True,
             release=release,
         )

@@ -263,7 +263,7 @@ class SliceIndex:
         pools.sort(key=lambda pool: (pool.driver, pool.name))
         candidates: list[Candidate] = []
         for pool in pools:
-            if self.features.release == "1.35" and (pool.incomplete or pool.invalid):
+            if self.features.release != "1.34" and (pool.incomplete or pool.invalid):
                 # [1.35] never allocated from; [1.34] incomplete pools are used and
                 # reaching an invalid pool's devices is a hard error in the search.
                 continue

@@ -112,7 +112,7 @@ class Search:
     def trace_pools(self) -> None:
         """Report the pools the search will not use ([1.35]; 1.34 uses incomplete
         pools and fails with an error when it reaches an invalid one)."""
-        if self.tracer is None or self.features.release != "1.35":
+        if self.tracer is None or self.features.release == "1.34":
             return
         for pool in self.pools.pools:
             if pool.incomplete:

@@ -13,7 +13,7 @@ piece that needs the controller, building the slices of simulated nodes, is
 handed in by the CLI (`nodes.NodeBuilder`, made by
 `controller.simulated_nodes`). The logic is pure (`engine`, `diagnosis`,
 `claims`, `workloads`, `inputs`, `render`, `explain`, `selector_text`,
-`nodes`); only `documents` (files), `default_classes` (the deploy file) and
+`nodes`); only `documents` (files) and
 `live` (a cluster) read anything, and `command` wires them to the CLI.
 """
 

@@ -65,6 +65,21 @@ def random_suffix(seed: str, attempt: int = 0) -> str:
     return "".join(_RANDOM_ALPHABET[byte % len(_RANDOM_ALPHABET)] for byte in digest[:5])
 
 
+def unique_generated_name(
+    generate_name_base: str, namespace: str, seed: str, taken: Mapping[str, object]
+) -> tuple[str, str]:
+    """(`generateName`, name): the base cut as the apiserver cuts it, plus a
+    suffix derived from `seed` that no "ns/name" key in `taken` has (the
+    apiserver would retry a taken generated name)."""
+    base = generate_name_base[:_MAX_GENERATED_BASE]
+    attempt = 0
+    name = base + random_suffix(seed)
+    while f"{namespace}/{name}" in taken:
+        attempt += 1
+        name = base + random_suffix(seed, attempt)
+    return base, name
+
+
 def claim_from_template(
     pod: Mapping[str, Any],
     pod_claim_name: str,
@@ -80,13 +95,12 @@ def claim_from_template(
     meta = pod.get("metadata") or {}
     namespace = str(meta.get("namespace"))
     pod_name = str(meta.get("name"))
-    base = generate_name(pod_name, pod_claim_name)[:_MAX_GENERATED_BASE]
-    seed = f"{namespace}/{pod_name}/{pod_claim_name}"
-    attempt = 0
-    name = base + random_suffix(seed)
-    while f"{namespace}/{name}" in taken:
-        attempt += 1
-        name = base + random_suffix(seed, attempt)
+    base, name = unique_generated_name(
+        generate_name(pod_name, pod_claim_name),
+        namespace,
+        f"{namespace}/{pod_name}/{pod_claim_name}",
+        taken,
+    )
     template_meta = (template.get("spec") or {}).get("metadata") or {}
     annotations = dict(template_meta.get("annotations") or {})
     annotations[POD_CLAIM_NAME_ANNOTATION] = pod_claim_name

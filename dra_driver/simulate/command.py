@@ -16,20 +16,20 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, TextIO
 
-from dra_driver.allocator import Features, Node
+from dra_driver.allocator import Features, Node, Release
 from dra_driver.api_objects import Obj
 from dra_driver.consumable_shares import ConsumableShares
+from dra_driver.device_classes import default_device_classes
 from dra_driver.errors import ConfigError
 from dra_driver.simulate.claims import PodClaim
-from dra_driver.simulate.default_classes import default_device_classes
 from dra_driver.simulate.documents import read_documents
 from dra_driver.simulate.engine import Simulation, WorkItem, Workload, build_workload
 from dra_driver.simulate.explain import AllocatedClaim, render_report
+from dra_driver.simulate.extended import attach_extended_resource_claim, class_mapping
 from dra_driver.simulate.inputs import SimulationInputs, collect_inputs
 from dra_driver.simulate.nodes import (
     MigMode,
     NodeBuilder,
-    Release,
     nodes_from_objects,
     parse_node_spec,
 )
@@ -43,6 +43,7 @@ FEATURE_GATES: Final = {
     "DRADeviceTaints": "device_taints",
     "DRAConsumableCapacity": "consumable_capacity",
     "DRADeviceBindingConditions": "device_binding_conditions",
+    "DRAExtendedResource": "extended_resource",
 }
 
 
@@ -59,13 +60,15 @@ class Scenario:
 def parse_features(
     gates: str, release: Release, *, consumable_shares: ConsumableShares | None = None
 ) -> Features:
-    """`--feature-gates Name=true,...` over the allocator's defaults for `release`.
+    """`--feature-gates Name=true,...` over kube-scheduler's defaults in `release`.
 
     `--consumable-shares` means the cluster runs with DRAConsumableCapacity
     (the apiserver drops `allowMultipleAllocations` without it), so it turns
     the gate on unless the gates say otherwise.
     """
-    features = Features(release=release, consumable_capacity=consumable_shares is not None)
+    features = Features.for_release(release)
+    if consumable_shares is not None:
+        features = replace(features, consumable_capacity=True)
     for part in (p.strip() for p in gates.split(",")):
         if not part:
             continue
@@ -148,7 +151,7 @@ def run_simulate(
     )
     with without_cycle_collector():
         scenario = load_scenario(options, err)
-        workload = build_workload(scenario.inputs)
+        workload = build_workload(scenario.inputs, scenario.classes, features)
         simulation = _simulation(scenario, workload, features)
         bar = ProgressBar(len(workload.items), err)
         try:
@@ -221,7 +224,7 @@ def run_explain(
         simulation, item = _from_cluster(cluster, kubeconfig, claim_key, pod_key, features)
     else:
         scenario = load_scenario(options, err)
-        workload = build_workload(scenario.inputs)
+        workload = build_workload(scenario.inputs, scenario.classes, features)
         found = _replay(scenario, workload, features, claim_key, pod_key)
         if found is None:
             count = len(workload.items)
@@ -300,10 +303,17 @@ def _from_cluster(
     )
     if pod_key and objects.pod is not None:
         namespace, name = pod_key.split("/", 1)
-        pod_claims = tuple(PodClaim(entry, key, False) for entry, key in objects.pod_claims)
-        return simulation, WorkItem(
-            namespace, name, objects.pod, claims=pod_claims, problem=objects.pod_problem
-        )
+        pod_claims = [PodClaim(entry, key, False) for entry, key in objects.pod_claims]
+        pod, problem = objects.pod, objects.pod_problem
+        if not problem and features.extended_resource:
+            pod, problem = attach_extended_resource_claim(
+                pod,
+                class_mapping(classes),
+                simulation.claims,
+                pod_claims,
+                unserved_is_problem=False,
+            )
+        return simulation, WorkItem(namespace, name, pod, claims=tuple(pod_claims), problem=problem)
     assert claim_key is not None
     if claim_key not in claims:
         raise ConfigError(f"ResourceClaim {claim_key} not found in {spec}")

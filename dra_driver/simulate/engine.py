@@ -43,6 +43,7 @@ from dra_driver.api_objects import Obj
 from dra_driver.errors import AllocationError, ConfigError
 from dra_driver.simulate.claims import PodClaim, claim_uid, resolve_pod_claims
 from dra_driver.simulate.diagnosis import Diagnoser
+from dra_driver.simulate.extended import attach_extended_resource_claim, class_mapping
 from dra_driver.simulate.inputs import SimulationInputs
 from dra_driver.simulate.workloads import ExpandedPod, expand_workload
 
@@ -107,12 +108,20 @@ class Workload:
     claims: dict[str, Obj]
 
 
-def build_workload(inputs: SimulationInputs) -> Workload:
+def build_workload(
+    inputs: SimulationInputs,
+    classes: Sequence[Mapping[str, Any]] = (),
+    features: Features | None = None,
+) -> Workload:
     """Pods (workloads expanded) and pseudo-pods in document order, claims from templates made.
 
     A standalone claim becomes a pseudo-pod at its place in the documents
-    unless some pod references it by `resourceClaimName`.
+    unless some pod references it by `resourceClaimName`. With
+    `features.extended_resource`, a pod asking for an extended resource that
+    one of `classes` maps gets the scheduler's special claim (see
+    `dra_driver.simulate.extended`) and its `status.extendedResourceClaimStatus`.
     """
+    mapping = class_mapping(classes) if features is not None and features.extended_resource else {}
     claims: dict[str, Obj] = {}
     for (namespace, name), sourced in inputs.claims.items():
         claim = copy.deepcopy(dict(sourced.obj))
@@ -154,11 +163,16 @@ def build_workload(inputs: SimulationInputs) -> Workload:
         for pod in pods:
             meta = pod.pod["metadata"]
             pod_claims, problem = resolve_pod_claims(pod.pod, claims, templates)
+            pod_obj = pod.pod
+            if not problem:
+                pod_obj, problem = attach_extended_resource_claim(
+                    pod.pod, mapping, claims, pod_claims
+                )
             items.append(
                 WorkItem(
                     str(meta["namespace"]),
                     str(meta["name"]),
-                    pod.pod,
+                    pod_obj,
                     pod.owner,
                     tuple(pod_claims),
                     problem,

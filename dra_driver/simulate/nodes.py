@@ -22,13 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
-from dra_driver.allocator import Node
+from dra_driver.allocator import Node, Release
 from dra_driver.api_objects import Obj
 from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.errors import ConfigError
 
 MigMode = Literal["dynamic", "static"]
-Release = Literal["1.34", "1.35"]
 
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 MAX_NODES: Final = 5000

@@ -11,6 +11,9 @@ tools read, so they never change shape:
         - claim: namespace/name
           results: [{request, driver, pool, device}, ...]
           config: [...]            # status.allocation.devices.config, as is
+      extendedResourceClaimStatus: # only for a pod served extended resources
+        resourceClaimName: name    #   through DRA (KEP-5004), as the scheduler
+        requestMappings: [...]     #   writes it into the pod's status
 
 The table shows one row per claim (a pod without claims gets one row), the
 devices per request, the configs the allocation carries, the reason for
@@ -33,15 +36,37 @@ _CONFIG_WIDTH = 160
 
 def placement_records(placements: Sequence[Placement]) -> list[Obj]:
     """The `-o yaml` items (see the module docstring)."""
-    return [
-        {
+    records: list[Obj] = []
+    for placement in placements:
+        record: Obj = {
             "pod": placement.item.key,
             "placed": placement.placed,
             "node": placement.node,
             "reason": placement.reason,
             "claims": [_claim_record(claim) for claim in placement.claims],
         }
-        for placement in placements
+        status = _extended_status(placement)
+        if status:
+            record["extendedResourceClaimStatus"] = status
+        records.append(record)
+    return records
+
+
+def _extended_status(placement: Placement) -> Mapping[str, Any]:
+    pod = placement.item.pod or {}
+    return dict((pod.get("status") or {}).get("extendedResourceClaimStatus") or {})
+
+
+def _extended_notes(placement: Placement, claim: ClaimOutcome) -> list[str]:
+    """ "nvidia.com/gpu of container main: container-0-request-0" for the special claim."""
+    status = _extended_status(placement)
+    name = claim.key.partition("/")[2]
+    if not status or status.get("resourceClaimName") != name:
+        return []
+    return [
+        f"{entry.get('resourceName')} of container {entry.get('containerName')}: "
+        f"{entry.get('requestName')}"
+        for entry in status.get("requestMappings") or []
     ]
 
 
@@ -91,9 +116,10 @@ def render_table(placements: Sequence[Placement], *, node_count: int) -> str:
                     _devices(claim, placement.node),
                 )
             )
-            configs = _configs(claim)
-            if configs:
-                notes[len(rows) - 1] = configs
+            extended = [f"extended resource {text}" for text in _extended_notes(placement, claim)]
+            configs = [f"config: {text}" for text in _configs(claim)]
+            if extended or configs:
+                notes[len(rows) - 1] = extended + configs
     header = ("POD", "NODE", "CLAIM", "DEVICES")
     widths = [
         min(max(len(row[column]) for row in [header, *rows]), _COLUMN_CAP) for column in range(3)
@@ -102,7 +128,7 @@ def render_table(placements: Sequence[Placement], *, node_count: int) -> str:
     for index, row in enumerate(rows):
         lines.append(_line(row, widths))
         indent = " " * (sum(widths) + 6)
-        lines.extend(f"{indent}config: {note}" for note in notes.get(index, []))
+        lines.extend(f"{indent}{note}" for note in notes.get(index, []))
     lines.append("")
     lines.append(summary_line(placements, node_count=node_count))
     return "\n".join(lines) + "\n"

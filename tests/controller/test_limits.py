@@ -710,8 +710,8 @@ def test_pool_counter_set_names_are_unique() -> None:
 # --- schema, versions, name helpers --------------------------------------------------
 
 
-def test_schema_accepts_a_valid_slice_for_both_versions() -> None:
-    for version in ("1.34", "1.35", "v1.35.2"):
+def test_schema_accepts_a_valid_slice_for_every_supported_version() -> None:
+    for version in ("1.34", "1.35", "v1.35.2", "1.36", "1.37"):
         validate_schema(make_slice(3), version)
 
 
@@ -730,15 +730,16 @@ def test_schema_rejects_wrong_types() -> None:
 
 
 @pytest.mark.parametrize(
-    ("given", "short"), [("1.35", "1.35"), ("v1.34.3", "1.34"), ("1.35.0", "1.35")]
+    ("given", "short"),
+    [("1.35", "1.35"), ("v1.34.3", "1.34"), ("1.35.0", "1.35"), ("v1.37.1", "1.37")],
 )
 def test_versions_are_normalized(given: str, short: str) -> None:
     assert check_version(given) == short
 
 
-@pytest.mark.parametrize("version", ["1.33", "1.36", "2"])
+@pytest.mark.parametrize("version", ["1.33", "1.38", "2"])
 def test_unknown_versions_are_refused(version: str) -> None:
-    with pytest.raises(SliceError, match=r"limits are known for 1\.34, 1\.35"):
+    with pytest.raises(SliceError, match=r"limits are known for 1\.34, 1\.35, 1\.36, 1\.37"):
         validate_resource_slice(make_slice(), version=version)
 
 

@@ -41,7 +41,7 @@ GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 
 
 def _assert_accepted(slices: list[dict[str, Any]]) -> None:
-    for version in ("1.34", "1.35"):
+    for version in ("1.34", "1.35", "1.37"):
         for obj in slices:
             validate_schema(obj, version)
             assert validate_resource_slice(obj, version=version) == []
@@ -180,7 +180,7 @@ def test_pool_name_and_generation_are_carried() -> None:
         ({"driver": "a" * 64 + ".com"}, "longer than 63"),
         ({"generation": -1}, "generation -1"),
         ({"pool_name": "bad pool"}, "spec.pool.name"),
-        ({"version": "1.33"}, "limits are known for 1.34, 1.35"),
+        ({"version": "1.33"}, "limits are known for 1.34, 1.35, 1.36, 1.37"),
     ],
 )
 def test_bad_arguments_raise_slice_error(kwargs: dict[str, Any], message: str) -> None:
@@ -355,18 +355,23 @@ MIXED_NODE: list[dict[str, object]] = [
 
 
 @pytest.mark.parametrize("layout", ["v1.34", "v1.35"])
-@pytest.mark.parametrize("node", ["sim:dgx-h100", "sim:dgx-a100-40gb", "sim:a30-node", "mixed"])
+@pytest.mark.parametrize(
+    "node", ["sim:dgx-h100", "sim:dgx-h200", "sim:dgx-a100-40gb", "sim:a30-node", "mixed"]
+)
 def test_every_dynamic_slice_passes_the_schema_and_the_limits(
     tmp_path: Path, node: str, layout: Layout
 ) -> None:
     """Every emitted slice, whole: the limits of the layout's version and the strict
-    OpenAPI schema (1.35, and 1.34 too for the v1.34 layout)."""
+    OpenAPI schema (1.35 and 1.37, and 1.34 too for the v1.34 layout; the v1.35
+    layout is also what 1.36 and 1.37 use, under their limits)."""
     spec = _shape(tmp_path, *MIXED_NODE) if node == "mixed" else node
     _, slices = _dynamic_slices(spec, layout)
     version = layout.removeprefix("v")
+    versions = {version, "1.36", "1.37"} if version == "1.35" else {version}
     for obj in slices:
-        assert validate_resource_slice(obj, version=version) == []
-        for schema in sorted({"1.35", version}):
+        for limits in sorted(versions):
+            assert validate_resource_slice(obj, version=limits) == []
+        for schema in sorted({"1.35", "1.37", version}):
             validate_schema(obj, schema)
 
 

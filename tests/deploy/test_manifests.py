@@ -1,7 +1,18 @@
-"""Every manifest we ship must be accepted by a Kubernetes 1.35 API server's schema."""
+"""The manifests we ship: every kustomization renders and is valid for 1.35 and 1.37 API servers.
+
+`deploy/base/` is the one copy of the node daemon's manifests; each overlay in
+`deploy/overlays/` changes it for one feature or platform. The tests render
+them with `kubectl kustomize` (as `kubectl apply -k` would) and check what an
+admin relies on: strict schema validity, the DaemonSet's flags are ones the
+plugin accepts, its mounts, requests and update strategy, and that the
+DeviceClasses are the ones the CLI ships.
+"""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -9,31 +20,139 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from dra_driver.cli import build_parser
+from dra_driver.device_classes import device_classes_text
+
 ROOT = Path(__file__).resolve().parents[2]
-MANIFESTS = sorted([*ROOT.glob("deploy/*.yaml"), *ROOT.glob("examples/*.yaml")])
+KUBERNETES = ("1.35.0", "1.37.0")  # strict schemas: the oldest release users run, the newest
+BASE = ROOT / "deploy/base"
+OVERLAYS = sorted(p.parent for p in ROOT.glob("deploy/overlays/*/kustomization.yaml"))
+KUSTOMIZATIONS = [BASE, *OVERLAYS]
+# examples/shapes/ holds node shapes for `dra-gpu simulate`, not Kubernetes objects.
+EXAMPLES = sorted(p for p in ROOT.glob("examples/**/*.yaml") if "shapes" not in p.parts)
 
 
-def _documents(path: Path) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+def _documents(text: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
-def test_there_are_manifests() -> None:
-    assert any(p.parent.name == "deploy" for p in MANIFESTS)
-    assert any(p.parent.name == "examples" for p in MANIFESTS)
+@cache
+def _render(directory: Path) -> tuple[dict[str, Any], ...]:
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl is missing: `make test` installs Debian's kubernetes-client"
+    out = subprocess.run(
+        [kubectl, "kustomize", str(directory)], check=True, capture_output=True, text=True
+    ).stdout
+    return tuple(_documents(out))
 
 
-@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_manifest_validates_against_strict_1_35_schema(path: Path) -> None:
-    documents = _documents(path)
+def _daemonset(directory: Path) -> dict[str, Any]:
+    (daemonset,) = [d for d in _render(directory) if d["kind"] == "DaemonSet"]
+    return daemonset
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def test_the_overlays_an_admin_needs_exist() -> None:
+    assert {p.name for p in OVERLAYS} >= {
+        "dynamic-mig",
+        "gpu-operator",
+        "openshift",
+    }
+
+
+def test_there_is_one_copy_of_the_manifests() -> None:
+    assert sorted(p.name for p in ROOT.glob("deploy/*.yaml")) == []
+
+
+@pytest.mark.parametrize("version", KUBERNETES)
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=_name)
+def test_kustomization_renders_and_validates_against_strict_schemas(
+    directory: Path, version: str
+) -> None:
+    documents = _render(directory)
+    kinds = {doc["kind"] for doc in documents}
+    assert {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"} <= kinds
+    assert {"ValidatingAdmissionPolicy", "DaemonSet", "DeviceClass"} <= kinds
+    for doc in documents:
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize("version", KUBERNETES)
+@pytest.mark.parametrize("path", EXAMPLES, ids=_name)
+def test_example_validates_against_strict_schemas(path: Path, version: str) -> None:
+    documents = _documents(path.read_text())
     assert documents, f"{path} is empty"
     for doc in documents:
-        kubernetes_validate.validate(doc, "1.35.0", strict=True)
+        if doc["kind"] != "List":
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=_name)
+def test_the_daemonset_runs_a_command_the_plugin_accepts(directory: Path) -> None:
+    (container,) = _daemonset(directory)["spec"]["template"]["spec"]["containers"]
+    program, *argv = container["command"]
+    assert program == "dra-gpu"
+    args = build_parser().parse_args(argv)  # exits (fails the test) on an unknown flag
+    assert args.command == "kubelet-plugin"
+    assert args.nvml == "real"
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=_name)
+def test_the_daemonset_mounts_requests_and_rolls_one_node_at_a_time(directory: Path) -> None:
+    daemonset = _daemonset(directory)
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+
+    assert mounts["driver-root"] == env["DRIVER_ROOT_CTR_PATH"] == "/driver-root"
+    assert host_paths["driver-root"] == env["NVIDIA_DRIVER_ROOT"]
+    assert mounts["cdi"] == host_paths["cdi"] == "/var/run/cdi"
+    assert "--cdi-root=/var/run/cdi" in container["command"]
+    assert mounts["plugins"] == "/var/lib/kubelet/plugins"
+    assert mounts["plugins-registry"] == "/var/lib/kubelet/plugins_registry"
+    assert set(container["resources"]["requests"]) == {"cpu", "memory"}
+    strategy = daemonset["spec"]["updateStrategy"]
+    assert strategy["type"] == "RollingUpdate"
+    assert strategy["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+
+
+def test_gpu_operator_overlay_uses_the_operators_driver_root_and_hook() -> None:
+    daemonset = _daemonset(ROOT / "deploy/overlays/gpu-operator")
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NVIDIA_DRIVER_ROOT"] == "/run/nvidia/driver"
+    assert env["NVIDIA_CDI_HOOK_PATH"] == "/usr/local/nvidia/toolkit/nvidia-cdi-hook"
+
+
+def test_dynamic_mig_overlay_turns_dynamic_mig_on_and_the_base_does_not() -> None:
+    def dynamic_mig(directory: Path) -> bool:
+        (container,) = _daemonset(directory)["spec"]["template"]["spec"]["containers"]
+        return bool(build_parser().parse_args(container["command"][1:]).dynamic_mig)
+
+    assert dynamic_mig(ROOT / "deploy/overlays/dynamic-mig")
+    assert not dynamic_mig(BASE)
+
+
+def test_openshift_overlay_lets_the_plugin_use_the_privileged_scc() -> None:
+    bindings = [
+        d for d in _render(ROOT / "deploy/overlays/openshift") if d["kind"] == "RoleBinding"
+    ]
+    (binding,) = bindings
+    assert binding["roleRef"]["name"] == "system:openshift:scc:privileged"
+    assert binding["subjects"][0]["name"] == "dra-gpu-kubelet-plugin"
+
+
+def test_deployed_deviceclasses_are_the_ones_the_cli_ships() -> None:
+    assert (BASE / "deviceclasses.yaml").read_text() == device_classes_text()
 
 
 def test_default_deviceclasses_match_nvidia_names_and_selectors() -> None:
-    classes = {
-        doc["metadata"]["name"]: doc for doc in _documents(ROOT / "deploy/deviceclasses.yaml")
-    }
+    classes = {doc["metadata"]["name"]: doc for doc in _documents(device_classes_text())}
     assert set(classes) == {"gpu.nvidia.com", "mig.nvidia.com"}
     for name, kind in (("gpu.nvidia.com", "gpu"), ("mig.nvidia.com", "mig")):
         expression = classes[name]["spec"]["selectors"][0]["cel"]["expression"]
@@ -41,11 +160,14 @@ def test_default_deviceclasses_match_nvidia_names_and_selectors() -> None:
             "device.driver == 'gpu.nvidia.com' && "
             f"device.attributes['gpu.nvidia.com'].type == '{kind}'"
         )
+    # As NVIDIA's chart: pods asking for nvidia.com/gpu get GPUs through DRA (KEP-5004).
+    assert classes["gpu.nvidia.com"]["spec"]["extendedResourceName"] == "nvidia.com/gpu"
+    assert "extendedResourceName" not in classes["mig.nvidia.com"]["spec"]
 
 
-def test_the_daemonset_probes_and_scrapes_the_ports_the_plugin_serves() -> None:
-    (daemonset,) = _documents(ROOT / "deploy/kubelet-plugin.yaml")
-    pod = daemonset["spec"]["template"]
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=_name)
+def test_the_daemonset_probes_and_scrapes_the_ports_the_plugin_serves(directory: Path) -> None:
+    pod = _daemonset(directory)["spec"]["template"]
     (container,) = pod["spec"]["containers"]
     args = container["command"]
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
@@ -57,9 +179,7 @@ def test_the_daemonset_probes_and_scrapes_the_ports_the_plugin_serves() -> None:
 
 
 def test_the_plugin_may_create_events_and_read_nodes_but_no_more() -> None:
-    role = next(
-        doc for doc in _documents(ROOT / "deploy/rbac.yaml") if doc["kind"] == "ClusterRole"
-    )
+    role = next(doc for doc in _render(BASE) if doc["kind"] == "ClusterRole")
     rules = {
         (group, resource): sorted(rule["verbs"])
         for rule in role["rules"]

@@ -22,7 +22,6 @@ import re
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +30,7 @@ import yaml
 from dra_driver import cdi, cli
 from dra_driver.allocator import AllocatedState, Allocator, Node
 from dra_driver.checkpoint import ClaimEntry, ClaimState
+from dra_driver.device_classes import default_device_classes
 from dra_driver.host import HostInfo
 from dra_driver.nvml.backend import sim_proc_root
 from dra_driver.nvml.interface import Placement
@@ -51,11 +51,7 @@ from tests.fakes import (
 pytestmark = pytest.mark.slow
 
 DYNAMIC_MIG = ("--dynamic-mig",)
-DEVICE_CLASSES = list(
-    yaml.safe_load_all(
-        (Path(__file__).resolve().parents[2] / "deploy" / "deviceclasses.yaml").read_text()
-    )
-)
+DEVICE_CLASSES = default_device_classes()
 NVIDIA_MAJOR = 195  # /dev/nvidia<N>
 
 

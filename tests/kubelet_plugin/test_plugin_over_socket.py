@@ -19,11 +19,15 @@ import yaml
 
 from controller.limits import validate_resource_slice, validate_schema
 from dra_driver import DEFAULT_DRIVER_NAME, cdi
+from dra_driver.allocator import Features, Node
 from dra_driver.checkpoint import ClaimState
+from dra_driver.device_classes import default_device_classes
 from dra_driver.errors import PluginError
 from dra_driver.host import HostInfo
 from dra_driver.nvml.backend import sim_proc_root
 from dra_driver.sim.hardware import SimHardware
+from dra_driver.simulate.engine import Simulation, WorkItem
+from dra_driver.simulate.extended import class_mapping, extended_resource_claim
 from kubelet_plugin.registration import SUPPORTED_VERSIONS
 from kubelet_plugin.service import ClaimRef, PrepareResult
 from tests.fakes import TEST_POOL, PluginProcess, make_allocated_claim, make_opaque_config
@@ -490,3 +494,51 @@ def test_plugin_that_cannot_start_says_why() -> None:
     message = str(failed.value)
     assert message.startswith("the plugin exited with 2 before its registration socket appeared")
     assert "unknown simulated node shape 'no-such-shape'" in message
+
+
+def test_prepares_the_claim_the_scheduler_makes_for_nvidia_com_gpu(plugin: PluginProcess) -> None:
+    """KEP-5004: a pod asking `nvidia.com/gpu: 2` gets a claim named
+    `<pod>-extended-resources-xxxxx` with request `container-0-request-0`,
+    allocated from this node's published slice; the kubelet prepares it like
+    any other claim."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"namespace": "default", "name": "legacy", "uid": "pod-uid-legacy"},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": 2}}}
+            ]
+        },
+    }
+    classes = default_device_classes()
+    made = extended_resource_claim(pod, class_mapping(classes), taken={})
+    assert made is not None
+    claim = made.claim
+    key = f"default/{claim['metadata']['name']}"
+    published = plugin.cluster.list_resource_slices(node_name=plugin.node_name)
+    simulation = Simulation(
+        slices=published,
+        classes=classes,
+        nodes=[Node(plugin.node_name, {"kubernetes.io/hostname": plugin.node_name})],
+        claims={key: claim},
+        features=Features.for_release("1.37"),
+    )
+    assert simulation.place(WorkItem("default", claim["metadata"]["name"], None)).placed
+    allocated = simulation.claims[key]
+    allocated["status"]["reservedFor"] = [
+        {"resource": "pods", "name": "legacy", "uid": "pod-uid-legacy"}
+    ]
+    plugin.store_claim(allocated)
+    uid = claim["metadata"]["uid"]
+    ref = ClaimRef("default", uid, claim["metadata"]["name"])
+
+    result = plugin.client.prepare([ref])[uid]
+
+    assert result.error == ""
+    assert [(d.device_name, d.request_names) for d in result.devices] == [
+        ("gpu-0", ("container-0-request-0",)),
+        ("gpu-1", ("container-0-request-0",)),
+    ]
+    assert plugin.cdi_files() == [f"k8s.gpu.nvidia.com-claim_{uid}.yaml"]
+    _unprepare_ok(plugin, [ref])

@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import io
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from controller.simulated_nodes import build_simulated_nodes
 from dra_driver.allocator import AllocatedState, Allocator
+from dra_driver.device_classes import default_device_classes
 from dra_driver.errors import ConfigError
 from dra_driver.simulate.claims import generate_name, resolve_pod_claims
 from dra_driver.simulate.command import parse_features
-from dra_driver.simulate.default_classes import (
-    DEPLOY_FILE,
-    builtin_device_classes,
-    default_device_classes,
-)
 from dra_driver.simulate.documents import SourcedObject, parse_documents
 from dra_driver.simulate.engine import RESERVED_FOR_MAX_SIZE, Simulation, build_workload
 from dra_driver.simulate.inputs import collect_inputs
@@ -67,7 +61,7 @@ def _simulation(objects: list[dict[str, Any]], nodes: str = "l4-node=2") -> tupl
     workload = build_workload(inputs)
     simulation = Simulation(
         slices=built.slices,
-        classes=builtin_device_classes(),
+        classes=default_device_classes(),
         nodes=built.nodes,
         claims=workload.claims,
     )
@@ -206,13 +200,6 @@ def test_node_spec_parsing() -> None:
         parse_node_spec("l4-node=1,l4-node=2")
 
 
-def test_packaged_device_classes_match_the_deploy_file(tmp_path: Path) -> None:
-    deployed = [doc for doc in yaml.safe_load_all(DEPLOY_FILE.read_text()) if doc]
-
-    assert builtin_device_classes() == deployed
-    assert default_device_classes(tmp_path / "missing.yaml") == deployed
-
-
 def test_feature_gates_are_parsed() -> None:
     features = parse_features("DRAConsumableCapacity=true,DRADeviceTaints=false", "1.34")
 
@@ -238,7 +225,7 @@ def test_the_engine_places_exactly_like_first_fit_over_every_node() -> None:
     state = AllocatedState()
     allocator = Allocator(
         build_simulated_nodes(parse_node_spec("l4-node=3")).slices,
-        builtin_device_classes(),
+        default_device_classes(),
         allocated=state,
     )
     expected: list[tuple[str, list[str]]] = []

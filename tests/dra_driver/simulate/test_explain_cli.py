@@ -481,3 +481,58 @@ def test_an_allocated_claim_and_a_pod_without_its_template_are_reported_as_such(
         "Outcome: cannot be scheduled: ResourceClaimTemplate ml/missing not found "
         "(spec.resourceClaims[0])" in orphan_out
     )
+
+
+def test_explain_builds_the_special_claim_of_a_pending_nvidia_com_gpu_pod_in_a_live_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A device-plugin-style pod that is Pending has no claim yet (the scheduler
+    writes it only when it binds); explain builds the one the scheduler would."""
+    server = FakeClusterApiServer()
+    server.start()
+    try:
+        client = server.api_client()
+        cluster = KubeCluster(client)
+        for obj in _cluster():
+            cluster.create_resource_slice(obj)
+        server.add_object({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+        server.add_object(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"namespace": "ml", "name": "legacy", "uid": "pod-uid-2"},
+                "spec": {
+                    "nodeName": "n1",
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "busybox",
+                            "resources": {"limits": {"nvidia.com/gpu": 3}},
+                        }
+                    ],
+                },
+            }
+        )
+        kubeconfig = server.kubeconfig(tmp_path / "kubeconfig")
+
+        code = main(
+            [
+                "explain",
+                "--cluster",
+                "kube",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--pod",
+                "ml/legacy",
+                "--kubernetes",
+                "1.37",
+            ]
+        )
+        out = capsys.readouterr().out
+        client.close()
+    finally:
+        server.stop()
+
+    assert code == 1
+    assert out.startswith("Pod ml/legacy\n  claim ml/legacy-extended-resources-")
+    assert "request container-0-request-0: 3 x gpu.nvidia.com" in out

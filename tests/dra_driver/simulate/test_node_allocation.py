@@ -7,10 +7,10 @@ import copy
 import pytest
 
 from controller.simulated_nodes import node_slices
+from dra_driver.device_classes import default_device_classes
 from dra_driver.errors import AllocationError
 from dra_driver.inventory import discover
 from dra_driver.nvml.backend import open_hardware
-from dra_driver.simulate.default_classes import default_device_classes
 from dra_driver.simulate.node_allocation import allocate_on_node
 from kubelet_plugin.demo_claims import demo_claims
 

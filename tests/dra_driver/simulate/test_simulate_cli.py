@@ -419,31 +419,6 @@ def test_slices_from_files_define_the_nodes(
     assert "mig.nvidia.com" in pods["claim:ml/mig"]["reason"]
 
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "simulate"
-
-
-@pytest.mark.parametrize(
-    ("example", "nodes", "placed", "unplaced"),
-    [
-        ("from-cluster.yaml", [], 5, ["team-a/llm-3"]),
-        ("b200-training.yaml", ["--nodes", "dgx-h100=2"], 0, ["ml/pretrain-0", "ml/pretrain-1"]),
-        ("mig-same-gpu.yaml", ["--nodes", "dgx-a100-40gb=1"], 8, ["mig/inference-8"]),
-    ],
-)
-def test_the_shipped_examples_behave_as_their_comments_say(
-    capsys: pytest.CaptureFixture[str],
-    example: str,
-    nodes: list[str],
-    placed: int,
-    unplaced: list[str],
-) -> None:
-    code, records, _ = _simulate_yaml(capsys, "-f", str(EXAMPLES / example), *nodes)
-
-    assert code == 1
-    assert sum(1 for r in records if r["placed"]) == placed
-    assert [r["pod"] for r in records if not r["placed"]] == unplaced
-
-
 def test_help_says_which_mig_mode_nodes_get_by_default(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["simulate", "--help"])
