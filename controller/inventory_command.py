@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 from controller.slices import Layout, build_resource_slices
 from dra_driver import yaml_io
+from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.devices import AllocatableDevice, build_devices, inventory_warnings
 from dra_driver.driver_root import DriverRoot
 from dra_driver.inventory import discover
@@ -29,6 +30,7 @@ def print_inventory(
     output: str,
     dynamic_mig: bool = False,
     layout: Layout = "v1.35",
+    consumable_shares: ConsumableShares | None = None,
     driver_root: DriverRoot | None = None,
     out: TextIO = sys.stdout,
 ) -> int:
@@ -36,7 +38,7 @@ def print_inventory(
         nvml, sim_state=sim_state, node_name=node_name, driver_root=driver_root
     )
     inventory = discover(hardware.nvml)
-    devices = build_devices(inventory, dynamic_mig=dynamic_mig)
+    devices = build_devices(inventory, dynamic_mig=dynamic_mig, consumable_shares=consumable_shares)
     slices = build_resource_slices(devices, driver=driver_name, node_name=node_name, layout=layout)
     for warning in inventory_warnings(inventory, dynamic_mig=dynamic_mig):
         print(f"warning: {warning}", file=sys.stderr)
@@ -72,6 +74,11 @@ def render_table(devices: list[AllocatableDevice], *, slice_count: int) -> str:
         for row in rows
     ]
     lines.append(f"{len(devices)} devices in {slice_count} ResourceSlice(s)")
+    shared = [device for device in devices if device.allow_multiple_allocations]
+    if shared:
+        shares = {device.capacity.get("shares") for device in shared} - {None}
+        per_device = f", {shares.pop()} shares each" if len(shares) == 1 else ""
+        lines.append(f"{len(shared)} devices may be shared between claims{per_device}")
     return "\n".join(lines) + "\n"
 
 

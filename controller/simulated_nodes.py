@@ -31,6 +31,7 @@ from controller.slices import build_resource_slices, choose_layout, resource_sli
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.allocator import Node, Release
 from dra_driver.api_objects import Obj
+from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.devices import build_devices
 from dra_driver.inventory import NodeInventory, discover
 from dra_driver.sim.hardware import SimHardware
@@ -51,6 +52,7 @@ def build_simulated_nodes(
     driver: str = DEFAULT_DRIVER_NAME,
     mig: MigMode = "dynamic",
     release: Release = "1.35",
+    consumable_shares: ConsumableShares | None = None,
 ) -> SimulatedNodes:
     """Simulated nodes and their slices, in request order (see the module docstring)."""
     built = SimulatedNodes()
@@ -61,7 +63,12 @@ def build_simulated_nodes(
             name = f"{request.prefix}-{index}"
             if template is None:
                 slices = node_slices(
-                    _inventory(shape, name), name, driver=driver, mig=mig, release=release
+                    _inventory(shape, name),
+                    name,
+                    driver=driver,
+                    mig=mig,
+                    release=release,
+                    consumable_shares=consumable_shares,
                 )
                 template = (name, slices)
             else:
@@ -78,9 +85,12 @@ def node_slices(
     driver: str = DEFAULT_DRIVER_NAME,
     mig: MigMode = "dynamic",
     release: Release = "1.35",
+    consumable_shares: ConsumableShares | None = None,
 ) -> list[Obj]:
     """The ResourceSlices the kubelet plugin publishes for `inventory` on `node_name`."""
-    devices = build_devices(inventory, dynamic_mig=mig == "dynamic")
+    devices = build_devices(
+        inventory, dynamic_mig=mig == "dynamic", consumable_shares=consumable_shares
+    )
     return build_resource_slices(
         devices,
         driver=driver,

@@ -208,12 +208,37 @@ class MpsRecord:
 
 
 @dataclass(frozen=True)
+class TimeSliceRecord:
+    """The time-slice interval ("Default", "Short", "Medium", "Long") a claim wants on a GPU."""
+
+    gpu_uuid: str
+    interval: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpuUuid": self.gpu_uuid, "interval": self.interval}
+
+    @classmethod
+    def from_dict(cls, obj: object, where: str = "timeSlice") -> TimeSliceRecord:
+        m = _obj(obj, where)
+        return cls(
+            gpu_uuid=_req(m, "gpuUuid", str, where), interval=_req(m, "interval", str, where)
+        )
+
+
+@dataclass(frozen=True)
 class PreparedDevice:
     """One device of a prepared claim, as returned to the kubelet.
 
     `request_names` are base request names (no "/subrequest"), as the
     kubelet expects them. `admin_access` devices do not own the device (see
-    `Checkpoint.device_owner`).
+    `Checkpoint.device_owner`). A share of a multi-allocatable device has its
+    `share_id` and the `consumed_capacity` the scheduler granted it, from
+    which the node's share accounting is derived after a restart.
+    `time_slice` is the time-slice interval the claim wants on the device's
+    GPU, recorded before it is applied so a crash can neither leak nor lose
+    the setting. Both were added within schema version 1 (rule 3): a dra-gpu
+    from before them cannot prepare shared or time-sliced claims at all, so
+    downgrading with such claims prepared is not supported.
     """
 
     request_names: tuple[str, ...]
@@ -223,6 +248,8 @@ class PreparedDevice:
     share_id: str | None = None
     mig: MigRecord | None = None
     admin_access: bool = False
+    consumed_capacity: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    time_slice: TimeSliceRecord | None = None
     mps: MpsRecord | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -234,6 +261,8 @@ class PreparedDevice:
             "shareId": self.share_id,
             "mig": None if self.mig is None else self.mig.to_dict(),
             "adminAccess": self.admin_access,
+            "consumedCapacity": dict(sorted(self.consumed_capacity.items())),
+            "timeSlice": None if self.time_slice is None else self.time_slice.to_dict(),
             "mps": None if self.mps is None else self.mps.to_dict(),
         }
 
@@ -250,6 +279,10 @@ class PreparedDevice:
             share_id=_opt(m, "shareId", str, where, None),
             mig=None if raw_mig is None else MigRecord.from_dict(raw_mig, f"{where}.mig"),
             admin_access=_opt(m, "adminAccess", bool, where, False),
+            consumed_capacity=_str_map(m, "consumedCapacity", where),
+            time_slice=None
+            if m.get("timeSlice") is None
+            else TimeSliceRecord.from_dict(m["timeSlice"], f"{where}.timeSlice"),
             mps=None if raw_mps is None else MpsRecord.from_dict(raw_mps, f"{where}.mps"),
         )
 
@@ -406,6 +439,11 @@ class Checkpoint:
         """
         holders = self._device_holders().get((pool, device), ())
         return min((uid for uid, _ in holders if uid != exclude_uid), default=None)
+
+    def device_holders(self, pool: str, device: str) -> tuple[tuple[str, PreparedDevice], ...]:
+        """(claim UID, its record) for each claim that holds `pool`/`device`, admin access
+        left out: several for the shares of a shared device. From the index, no scan."""
+        return self._device_holders().get((pool, device), ())
 
     def held_devices(self) -> list[tuple[str, PreparedDevice]]:
         """(claim UID, device) for each device some claim owns, its smallest-UID holder only.
@@ -662,6 +700,15 @@ def _typed(value: object, key: str, kind: type[T], where: str) -> T:
     if not isinstance(value, kind) or wrong_bool:
         raise CheckpointError(f"{where}.{key} must be {kind.__name__}, got {value!r}")
     return value
+
+
+def _str_map(m: Mapping[str, Any], key: str, where: str) -> Mapping[str, str]:
+    value = m.get(key) or {}
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise CheckpointError(f"{where}.{key} must be an object of strings")
+    return MappingProxyType(dict(value))
 
 
 def _str_tuple(m: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:

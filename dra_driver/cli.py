@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.consumable_shares import FLAG_HELP, parse_consumable_shares
 from dra_driver.errors import DraGpuError
 
 if TYPE_CHECKING:
@@ -140,6 +141,7 @@ def _inventory_flags(parser: argparse.ArgumentParser) -> None:
         help="include partitionable MIG devices, as the plugin publishes them with --dynamic-mig",
     )
     parser.add_argument("--partitionable-layout", choices=("v1.34", "v1.35"), default="v1.35")
+    _add_consumable_shares_flag(parser)
     _add_hardware_flags(parser)
     _add_driver_root_flags(parser)
 
@@ -155,6 +157,7 @@ def _run_inventory(args: argparse.Namespace) -> int:
         output=args.output,
         dynamic_mig=args.dynamic_mig,
         layout=args.partitionable_layout,
+        consumable_shares=parse_consumable_shares(args.consumable_shares),
         driver_root=_driver_root(args),
     )
 
@@ -207,6 +210,7 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
         help="destroy MIG instances no prepared claim owns at start-up (default: publish them "
         "as static MIG devices and leave them alone)",
     )
+    _add_consumable_shares_flag(parser)
     parser.add_argument(
         "--keep-mig-enabled",
         action="store_true",
@@ -265,6 +269,7 @@ def _run_plugin(args: argparse.Namespace) -> int:
             partitionable_layout=args.partitionable_layout,
             mig_reclaim_unknown=args.mig_reclaim_unknown,
             keep_mig_enabled=args.keep_mig_enabled,
+            consumable_shares=parse_consumable_shares(args.consumable_shares),
             driver_root=_driver_root(args),
             driver_retry_interval=args.driver_retry_interval,
             health_checks=args.device_health_checks,
@@ -430,6 +435,7 @@ def _scenario(args: argparse.Namespace) -> ScenarioOptions:
         release=args.release,
         mig=args.mig,
         feature_gates=args.feature_gates,
+        consumable_shares=parse_consumable_shares(args.consumable_shares),
     )
 
 
@@ -514,6 +520,13 @@ def _add_scenario_flags(parser: argparse.ArgumentParser, *, files_required: bool
         default="",
         metavar="GATES",
         help="scheduler DRA gates, e.g. DRAConsumableCapacity=true,DRADeviceTaints=false",
+    )
+    _add_consumable_shares_flag(parser)
+
+
+def _add_consumable_shares_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--consumable-shares", default="", metavar="unlimited|memory|N", help=FLAG_HELP
     )
 
 

@@ -9,11 +9,11 @@ which device the way NVIDIA does: class configs, then claim configs, the last
 matching one wins; a config naming requests applies only to them and must fit
 the device type; an unnamed config applies to devices of its own type.
 
-Sharing (time-slicing, MPS) is decoded and validated here. MPS is applied
-by the node plugin (`mps_config_of` says which devices ask for it);
-time-slicing cannot be applied yet, so `unsupported_sharing` turns a request
-for it into a clear per-claim error instead of silently handing out an
-exclusive device.
+Sharing is decoded and validated here and applied by the node plugin: MPS
+(`mps_config_of` says which devices ask for it) and time-slicing
+(`kubelet_plugin.sharing`). `unsupported_sharing` is where a strategy the
+plugin cannot apply would be turned into a clear per-claim error instead of
+a silently unshared device; today every strategy is applied.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def effective_configs(
                 match = value
             elif value.kind == wanted:
                 match = value
-        chosen[_key(result)] = match
+        chosen[config_key(result)] = match
     return chosen
 
 
@@ -168,10 +168,10 @@ def unsupported_sharing(
 ) -> str | None:
     """Why this plugin cannot honour the claim's sharing settings, or None."""
     for result in claim.results:
-        config = configs.get(_key(result))
+        config = configs.get(config_key(result))
         if config is None or config.sharing is None:
             continue
-        if config.sharing.strategy is not SharingStrategy.MPS:
+        if config.sharing.strategy not in (SharingStrategy.MPS, SharingStrategy.TIME_SLICING):
             return (
                 f"{claim.ref}: request {result.request!r} asks for {config.sharing.strategy} "
                 f"sharing of {result.device} ({config.kind}), which this dra-gpu release does "
@@ -185,7 +185,7 @@ def mps_config_of(
 ) -> MpsConfig | None:
     """The MPS settings of `result`'s device (defaults when none are given), or None
     when its config does not ask for MPS."""
-    config = configs.get(_key(result))
+    config = configs.get(config_key(result))
     if config is None or config.sharing is None:
         return None
     if config.sharing.strategy is not SharingStrategy.MPS:
@@ -193,13 +193,15 @@ def mps_config_of(
     return config.sharing.mps_config or MpsConfig()
 
 
-def _key(result: DeviceResult) -> str:
+def config_key(result: DeviceResult) -> str:
+    """The key of `result` in `effective_configs`: "request/device"."""
     return f"{result.request}/{result.device}"
 
 
 __all__ = [
     "API_VERSION",
     "DeviceConfig",
+    "config_key",
     "GpuConfig",
     "MigDeviceConfig",
     "decode",

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
+from dra_driver.consumable_shares import ConsumableShares, RequestPolicy, apply_consumable_shares
 from dra_driver.dynamic_mig import (
     CounterSet,
     DynamicMigMode,
@@ -177,6 +178,10 @@ class AllocatableDevice:
     )
     dynamic: DynamicMigSpec | None = None
     counter_sets: tuple[CounterSet, ...] = ()
+    allow_multiple_allocations: bool = False
+    request_policies: Mapping[str, RequestPolicy] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
     def __hash__(self) -> int:
         # Names are unique per node; equal devices always share name and GPU.
@@ -190,13 +195,19 @@ class AllocatableDevice:
 
     def to_api(self) -> dict[str, Any]:
         """The resource.k8s.io/v1 `Device` object, with keys in sorted order."""
+        capacity: dict[str, Any] = {}
+        for key in sorted(self.capacity):
+            capacity[key] = {"value": format_quantity(self.capacity[key])}
+            policy = self.request_policies.get(key)
+            if policy is not None:
+                capacity[key]["requestPolicy"] = policy.to_api()
         device: dict[str, Any] = {
             "name": self.name,
             "attributes": {key: self.attributes[key].to_api() for key in sorted(self.attributes)},
-            "capacity": {
-                key: {"value": format_quantity(self.capacity[key])} for key in sorted(self.capacity)
-            },
+            "capacity": capacity,
         }
+        if self.allow_multiple_allocations:
+            device["allowMultipleAllocations"] = True
         if self.consumes_counters:
             device["consumesCounters"] = [
                 {
@@ -260,6 +271,7 @@ def build_devices(
     *,
     dynamic_mig: bool = False,
     owned_instances: Collection[tuple[str, int]] = (),
+    consumable_shares: ConsumableShares | None = None,
 ) -> list[AllocatableDevice]:
     """Every device the node publishes, GPUs in PCI bus order.
 
@@ -270,6 +282,8 @@ def build_devices(
     publishes them in `dra_driver.placement_order` order. `owned_instances`
     holds (parent GPU UUID, GPU-instance id) of the MIG instances the plugin
     created itself (its checkpoint); they stay published as dynamic devices.
+    `consumable_shares` publishes every device for sharing between claims
+    (`dra_driver.consumable_shares`).
 
     Raises InventoryError if two devices would share a name (for example two
     GPUs reporting the same minor number) or a name is not a DNS label.
@@ -297,7 +311,7 @@ def build_devices(
                 f"{device.gpu.uuid}: minor numbers must be unique"
             )
         seen[device.name] = device
-    return devices
+    return apply_consumable_shares(devices, consumable_shares)
 
 
 def inventory_warnings(

@@ -126,6 +126,18 @@ class AllocationError(DraGpuError):
     """
 
 
+class GpuSettingError(DraGpuError):
+    """A GPU setting (compute mode, time-slice interval) could not be applied.
+
+    `not_supported` is True when the GPU does not have the setting at all
+    (nvidia-smi's "Not Supported"), which a reset to the default may ignore.
+    """
+
+    def __init__(self, message: str, *, not_supported: bool = False) -> None:
+        super().__init__(message)
+        self.not_supported = not_supported
+
+
 class MpsError(DraGpuError):
     """An MPS control daemon could not be started, configured or stopped."""
 

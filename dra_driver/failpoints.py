@@ -9,7 +9,8 @@ plugin process with each point in turn and check that a restart recovers
 without leaking anything. `PREPARE_STEPS` and `UNPREPARE_STEPS` list every
 point of the claim transaction, `MIG_PREPARE_STEPS` and `MIG_UNPREPARE_STEPS`
 every point of dynamic MIG creation and destruction, `MPS_PREPARE_STEPS` and
-`MPS_UNPREPARE_STEPS` every point of an MPS daemon's life, so a new step cannot be
+`MPS_UNPREPARE_STEPS` every point of an MPS daemon's life, `SHARING_*_STEPS`
+those of time-slicing, so a new step cannot be
 added without the tests covering it.
 """
 
@@ -60,6 +61,11 @@ MPS_PREPARE_STEPS: Final[tuple[str, ...]] = (
 )
 # ... and stopped on Unprepare, before the MIG steps, once no other claim uses it.
 MPS_UNPREPARE_STEPS: Final[tuple[str, ...]] = ("mps-after-daemon-stopped",)
+# Time-slicing, per GPU: after the interval is set (between the dynamic MIG
+# steps and "prepare-after-cdi-written"), and after it is reset to Default
+# (after the MIG steps of Unprepare, or while rolling back).
+SHARING_PREPARE_STEPS: Final[tuple[str, ...]] = ("timeslice-after-set",)
+SHARING_UNPREPARE_STEPS: Final[tuple[str, ...]] = ("timeslice-after-reset",)
 
 _armed: frozenset[str] = frozenset(
     name.strip() for name in os.environ.get(ENV_VAR, "").split(",") if name.strip()

@@ -5,13 +5,17 @@ through one transaction, recorded in the checkpoint so that a crash at any
 point is finished or rolled back later:
 
     Prepare:   fetch the claim -> plan it (pure: our devices? held by another
-               claim?) -> checkpoint PrepareStarted (MIG devices as "planned")
-               -> create dynamic MIG devices, checkpointing each GI/CI id
+               claim? shares within capacity? sharing settings that agree?)
+               -> checkpoint PrepareStarted (MIG devices as "planned", the
+               wanted time-slice intervals) -> create dynamic MIG devices,
+               checkpointing each GI/CI id
                -> MPS: checkpoint the daemon intent, start the device's
                control daemon unless it runs, checkpoint its pid, set its limits
+               -> apply time-slice intervals
                -> write the CDI spec -> checkpoint PrepareCompleted -> answer
     Unprepare: remove the CDI spec -> stop the MPS daemon if no other claim
                uses it -> destroy the MIG devices we created
+               -> release time-slice intervals no other claim wants
                -> drop the checkpoint entry -> answer
 
 MPS daemons (`mps_daemons`) outlive the plugin process: at start-up the
@@ -35,6 +39,11 @@ Overlap guard: a dynamic MIG device whose memory slices overlap another
 prepared (or half-prepared) claim's, or a whole GPU and a MIG device of it,
 are refused before anything is touched; the scheduler's counters should have
 prevented such an allocation, so it names both devices and claims.
+
+Sharing: each share of a multi-allocatable device (a result with a
+`shareID`) gets its own CDI device, `<claimUID>-<device>-<shareID>`, and
+the kubelet learns its `share_id`; `kubelet_plugin.sharing.shares` refuses
+overcommit. Sharing mechanisms plug in as `SharingStrategy` objects.
 """
 
 from __future__ import annotations
@@ -63,6 +72,7 @@ from dra_driver.checkpoint import (
 from dra_driver.checkpoint_store import CheckpointStore
 from dra_driver.claims import AllocatedClaim, parse_allocated_claim
 from dra_driver.cluster.interface import Cluster
+from dra_driver.device_config import effective_configs
 from dra_driver.devices import AllocatableDevice
 from dra_driver.errors import ClaimError, DraGpuError, NotFoundError
 from dra_driver.host import HostInfo
@@ -71,9 +81,12 @@ from dra_driver.nvml.interface import MigDeviceInfo
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle, MigTarget, mig_target
 from kubelet_plugin.mps_daemons import DaemonProcess, MpsDaemons
-from kubelet_plugin.prepare_plan import PlannedDevice, plan_claim, prepared_device
+from kubelet_plugin.prepare_plan import PlannedDevice, cdi_device, plan_claim, prepared_device
 from kubelet_plugin.rebuild import RebuildSource
 from kubelet_plugin.service import ClaimRef, PrepareResult, ResultDevice, UnprepareResult
+from kubelet_plugin.sharing import SharingStrategy
+from kubelet_plugin.sharing.gpu_policy import GpuPolicy, UnavailableGpuPolicy
+from kubelet_plugin.sharing.timeslicing import TimeSlicing
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +108,7 @@ class RecoveryReport:
     unprepare_finished: list[str] = field(default_factory=list)
     missing_mig_devices: list[str] = field(default_factory=list)
     rollback_failed: list[str] = field(default_factory=list)
+    sharing_problems: list[str] = field(default_factory=list)
     mps_adopted: list[str] = field(default_factory=list)
     mps_restarted: list[str] = field(default_factory=list)
     mps_orphans_stopped: list[str] = field(default_factory=list)
@@ -118,12 +132,15 @@ class GpuDriver:
         gpu_locks: GpuLocks,
         driver_edits: Callable[[], cdi.ContainerEdits] | None = None,
         rebuild_sources: Sequence[RebuildSource] = (),
+        gpu_policy: GpuPolicy | None = None,
         mps: MpsDaemons | None = None,
     ) -> None:
         """`driver_edits` gives the mounts (and hooks) of the driver's user space
         for the current driver version (`DriverUserSpace.edits`, cached); None
         leaves them out (tests of device handling only). `rebuild_sources`
         rebuild a lost checkpoint (`kubelet_plugin.rebuild`); none: start empty.
+        `gpu_policy` sets time-slice intervals (`kubelet_plugin.sharing.gpu_policy`);
+        None makes a claim that asks for one fail clearly.
         `mps` starts the MPS control daemons; None refuses MPS claims (no
         control binary)."""
         self._driver_name = driver_name
@@ -141,6 +158,9 @@ class GpuDriver:
         self._claim_locks = _KeyedLocks()
         self._state: Checkpoint | None = None
         self._rebuild_sources = tuple(rebuild_sources)
+        self._sharing: tuple[SharingStrategy, ...] = (
+            TimeSlicing(gpu_policy or UnavailableGpuPolicy(), gpu_locks, self.snapshot),
+        )
 
     def set_devices(self, devices: Sequence[AllocatableDevice]) -> None:
         """Replace the devices Prepare accepts (after a re-discovery)."""
@@ -199,6 +219,8 @@ class GpuDriver:
                 log.warning("%s has no CDI spec: finishing its interrupted Unprepare", entry.ref)
                 if self._recover_roll_back(entry, report):
                     report.unprepare_finished.append(entry.uid)
+        for strategy in self._sharing:
+            report.sharing_problems.extend(strategy.reconcile(self.snapshot()))
 
         def remove_orphans(checkpoint: Checkpoint) -> Checkpoint:
             for temp in self._cdi.remove_temp_files():
@@ -457,6 +479,11 @@ class GpuDriver:
                 self._with_mps_intent(item, prepared_device(claim.uid, item.result, item.device))
                 for item in planned
             ]
+            configs = effective_configs(
+                claim, {item.device.name: item.device.kind for item in planned}
+            )
+            for strategy in self._sharing:
+                prepared = strategy.plan(claim, configs, prepared, self._devices, checkpoint)
             return checkpoint.start(
                 ClaimEntry(
                     uid=claim.uid,
@@ -473,6 +500,9 @@ class GpuDriver:
         try:
             created = self._create_mig_devices(claim.uid, planned)
             self._start_mps(claim.uid, planned, created)
+            started = self.snapshot().claims[claim.uid]
+            for strategy in self._sharing:
+                strategy.apply(started)
 
             def complete(checkpoint: Checkpoint) -> Checkpoint:
                 entry = checkpoint.claims[claim.uid]
@@ -688,6 +718,8 @@ class GpuDriver:
         """
         self._release_mps(entry.uid)
         self._destroy_mig_devices(entry, search_unrecorded=search_unrecorded)
+        for strategy in self._sharing:
+            strategy.release(entry)
 
         def forget(checkpoint: Checkpoint) -> Checkpoint:
             self._cdi.remove(entry.uid)
@@ -709,6 +741,8 @@ class GpuDriver:
         failpoints.hit("unprepare-after-cdi-removed")
         self._release_mps(uid)
         self._destroy_mig_devices(entry)
+        for strategy in self._sharing:
+            strategy.release(entry)
         self.update(lambda checkpoint: checkpoint.remove(uid))
         failpoints.hit("unprepare-after-checkpoint-removed")
         log.info("unprepared %s", entry.ref)
@@ -796,7 +830,8 @@ class GpuDriver:
         devices: dict[str, cdi.CdiDevice] = {}
         for item in planned:
             device = item.device
-            if device.name in devices:
+            name = cdi_device(item.result)
+            if name in devices:
                 continue
             mig = created[device.name] if device.dynamic is not None else device.mig
             if mig is None:
@@ -814,7 +849,7 @@ class GpuDriver:
                 uuid = device.gpu.uuid if mig is None else mig.uuid
                 assert self._mps is not None  # _with_mps_intent refused the claim otherwise
                 edits = edits.merged(container_edits(self._mps.paths(uuid), item.mps))
-            devices[device.name] = cdi.CdiDevice(name=device.name, edits=edits)
+            devices[name] = cdi.CdiDevice(name=name, edits=edits)
         common = cdi.common_edits(uvm_major)
         if self._driver_edits is not None:
             common = common.merged(self._driver_edits())

@@ -31,6 +31,7 @@ from dra_driver.api_objects import Obj
 from dra_driver.cdi_store import CdiStore
 from dra_driver.checkpoint_store import CheckpointStore
 from dra_driver.cluster import Cluster, open_cluster
+from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.devices import AllocatableDevice, build_devices, inventory_warnings
 from dra_driver.driver_root import DriverRoot
 from dra_driver.errors import (
@@ -62,6 +63,7 @@ from kubelet_plugin.mps_daemons import MpsDaemons
 from kubelet_plugin.probe import HealthCheckServer, PluginHealthServicer
 from kubelet_plugin.rebuild import default_sources
 from kubelet_plugin.server import PluginServer
+from kubelet_plugin.sharing.gpu_policy import open_gpu_policy
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +92,7 @@ class PluginOptions:
     partitionable_layout: str = "auto"
     mig_reclaim_unknown: bool = False
     keep_mig_enabled: bool = False
+    consumable_shares: ConsumableShares | None = None
     driver_root: DriverRoot | None = None  # None: "/" on real hardware, a fake root in sim
     driver_retry_interval: float = 10.0
     health_checks: bool = True
@@ -237,6 +240,7 @@ def _serve(
             pool_name=options.node_name,
             devices=every_instance_as_dynamic,
         ),
+        gpu_policy=open_gpu_policy(hardware),
         mps=_mps_daemons(hardware, data_dir, shm_tmpfs=options.nvml == "real"),
     )
     metrics.track_prepared(driver.prepared_counts)
@@ -266,7 +270,12 @@ def _serve(
         inventory, dynamic_mig=options.dynamic_mig, owned_instances=owned
     ):
         log.warning("%s", warning)
-    devices = build_devices(inventory, dynamic_mig=options.dynamic_mig, owned_instances=owned)
+    devices = build_devices(
+        inventory,
+        dynamic_mig=options.dynamic_mig,
+        owned_instances=owned,
+        consumable_shares=options.consumable_shares,
+    )
     driver.set_devices(devices)
     layout = choose_layout(cluster.server_version(), options.partitionable_layout)
 

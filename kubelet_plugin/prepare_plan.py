@@ -3,7 +3,8 @@
 Given an allocated claim, the devices this node publishes and the current
 checkpoint, `plan_claim` checks that every result names a device we own,
 that no other prepared claim holds it or overlaps it (a whole GPU and a
-MIG device on it, or two MIG placements sharing memory slices), that its opaque
+MIG device on it, or two MIG placements sharing memory slices), that shares
+of a shared device fit its capacity (`kubelet_plugin.sharing.shares`), that its opaque
 configs decode and can be honoured, and returns the devices to prepare. It
 is pure so every refusal can be tested directly; the I/O (CDI files,
 checkpoint writes) happens in `kubelet_plugin.driver`.
@@ -28,6 +29,7 @@ from dra_driver.errors import ClaimError
 from dra_driver.mps import MpsLimits, claim_limits, one_mps_device_per_claim
 from dra_driver.nvml.interface import Placement
 from kubelet_plugin.mig_lifecycle import mig_target
+from kubelet_plugin.sharing.shares import check_shares
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ def plan_claim(
 
     Raises ClaimError naming the claim and the offending result.
     """
+    check_shares(claim, devices, checkpoint)
     planned: list[PlannedDevice] = []
     for index, result in enumerate(claim.results):
         where = f"ResourceClaim {claim.namespace}/{claim.name}: status.allocation.devices.results"
@@ -69,9 +72,10 @@ def plan_claim(
                 f"{where}[{index}] names device {result.device!r}, which this node does not "
                 "publish (it may have been removed or repartitioned since allocation)"
             )
-        if not result.admin_access:
+        if not result.admin_access and result.share_id is None:
+            # Shares, and exclusive results on shared devices: check_shares.
             owner = checkpoint.device_owner(result.pool, result.device, exclude_uid=claim.uid)
-            if owner is not None and not _shared_by_all(checkpoint, result, claim.uid):
+            if owner is not None:
                 raise ClaimError(
                     f"{where}[{index}]: device {result.device!r} is already prepared for claim "
                     f"{_describe_owner(checkpoint, owner)}; refusing to hand it out twice"
@@ -112,19 +116,6 @@ def _with_mps(
     return out
 
 
-def _shared_by_all(checkpoint: Checkpoint, result: DeviceResult, uid: str) -> bool:
-    """Whether `result` and every other claim's hold on its device are shares (`shareID`)."""
-    if result.share_id is None:
-        return False
-    return all(
-        prepared.share_id is not None or prepared.admin_access
-        for entry in checkpoint.claims.values()
-        if entry.uid != uid
-        for prepared in entry.devices
-        if prepared.pool == result.pool and prepared.device == result.device
-    )
-
-
 def prepared_device(
     claim_uid: str, result: DeviceResult, device: AllocatableDevice | None
 ) -> PreparedDevice:
@@ -138,11 +129,19 @@ def prepared_device(
         request_names=(result.base_request,),
         pool=result.pool,
         device=result.device,
-        cdi_device_ids=(cdi.qualified_device_id(claim_uid, result.device),),
+        cdi_device_ids=(cdi.qualified_device_id(claim_uid, cdi_device(result)),),
         share_id=result.share_id,
         admin_access=result.admin_access,
+        consumed_capacity=result.consumed_capacity,
         mig=None if target is None else target.planned_record(),
     )
+
+
+def cdi_device(result: DeviceResult) -> str:
+    """The claim's CDI device for a result: one per device, or one per share of a shared one
+    (`<device>-<shareID>`)."""
+    share = result.share_id
+    return result.device if share is None else f"{result.device}-{share}"
 
 
 def _describe_owner(checkpoint: Checkpoint, uid: str) -> str:

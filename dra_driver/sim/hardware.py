@@ -101,6 +101,7 @@ from dra_driver.sim.views import ComputeInstanceView, GpuFacts, GpuInstanceView,
 
 __all__ = ["LATENCY_KEYS", "GpuRef", "SimHardware", "parse_latency"]
 
+COMPUTE_MODES = ("DEFAULT", "EXCLUSIVE_PROCESS", "PROHIBITED")
 _MAX_CI_ID = 7  # CI ids range 0..7 (§2.13)
 
 
@@ -212,6 +213,30 @@ class SimHardware:
             for g in st.gpus:
                 g.busy = False
                 lookup.power_cycle(g)
+
+    # -- compute mode and time-slicing (nvidia-smi, not NVML: see gpu-mig-nvml.md 6.1) --
+
+    def compute_mode(self, gpu: GpuRef) -> str:
+        with self._store.read() as st:
+            return lookup.find_gpu(st, gpu).compute_mode
+
+    def set_compute_mode(self, gpu: GpuRef, mode: str) -> None:
+        """`nvidia-smi -i <gpu> -c <mode>`."""
+        if mode not in COMPUTE_MODES:
+            raise ConfigError(f"compute mode {mode!r}: expected one of {', '.join(COMPUTE_MODES)}")
+        with self._store.mutate() as st:
+            lookup.find_gpu(st, gpu).compute_mode = mode
+
+    def time_slice(self, gpu: GpuRef) -> int:
+        with self._store.read() as st:
+            return lookup.find_gpu(st, gpu).time_slice
+
+    def set_time_slice(self, gpu: GpuRef, level: int) -> None:
+        """`nvidia-smi compute-policy -i <gpu> --set-timeslice <level>` (0 Default .. 3 Long)."""
+        if level not in range(4):
+            raise ConfigError(f"time-slice {level!r}: expected 0 (Default) to 3 (Long)")
+        with self._store.mutate() as st:
+            lookup.find_gpu(st, gpu).time_slice = level
 
     def set_busy(self, gpu: GpuRef, busy: bool) -> None:
         with self._store.mutate() as st:

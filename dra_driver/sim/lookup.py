@@ -101,8 +101,11 @@ def ci_view(g: GpuState, gi: GiState, ci_id: int) -> ComputeInstanceView:
 
 
 def power_cycle(g: GpuState) -> None:
-    """What a GPU reset or reboot does: instances vanish; Ampere applies its stored mode."""
+    """What a GPU reset or reboot does: instances vanish, compute mode and time-slice are back
+    to their defaults; Ampere applies its stored MIG mode."""
     g.gis.clear()
+    g.compute_mode = "DEFAULT"
+    g.time_slice = 0
     if not g.model.mig_capable:
         return
     if g.model.mig_toggle_supported:

@@ -1,7 +1,8 @@
 """The simulated node's mutable state and its JSON form.
 
 Everything that real hardware would remember lives here: which GPUs exist,
-their MIG modes (current and pending), the GPU and compute instances, the MIG
+their MIG modes (current and pending), compute modes and time-slice
+intervals, the GPU and compute instances, the MIG
 UUID counter and the boot id. It is plain data so `SimHardware` can copy it,
 validate a change against it, and persist it to a state file that several
 processes share (`version` guards the format). Decoding is strict: a state
@@ -60,6 +61,8 @@ class GpuState:
     mig_pending: bool
     busy: bool = False  # a client (process) holds the GPU: MIG mode changes answer IN_USE
     gis: list[GiState] = field(default_factory=list)
+    compute_mode: str = "DEFAULT"  # nvidia-smi -c: DEFAULT, EXCLUSIVE_PROCESS, PROHIBITED
+    time_slice: int = 0  # nvidia-smi compute-policy --set-timeslice: 0 Default .. 3 Long
 
     @property
     def model(self) -> GpuModel:
@@ -231,6 +234,9 @@ def _gpu(doc: Any) -> GpuState:
         mig_pending=_get(doc, "mig_pending", bool),
         busy=_get(doc, "busy", bool),
         gis=[_gi(g) for g in _get(doc, "gis", list)],
+        # Added later: state files written before have the power-on defaults.
+        compute_mode=_get(doc, "compute_mode", str) if "compute_mode" in doc else "DEFAULT",
+        time_slice=_get(doc, "time_slice", int) if "time_slice" in doc else 0,
     )
     for gi in gpu.gis:
         if gpu.model.gi_profile_by_id(gi.profile_id) is None:

@@ -18,6 +18,7 @@ from typing import Any, Final, TextIO
 
 from dra_driver.allocator import Features, Node, Release
 from dra_driver.api_objects import Obj
+from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.device_classes import default_device_classes
 from dra_driver.errors import ConfigError
 from dra_driver.simulate.claims import PodClaim
@@ -56,9 +57,18 @@ class Scenario:
     classes: list[Obj] = field(default_factory=list)
 
 
-def parse_features(gates: str, release: Release) -> Features:
-    """`--feature-gates Name=true,...` over kube-scheduler's defaults in `release`."""
+def parse_features(
+    gates: str, release: Release, *, consumable_shares: ConsumableShares | None = None
+) -> Features:
+    """`--feature-gates Name=true,...` over kube-scheduler's defaults in `release`.
+
+    `--consumable-shares` means the cluster runs with DRAConsumableCapacity
+    (the apiserver drops `allowMultipleAllocations` without it), so it turns
+    the gate on unless the gates say otherwise.
+    """
     features = Features.for_release(release)
+    if consumable_shares is not None:
+        features = replace(features, consumable_capacity=True)
     for part in (p.strip() for p in gates.split(",")):
         if not part:
             continue
@@ -79,7 +89,8 @@ class ScenarioOptions:
     """What `simulate` and `explain` read: the files, the `--nodes` and the defaults.
 
     `build_nodes` builds the `--nodes` and their slices (the CLI passes
-    `controller.simulated_nodes.build_simulated_nodes`).
+    `controller.simulated_nodes.build_simulated_nodes`); `consumable_shares`
+    is the kubelet plugin's `--consumable-shares` those nodes run with.
     """
 
     build_nodes: NodeBuilder
@@ -89,6 +100,7 @@ class ScenarioOptions:
     release: Release = "1.35"
     mig: MigMode = "dynamic"
     feature_gates: str = ""
+    consumable_shares: ConsumableShares | None = None
 
 
 def load_scenario(options: ScenarioOptions, err: TextIO | None = None) -> Scenario:
@@ -102,7 +114,10 @@ def load_scenario(options: ScenarioOptions, err: TextIO | None = None) -> Scenar
     scenario = Scenario(inputs)
     if options.nodes:
         built = options.build_nodes(
-            parse_node_spec(options.nodes), mig=options.mig, release=options.release
+            parse_node_spec(options.nodes),
+            mig=options.mig,
+            release=options.release,
+            consumable_shares=options.consumable_shares,
         )
         scenario.nodes, scenario.slices = built.nodes, built.slices
     scenario.slices = scenario.slices + inputs.slices
@@ -131,7 +146,9 @@ def run_simulate(
 ) -> int:
     """`dra-gpu simulate`: place everything, print, 1 if anything was not placed."""
     out, err = out or sys.stdout, err or sys.stderr
-    features = parse_features(options.feature_gates, options.release)
+    features = parse_features(
+        options.feature_gates, options.release, consumable_shares=options.consumable_shares
+    )
     with without_cycle_collector():
         scenario = load_scenario(options, err)
         workload = build_workload(scenario.inputs, scenario.classes, features)
@@ -191,7 +208,9 @@ def run_explain(
 ) -> int:
     """`dra-gpu explain`: why a claim or a pod's claims fit or not; 1 if they do not."""
     out, err = out or sys.stdout, err or sys.stderr
-    features = parse_features(options.feature_gates, options.release)
+    features = parse_features(
+        options.feature_gates, options.release, consumable_shares=options.consumable_shares
+    )
     namespace = options.namespace
     if claim and pod:
         raise ConfigError("give --claim or --pod, not both")

@@ -38,6 +38,7 @@ from dra_driver.allocator import (
     InvalidPoolsError,
     Node,
 )
+from dra_driver.allocator.capacity import check_capacity
 from dra_driver.allocator.counters import Availability, availability
 from dra_driver.allocator.pools import Candidate, CounterDomain, DeviceRecord
 from dra_driver.allocator.requests import ALL, ClaimPlan, RequestData, plan_claims
@@ -55,7 +56,7 @@ from dra_driver.api_objects import AllocationResult, Obj
 from dra_driver.errors import AllocationError, CelError
 from dra_driver.simulate import selector_text
 
-Cause = Literal["allocated", "counters", "taint", "unusable"]
+Cause = Literal["allocated", "counters", "capacity", "taint", "unusable"]
 
 _COUNTER_SET_SUFFIX = "-counter-set"
 _MAX_VALUES = 3
@@ -66,8 +67,8 @@ class Blocker:
     """Why a device that matches a request is not free."""
 
     cause: Cause
-    holders: tuple[str, ...] = ()  # claims holding it (allocated, counters)
-    detail: str = ""  # the counter, the taint, or why the device is unusable
+    holders: tuple[str, ...] = ()  # claims holding it (allocated, counters, capacity)
+    detail: str = ""  # the counter, the capacity, the taint, or why the device is unusable
 
 
 @dataclass
@@ -325,7 +326,13 @@ class Diagnoser:
                 holder = state.holder(device.id) if device.id in state.shared else None
             if holder is not None:
                 return Blocker("allocated", (holder,))
-        if device.consumes and candidate.domain is not None:
+        # A shared device took its counters with its first share (the allocator's rule).
+        multi = self.features.consumable_capacity and device.allow_multiple
+        if (
+            device.consumes
+            and candidate.domain is not None
+            and not (multi and state.is_allocated(device.id))
+        ):
             blocker = self._counters(candidate.domain, device, state)
             if blocker is not None:
                 return blocker
@@ -334,6 +341,14 @@ class Diagnoser:
             if taint is not None:
                 text = f"{taint.get('key') or ''}={taint.get('value') or ''}:{taint.get('effect')}"
                 return Blocker("taint", (), text)
+        if multi:
+            reason = check_capacity(
+                device, request.capacity, state.consumed_capacity.get(device.id), None
+            )
+            if reason is not None:
+                shares = state.shared.get(device.id, [])
+                holders = tuple(dict.fromkeys(claim for _, claim in shares))
+                return Blocker("capacity", holders, reason.describe())
         return None
 
     def _counters(
@@ -551,17 +566,27 @@ def _cause_text(blocked: Sequence[tuple[DeviceRecord, Blocker]]) -> str:
     "unusable (...)", or several of these, each with its device count."""
     taken: Counter[str] = Counter()
     others: Counter[tuple[str, str]] = Counter()
+    full: list[Blocker] = []
     taken_count = 0
     for _, blocker in blocked:
-        if blocker.cause in ("allocated", "counters"):
+        if blocker.cause == "capacity":
+            full.append(blocker)
+        elif blocker.cause in ("allocated", "counters"):
             taken_count += 1
             for holder in blocker.holders or ("another claim",):
                 taken[holder] += 1
         else:
             kind = "tainted" if blocker.cause == "taint" else "unusable"
             others[(kind, blocker.detail)] += 1
-    several = (1 if taken else 0) + len(others) > 1
+    several = (1 if taken else 0) + (1 if full else 0) + len(others) > 1
     segments: list[str] = []
+    if full:
+        sharers = {holder for blocker in full for holder in blocker.holders}
+        segments.append(
+            (f"{len(full)} " if several else "")
+            + f"shared to capacity ({_full_detail(full)}; "
+            + f"{_plural(len(sharers), 'claim')} share them)"
+        )
     if taken:
         if len(taken) == 1:
             holders = f"claim {next(iter(taken))}"
@@ -576,6 +601,13 @@ def _cause_text(blocked: Sequence[tuple[DeviceRecord, Blocker]]) -> str:
     for (kind, detail), count in sorted(others.items()):
         segments.append((f"{count} " if several else "") + f"{kind} ({detail})")
     return ", ".join(segments)
+
+
+def _full_detail(full: Sequence[Blocker]) -> str:
+    """The capacity that is exhausted, as the first device reports it ("e.g." if they differ)."""
+    details = {blocker.detail for blocker in full}
+    first = full[0].detail
+    return first if len(details) == 1 else f"e.g. {first}"
 
 
 def shortage_text(

@@ -192,8 +192,11 @@ def _blocked_summary(stats: RequestOnNode) -> str:
     taken = 0
     holders: set[str] = set()
     taints: dict[str, int] = {}
+    full: list[str] = []
     for _, blocker in stats.blocked:
-        if blocker.cause in ("taint", "unusable"):
+        if blocker.cause == "capacity":
+            full.append(blocker.detail)
+        elif blocker.cause in ("taint", "unusable"):
             kind = "tainted" if blocker.cause == "taint" else "unusable:"
             text = f"{kind} {blocker.detail}"
             taints[text] = taints.get(text, 0) + 1
@@ -204,6 +207,9 @@ def _blocked_summary(stats: RequestOnNode) -> str:
     if taken:
         named = ", ".join(sorted(holders)) if len(holders) <= 2 else f"{len(holders)} claims"
         parts.append(f"{taken} taken by {named}")
+    if full:
+        example = full[0] if len(set(full)) == 1 else f"e.g. {full[0]}"
+        parts.append(f"{len(full)} shared to capacity: {example}")
     parts.extend(f"{count} {text}" for text, count in sorted(taints.items()))
     return ", ".join(parts)
 

@@ -24,6 +24,7 @@ from typing import Any, Final, Literal, Protocol
 
 from dra_driver.allocator import Node, Release
 from dra_driver.api_objects import Obj
+from dra_driver.consumable_shares import ConsumableShares
 from dra_driver.errors import ConfigError
 
 MigMode = Literal["dynamic", "static"]
@@ -92,7 +93,12 @@ class NodeBuilder(Protocol):
     """Builds simulated nodes and the slices the plugin would publish for them."""
 
     def __call__(
-        self, requests: Sequence[NodeRequest], *, mig: MigMode, release: Release
+        self,
+        requests: Sequence[NodeRequest],
+        *,
+        mig: MigMode,
+        release: Release,
+        consumable_shares: ConsumableShares | None = None,
     ) -> SimulatedNodes: ...
 
 

@@ -19,6 +19,7 @@ from dra_driver.checkpoint import (
     ClaimState,
     MigRecord,
     PreparedDevice,
+    TimeSliceRecord,
     decode,
     encode,
 )
@@ -55,7 +56,13 @@ MIG = MigRecord(
 def rich_checkpoint() -> Checkpoint:
     cp = Checkpoint(boot_id=BOOT)
     cp = cp.start(entry())
-    cp = cp.complete(UID_A, [device("gpu-0", share_id="6f1c3a52-0000-4000-8000-000000000000")])
+    shared = device(
+        "gpu-0",
+        share_id="6f1c3a52-0000-4000-8000-000000000000",
+        consumed_capacity={"memory": "4Gi", "shares": "1"},
+        time_slice=TimeSliceRecord("GPU-11111111-2222-3333-4444-555555555555", "Long"),
+    )
+    cp = cp.complete(UID_A, [shared])
     cp = cp.start(entry(UID_B, "claim-b"))
     mig = MIG.with_gpu_instance(9)
     return cp.update_devices(UID_B, [device("gpu-1-mig-1g10gb-19-2", mig=mig)])
@@ -230,11 +237,20 @@ def test_fields_added_later_have_defaults() -> None:
     for claim in obj["claims"].values():
         del claim["startedAt"]
         for dev in claim["devices"]:
-            for key in ("shareId", "mig", "adminAccess", "requestNames", "cdiDeviceIds"):
+            for key in (
+                "shareId",
+                "mig",
+                "adminAccess",
+                "requestNames",
+                "cdiDeviceIds",
+                "consumedCapacity",
+                "timeSlice",
+            ):
                 del dev[key]
     loaded = decode(reencode(obj))
     dev = loaded.claims[UID_A].devices[0]
     assert (dev.share_id, dev.mig, dev.admin_access, dev.request_names) == (None, None, False, ())
+    assert (dict(dev.consumed_capacity), dev.time_slice) == ({}, None)
 
 
 def test_newer_schema_version_is_refused_with_advice() -> None:

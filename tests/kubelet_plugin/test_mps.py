@@ -238,7 +238,8 @@ def test_an_exclusive_claim_is_still_refused_a_device_shared_through_mps(
         make_allocated_claim(SHARE_B.name, uid=SHARE_B.uid, results=[("g", "gpu-6")])
     )
     assert plugin.client.prepare([SHARE_A])[SHARE_A.uid].error == ""
-    assert "already prepared for claim" in plugin.client.prepare([SHARE_B])[SHARE_B.uid].error
+    refused = plugin.client.prepare([SHARE_B])[SHARE_B.uid].error
+    assert "allocated exclusively, but it is being shared by claim" in refused
     assert plugin.client.unprepare([SHARE_A])[SHARE_A.uid].error == ""
     assert_nothing_left(plugin)
 

@@ -1,0 +1,124 @@
+"""Setting a GPU's compute mode and time-slice interval: nvidia-smi, or the simulator.
+
+NVML has no public call for the time-slice interval (gpu-mig-nvml.md 6.1),
+so, like NVIDIA's driver (`nvlib.go` setTimeSlice / setComputeMode), the
+plugin runs the driver's own nvidia-smi:
+
+    nvidia-smi -i <uuid> -c DEFAULT
+    nvidia-smi compute-policy -i <uuid> --set-timeslice <0..3>
+
+found in the driver root (`dra_driver.driver_root.DriverBinaries`, which also
+gives the environment that lets it find the root's libnvidia-ml). It is looked
+up at each use, so a driver installed or upgraded after the plugin started is
+used as it is now. `GpuPolicy` is that narrow
+interface; `NvidiaSmi` runs the real binary and `SimGpuPolicy` records the
+same settings in a simulated node's hardware state, so a simulated node goes
+through the same time-slicing code as a real one. `open_gpu_policy` is the
+one place that picks between them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Sequence
+from typing import Final, Protocol
+
+from dra_driver.driver_root import DriverBinaries
+from dra_driver.errors import DraGpuError, GpuSettingError
+from dra_driver.nvml.backend import Hardware
+from dra_driver.sim.hardware import SimHardware
+
+TIMEOUT_S: Final = 30.0
+
+
+class GpuPolicy(Protocol):
+    """The two GPU-wide settings time-slicing needs."""
+
+    def set_compute_mode(self, uuid: str, mode: str) -> None:
+        """`nvidia-smi -i <uuid> -c <mode>`; GpuSettingError on failure."""
+        ...
+
+    def set_time_slice(self, uuid: str, level: int) -> None:
+        """`nvidia-smi compute-policy -i <uuid> --set-timeslice <level>`; GpuSettingError."""
+        ...
+
+
+class NvidiaSmi:
+    """The real nvidia-smi of the node's driver, as `binaries()` finds it."""
+
+    def __init__(self, binaries: Callable[[], DriverBinaries]) -> None:
+        self._binaries = binaries
+
+    def set_compute_mode(self, uuid: str, mode: str) -> None:
+        self._run(["-i", uuid, "-c", mode], f"set the compute mode of GPU {uuid} to {mode}")
+
+    def set_time_slice(self, uuid: str, level: int) -> None:
+        self._run(
+            ["compute-policy", "-i", uuid, "--set-timeslice", str(level)],
+            f"set the time-slice of GPU {uuid} to {level}",
+        )
+
+    def _run(self, args: Sequence[str], what: str) -> None:
+        try:
+            binaries = self._binaries()
+        except DraGpuError as exc:
+            raise GpuSettingError(f"cannot {what}: {exc}") from exc
+        path = binaries.nvidia_smi
+        if path is None:
+            raise GpuSettingError(
+                f"cannot {what}: the driver root has no nvidia-smi (check --nvidia-driver-root)"
+            )
+        try:
+            done = subprocess.run(
+                [str(path), *args],
+                env={**os.environ, **binaries.env},
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise GpuSettingError(f"cannot {what}: running {path} failed: {exc}") from exc
+        if done.returncode != 0:
+            output = " ".join((done.stdout + done.stderr).split())
+            raise GpuSettingError(
+                f"cannot {what}: {path} exited with status {done.returncode}: {output}",
+                not_supported="not supported" in output.lower(),
+            )
+
+
+class SimGpuPolicy:
+    """The settings of a simulated node, kept in its hardware state file."""
+
+    def __init__(self, hardware: SimHardware) -> None:
+        self._hardware = hardware
+
+    def set_compute_mode(self, uuid: str, mode: str) -> None:
+        try:
+            self._hardware.set_compute_mode(uuid, mode)
+        except DraGpuError as exc:
+            raise GpuSettingError(f"cannot set the compute mode of GPU {uuid}: {exc}") from exc
+
+    def set_time_slice(self, uuid: str, level: int) -> None:
+        try:
+            self._hardware.set_time_slice(uuid, level)
+        except DraGpuError as exc:
+            raise GpuSettingError(f"cannot set the time-slice of GPU {uuid}: {exc}") from exc
+
+
+class UnavailableGpuPolicy:
+    """For a driver built without a way to set GPU policies: every setting fails clearly."""
+
+    def set_compute_mode(self, uuid: str, mode: str) -> None:
+        raise GpuSettingError(f"cannot set compute mode {mode} on GPU {uuid}: no nvidia-smi")
+
+    def set_time_slice(self, uuid: str, level: int) -> None:
+        raise GpuSettingError(f"cannot set time-slice {level} on GPU {uuid}: no nvidia-smi")
+
+
+def open_gpu_policy(hardware: Hardware) -> GpuPolicy:
+    """The simulator's settings for a simulated node, else the driver's nvidia-smi."""
+    if hardware.sim is not None:
+        return SimGpuPolicy(hardware.sim)
+    return NvidiaSmi(hardware.driver_binaries)
