@@ -164,6 +164,9 @@ class _Daemon:
 
 
 def _running_pid(directory: Path) -> int | None:
+    """The pid in the pid file if that process is alive. A daemon killed with
+    SIGKILL leaves its pid file behind, and until its new parent reaps it, a
+    zombie that `kill(pid, 0)` still reaches: that one is dead too."""
     try:
         pid = int((directory / PID_FILE).read_text(encoding="ascii").strip())
         os.kill(pid, 0)
@@ -171,7 +174,12 @@ def _running_pid(directory: Path) -> int | None:
         return None
     except PermissionError:
         pass  # alive, another user's
-    return pid
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    state = stat[stat.rfind(")") + 2 :].split()[:1]
+    return None if state in (["Z"], ["X"]) else pid
 
 
 def _start(*, multi_user: bool, foreground: bool) -> int:
