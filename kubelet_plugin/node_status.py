@@ -25,6 +25,7 @@ from dra_driver.nvml.backend import Hardware, open_hardware
 from dra_driver.nvml.interface import GpuInfo
 from kubelet_plugin.main import CHECKPOINT_DIR, LEGACY_CHECKPOINT_FILE, plugin_data_dir
 from kubelet_plugin.mps_daemons import MpsDaemons
+from kubelet_plugin.sharing.timeslice_plan import LEVELS
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,18 @@ class GpuStatus:
         }
 
 
+def _simulated_time_slices(hardware: Hardware) -> Mapping[str, str] | None:
+    """A simulated node records each GPU's `--set-timeslice` level; NVML cannot read it back
+    on a real one, so there it stays unknown."""
+    if hardware.sim is None:
+        return None
+    names = {level: str(name) for name, level in LEVELS.items()}
+    return {
+        gpu.uuid: names.get(hardware.sim.time_slice(gpu.uuid), "Default")
+        for gpu in hardware.nvml.gpus()
+    }
+
+
 def collect(
     hardware: Hardware,
     *,
@@ -97,6 +110,8 @@ def collect(
     """
     daemons = _mps_daemons(hardware, data_dir)
     nvml = hardware.nvml
+    if time_slices is None:
+        time_slices = _simulated_time_slices(hardware)
     statuses = []
     for gpu in sorted(nvml.gpus(), key=lambda g: g.minor):
         migs = tuple(

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from kubelet_plugin.node_status import GpuStatus, MigDeviceStatus, MpsStatus, render_table, to_dicts
+from pathlib import Path
+
+from dra_driver.nvml.backend import open_hardware
+from kubelet_plugin.node_status import (
+    GpuStatus,
+    MigDeviceStatus,
+    MpsStatus,
+    collect,
+    render_table,
+    to_dicts,
+)
 
 MPS = MpsStatus(running=True, pid=4242, pipe_directory="/k/mps/GPU-1/pipe", clients=("ml/a",))
 GPUS = [
@@ -49,3 +59,15 @@ def test_yaml_fields() -> None:
     }
     assert second["migDevices"][0]["gpuInstanceId"] == 9
     assert second["migDevices"][0]["mps"]["running"] is False
+
+
+def test_collect_reads_the_time_slice_a_simulated_gpu_was_set_to(tmp_path: Path) -> None:
+    hardware = open_hardware("sim:l4-node", sim_state=tmp_path / "hw.json")
+    assert hardware.sim is not None
+    gpu = hardware.nvml.gpus()[0]
+    hardware.sim.set_time_slice(gpu.uuid, 2)  # what `--set-timeslice 2` leaves behind
+
+    statuses = {s.uuid: s for s in collect(hardware, data_dir=None)}
+
+    assert statuses[gpu.uuid].time_slice == "Medium"
+    assert all(s.time_slice == "Default" for uuid, s in statuses.items() if uuid != gpu.uuid)
