@@ -65,6 +65,15 @@ PLACEMENTS: dict[str, dict[str, str | None]] = {
     "extended-resource-mig.yaml": {
         "default/small-inference": "h100-nvl-node-0 gpu-0-mig-1g12gb-19-6",
     },
+    "gpu-4-way-shares.yaml": {  # four quarter-GPU shares per H100, eight H100s
+        **{f"shares/quarter-gpu-workers-{i}": f"dgx-h100-0 gpu-{i // 4}" for i in range(32)},
+        "shares/quarter-gpu-workers-32": None,
+    },
+    "gpu-memory-shares.yaml": {  # three memory shares per H100
+        **{f"memory-shares/inference-{i}": f"dgx-h100-0 gpu-{i // 3}" for i in range(24)},
+        "memory-shares/inference-24": None,
+    },
+    "gpu-time-slicing.yaml": {f"timeslicing/ts-workers-{i}": "dgx-h100-0 gpu-0" for i in range(3)},
     "simulate/b200-training.yaml": {"ml/pretrain-0": None, "ml/pretrain-1": None},
     "simulate/from-cluster.yaml": {
         "team-a/producer": "gpu-node-1 gpu-0",
