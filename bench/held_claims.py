@@ -39,18 +39,8 @@ def run(options: BenchOptions) -> BenchResult:
     cycles = options.cycles or DEFAULT_CYCLES
     warmup = DEFAULT_WARMUP if options.warmup is None else options.warmup
     with (
-        PluginProcess(
-            shape=SHAPE,
-            prefix="dra-gpu-bench-empty-",
-            publish_interval=3600,
-            extra_args=[CONSUMABLE_SHARES],
-        ) as empty,
-        PluginProcess(
-            shape=SHAPE,
-            prefix="dra-gpu-bench-held-",
-            publish_interval=3600,
-            extra_args=[CONSUMABLE_SHARES],
-        ) as held,
+        _plugin("dra-gpu-bench-empty-") as empty,
+        _plugin("dra-gpu-bench-held-") as held,
     ):
         for plugin in (empty, held):
             plugin.client.register()
@@ -105,6 +95,12 @@ def run(options: BenchOptions) -> BenchResult:
             "goal_ratio": GOAL_RATIO,
             "setup_s": round(setup_s, 2),
         },
+    )
+
+
+def _plugin(prefix: str) -> PluginProcess:
+    return PluginProcess(
+        shape=SHAPE, prefix=prefix, publish_interval=3600, extra_args=[CONSUMABLE_SHARES]
     )
 
 
