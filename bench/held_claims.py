@@ -2,9 +2,10 @@
 
 A node may hold hundreds of shared claims. This benchmark runs two real
 `dra-gpu kubelet-plugin` processes on simulated dgx-h100 nodes: one holds
-no claim, the other first prepares `HELD` claims that all share GPUs 1-7
-(admin-access claims, which any number of claims may hold on one device,
-as consumable-share claims do) and keeps them prepared. Then it measures
+no claim, the other first prepares `HELD` shared claims on GPUs 1-7
+(both run with `--consumable-shares=unlimited`; each held claim's result
+carries a `shareID` and `consumedCapacity`, as the scheduler writes them)
+and keeps them prepared. Then it measures
 NodePrepareResources + NodeUnprepareResources round trips of one
 whole-GPU claim on gpu-0 on both plugins, alternating cycle by cycle so
 both see the same machine load. The headline is the ratio of the p50 round
@@ -22,8 +23,9 @@ from kubelet_plugin.service import ClaimRef
 from tests.fakes import PluginProcess, make_allocated_claim
 
 NAME = "held-claims"
-DESCRIPTION = "prepare+unprepare round trips with 0 and with 400 claims held on the node"
+DESCRIPTION = "prepare+unprepare round trips with 0 and with 400 shared claims held on the node"
 SHAPE = "dgx-h100"
+CONSUMABLE_SHARES = "--consumable-shares=unlimited"
 HELD = 400
 DEFAULT_CYCLES = 300
 DEFAULT_WARMUP = 20
@@ -37,8 +39,8 @@ def run(options: BenchOptions) -> BenchResult:
     cycles = options.cycles or DEFAULT_CYCLES
     warmup = DEFAULT_WARMUP if options.warmup is None else options.warmup
     with (
-        PluginProcess(shape=SHAPE, prefix="dra-gpu-bench-empty-", publish_interval=3600) as empty,
-        PluginProcess(shape=SHAPE, prefix="dra-gpu-bench-held-", publish_interval=3600) as held,
+        _plugin("dra-gpu-bench-empty-") as empty,
+        _plugin("dra-gpu-bench-held-") as held,
     ):
         for plugin in (empty, held):
             plugin.client.register()
@@ -96,8 +98,14 @@ def run(options: BenchOptions) -> BenchResult:
     )
 
 
+def _plugin(prefix: str) -> PluginProcess:
+    return PluginProcess(
+        shape=SHAPE, prefix=prefix, publish_interval=3600, extra_args=[CONSUMABLE_SHARES]
+    )
+
+
 def _hold_claims(plugin: PluginProcess) -> None:
-    """Store and prepare `HELD` admin-access claims sharing gpu-1..gpu-7."""
+    """Store and prepare `HELD` shared claims (one share each) on gpu-1..gpu-7."""
     refs: list[ClaimRef] = []
     for i in range(HELD):
         ref = ClaimRef("bench", f"be1d0000-0000-4000-8000-{i:012d}", f"held-{i}")
@@ -107,7 +115,14 @@ def _hold_claims(plugin: PluginProcess) -> None:
                 ref.name,
                 ref.namespace,
                 ref.uid,
-                [{"request": "gpu", "device": device, "adminAccess": True}],
+                [
+                    {
+                        "request": "gpu",
+                        "device": device,
+                        "shareID": f"5ba4e000-0000-4000-8000-{i:012d}",
+                        "consumedCapacity": {"memory": "0"},
+                    }
+                ],
                 pool=plugin.node_name,
             )
         )

@@ -290,3 +290,49 @@ def test_mps_on_a_dynamic_mig_device(capsys: pytest.CaptureFixture[str]) -> None
         assert_nothing_left(plugin)
         snapshot = plugin_sim(plugin).snapshot()
         assert list(snapshot.gpu_instances) == []  # the MIG instance is gone too
+
+
+def test_consumable_shares_become_enforced_mps_limits() -> None:
+    """With `--consumable-shares=4`, 1 and 3 shares are 25 % and 75 % of the SMs.
+
+    No mpsConfig limits are set: the limits come from what each share
+    consumed (`dra_driver.mps.claim_limits`), its `memory` too.
+    """
+    with PluginProcess(prefix="dra-mps-shares-", extra_args=["--consumable-shares=4"]) as plugin:
+        for ref, share, consumed in (
+            (SHARE_A, 1, {"shares": "1", "memory": "20Gi"}),
+            (SHARE_B, 2, {"shares": "3"}),
+        ):
+            result = {
+                "request": "gpu",
+                "device": "gpu-0",
+                "shareID": f"5fa1e000-0000-4000-8000-00000000000{share}",
+                "consumedCapacity": consumed,
+            }
+            plugin.store_claim(
+                make_allocated_claim(
+                    ref.name, uid=ref.uid, results=[result], configs=[mps_config()]
+                )
+            )
+        uuid = gpu_uuid(plugin, 0)
+
+        assert plugin.client.prepare([SHARE_A])[SHARE_A.uid].error == ""
+        daemons = plugin.mps_daemons()
+        assert list(daemons) == [uuid]
+        assert plugin.client.prepare([SHARE_B])[SHARE_B.uid].error == ""
+        assert plugin.mps_daemons() == daemons  # one daemon serves both shares
+
+        env_a = container_edits(plugin, SHARE_A)["env"]
+        assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in env_a
+        assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M" in env_a  # consumed 20Gi
+        env_b = container_edits(plugin, SHARE_B)["env"]
+        assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=75" in env_b
+        assert not [e for e in env_b if e.startswith("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")]
+        # The daemon's ceiling is the larger share; share-b has no memory limit.
+        assert daemon_state(plugin, uuid)["defaultActiveThreadPercentage"] == 75
+
+        assert plugin.client.unprepare([SHARE_A])[SHARE_A.uid].error == ""
+        assert plugin.mps_daemons() == daemons
+        assert plugin.client.unprepare([SHARE_B])[SHARE_B.uid].error == ""
+        assert process_start_ticks(daemons[uuid]) is None
+        assert_nothing_left(plugin)
