@@ -60,6 +60,7 @@ def test_the_overlays_an_admin_needs_exist() -> None:
         "dynamic-mig",
         "gpu-operator",
         "openshift",
+        "sharing",
     }
 
 
@@ -136,6 +137,15 @@ def test_dynamic_mig_overlay_turns_dynamic_mig_on_and_the_base_does_not() -> Non
 
     assert dynamic_mig(ROOT / "deploy/overlays/dynamic-mig")
     assert not dynamic_mig(BASE)
+
+
+def test_sharing_overlay_publishes_four_shares_per_device_and_the_base_does_not() -> None:
+    def shares(directory: Path) -> object:
+        (container,) = _daemonset(directory)["spec"]["template"]["spec"]["containers"]
+        return build_parser().parse_args(container["command"][1:]).consumable_shares
+
+    assert str(shares(ROOT / "deploy/overlays/sharing")) == "4"
+    assert not shares(BASE)
 
 
 def test_openshift_overlay_lets_the_plugin_use_the_privileged_scc() -> None:
