@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import re
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
@@ -33,10 +34,8 @@ class _NanoOrder:
     """`==`, `<` and `hash` on `_order_key`, which counts the nanoseconds too."""
 
     _peer: type = object  # the Python type a value compares with
-
-    @staticmethod
-    def _order_key(value: Any) -> Any:
-        raise NotImplementedError
+    # Each subclass gives the key: (the cel-python value, its nanoseconds).
+    _order_key: Callable[[Any], Any]
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, self._peer):
