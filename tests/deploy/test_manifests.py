@@ -10,6 +10,7 @@ DeviceClasses are the ones the CLI ships.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from functools import cache
@@ -20,8 +21,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from dra_driver.cli import build_parser
+from dra_driver.cli import build_parser, main
 from dra_driver.device_classes import device_classes_text
+from dra_driver.sim.models import MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = ("1.35.0", "1.37.0")  # strict schemas: the oldest release users run, the newest
@@ -61,6 +63,7 @@ def test_the_overlays_an_admin_needs_exist() -> None:
         "gpu-operator",
         "openshift",
         "sharing",
+        "extended-resources",
     }
 
 
@@ -148,6 +151,27 @@ def test_sharing_overlay_publishes_four_shares_per_device_and_the_base_does_not(
     assert not shares(BASE)
 
 
+def test_extended_resources_overlay_maps_every_mig_profile_the_device_plugin_names() -> None:
+    """One class per MIG profile of the simulator's tables (the device plugin's
+    mixed-strategy name `nvidia.com/mig-<profile>`), each selecting that profile."""
+    plain = {
+        p.name
+        for model in MODELS.values()
+        for p in model.gi_profiles
+        if re.fullmatch(r"\d+g\.\d+gb", p.name)
+    }
+    classes = {
+        d["spec"]["extendedResourceName"]: d
+        for d in _render(ROOT / "deploy/overlays/extended-resources")
+        if d["kind"] == "DeviceClass" and d["metadata"]["name"].startswith("mig-")
+    }
+    assert set(classes) == {f"nvidia.com/mig-{name}" for name in plain}
+    for resource, device_class in classes.items():
+        (selector,) = device_class["spec"]["selectors"]
+        profile = resource.removeprefix("nvidia.com/mig-")
+        assert f"profile == '{profile}'" in selector["cel"]["expression"]
+
+
 def test_openshift_overlay_lets_the_plugin_use_the_privileged_scc() -> None:
     bindings = [
         d for d in _render(ROOT / "deploy/overlays/openshift") if d["kind"] == "RoleBinding"
@@ -198,3 +222,22 @@ def test_the_plugin_may_create_events_and_read_nodes_but_no_more() -> None:
     }
     assert rules[("events.k8s.io", "events")] == ["create"]
     assert rules[("", "nodes")] == ["get"]
+
+
+def test_a_device_plugin_mig_pod_places_through_the_overlays_classes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {namespace: ml, name: trainer}\n"
+        "spec:\n  containers:\n    - name: main\n      image: cuda\n"
+        "      resources:\n        limits:\n          nvidia.com/mig-3g.40gb: 2\n"
+    )
+    classes = ROOT / "deploy/overlays/extended-resources/mig-classes.yaml"
+    argv = ["simulate", "-f", str(classes), "-f", str(pod), "--nodes", "dgx-h100=1"]
+    code = main([*argv, "--kubernetes", "1.37", "-o", "yaml"])
+
+    (record,) = yaml.safe_load(capsys.readouterr().out)
+    assert code == 0
+    (claim,) = record["claims"]
+    assert [r["device"].split("-mig-")[1][:6] for r in claim["results"]] == ["3g40gb"] * 2
