@@ -217,6 +217,7 @@ def _serve(
         inventory = discover(hardware.nvml)
         return build_devices(inventory, dynamic_mig=options.dynamic_mig, owned_instances=existing)
 
+    mps = _mps_daemons(hardware, data_dir, shm_tmpfs=options.nvml == "real")
     driver = GpuDriver(
         driver_name=options.driver_name,
         pool_name=options.node_name,
@@ -241,9 +242,11 @@ def _serve(
             devices=every_instance_as_dynamic,
         ),
         gpu_policy=open_gpu_policy(hardware),
-        mps=_mps_daemons(hardware, data_dir, shm_tmpfs=options.nvml == "real"),
+        mps=mps,
     )
     metrics.track_prepared(driver.prepared_counts)
+    if mps is not None:
+        metrics.track_mps_daemons(mps.running)
 
     # 1. Make checkpoint, hardware and CDI agree; 2. deal with MIG instances
     # nobody owns; 3. only then look at the hardware to decide what to publish.

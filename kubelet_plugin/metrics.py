@@ -12,7 +12,7 @@ object and record what they do; nothing here knows how they work.
 - `dra_gpu_prepared_claims`, `dra_gpu_prepared_devices`: from the checkpoint.
 - `dra_gpu_mig_operations_total{operation,result}` and
   `dra_gpu_mig_operation_duration_seconds{operation}`: dynamic MIG create/destroy.
-- `dra_gpu_mps_daemons`: MPS control daemons running, set by the MPS manager.
+- `dra_gpu_mps_daemons`: MPS control daemons running, counted at each scrape.
 - `dra_gpu_slice_publish_total{result}`: ResourceSlice syncs; `error` = failed.
 - `dra_gpu_unhealthy_devices`: devices tainted unhealthy.
 """
@@ -101,7 +101,7 @@ class PluginMetrics:
         )
         self.mps_daemons = Gauge(
             "mps_daemons",
-            "MPS control daemons running (set by the MPS manager)",
+            "MPS control daemons running",
             namespace=_NAMESPACE,
             registry=r,
         )
@@ -123,6 +123,10 @@ class PluginMetrics:
         """Read (claims, devices) from `counts` at every scrape."""
         self.prepared_claims.set_function(lambda: counts()[0])
         self.prepared_devices.set_function(lambda: counts()[1])
+
+    def track_mps_daemons(self, running: Callable[[], int]) -> None:
+        """Read the number of running MPS control daemons from `running` at every scrape."""
+        self.mps_daemons.set_function(running)
 
     @contextmanager
     def mig_operation(self, operation: str) -> Iterator[None]:

@@ -98,6 +98,10 @@ class MpsDaemons:
         except FileNotFoundError:
             return []
 
+    def running(self) -> int:
+        """How many control daemons run under `root` now (the `dra_gpu_mps_daemons` gauge)."""
+        return sum(1 for paths in self.daemon_dirs() if self.find(paths) is not None)
+
     def find(self, paths: DaemonPaths) -> DaemonProcess | None:
         """The daemon running on `paths`' pipe directory, according to its pid file."""
         try:

@@ -12,6 +12,8 @@ test leaves behind.
 
 from __future__ import annotations
 
+import re
+import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -335,4 +337,25 @@ def test_consumable_shares_become_enforced_mps_limits() -> None:
         assert plugin.mps_daemons() == daemons
         assert plugin.client.unprepare([SHARE_B])[SHARE_B.uid].error == ""
         assert process_start_ticks(daemons[uuid]) is None
+        assert_nothing_left(plugin)
+
+
+def test_metrics_count_the_running_mps_daemons() -> None:
+    with PluginProcess(prefix="dra-mps-", extra_args=["--metrics-address=127.0.0.1:0"]) as plugin:
+        (port,) = re.findall(
+            r"serving metrics on http://127\.0\.0\.1:(\d+)/metrics", plugin.log_tail(20000)
+        )
+
+        def daemons_gauge() -> str:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as answer:
+                text: str = answer.read().decode()
+            (value,) = re.findall(r"^dra_gpu_mps_daemons (\S+)$", text, re.MULTILINE)
+            return value
+
+        assert daemons_gauge() == "0.0"
+        store_share(plugin, SHARE_A, "gpu-0", configs=[mps_config()])
+        assert not plugin.client.prepare([SHARE_A])[SHARE_A.uid].error
+        assert daemons_gauge() == "1.0"
+        plugin.client.unprepare([SHARE_A])
+        assert daemons_gauge() == "0.0"
         assert_nothing_left(plugin)
