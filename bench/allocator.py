@@ -1,8 +1,8 @@
 """Benchmark: how many claims per second `dra-gpu simulate` allocates, and at what memory cost.
 
 The simulator is only useful on real cluster sizes if the allocator (our port
-of kube-scheduler's structured allocator, `dra_driver.allocator`) and the
-placement loop around it (`dra_driver.simulate.engine`) are fast. Shapes:
+of kube-scheduler's structured allocator, `dra_driver.scheduling.allocator`) and the
+placement loop around it (`dra_driver.scheduling.whatif.engine`) are fast. Shapes:
 
 * `gpus`: 500 nodes with 10 whole GPUs each (A100-SXM4-80GB, MIG off; built
   by our inventory code from a simulated shape), 5,000 single-GPU claims from
@@ -48,15 +48,15 @@ from typing import Any, Final
 
 from bench import BenchOptions, BenchResult
 from controller.simulated_nodes import build_simulated_nodes
-from dra_driver.allocator import AllocatedState, Allocator
-from dra_driver.cel import compile_selector
-from dra_driver.device_classes import default_device_classes
 from dra_driver.errors import AllocationError
-from dra_driver.simulate.command import Scenario
-from dra_driver.simulate.documents import SourcedObject
-from dra_driver.simulate.engine import Simulation, build_workload
-from dra_driver.simulate.inputs import collect_inputs
-from dra_driver.simulate.nodes import NodeRequest, SimulatedNodes
+from dra_driver.node.device_classes import default_device_classes
+from dra_driver.scheduling.allocator import AllocatedState, Allocator
+from dra_driver.scheduling.cel import compile_selector
+from dra_driver.scheduling.whatif.command import Scenario
+from dra_driver.scheduling.whatif.documents import SourcedObject
+from dra_driver.scheduling.whatif.engine import Simulation, build_workload
+from dra_driver.scheduling.whatif.inputs import collect_inputs
+from dra_driver.scheduling.whatif.nodes import NodeRequest, SimulatedNodes
 
 NAME: Final = "allocator"
 DESCRIPTION: Final = "claims allocated per second by the simulate engine (scheduler allocator)"

@@ -33,8 +33,8 @@ from typing import Any
 import grpc
 import yaml
 
-from dra_driver import fsutil
-from dra_driver.cluster.local import LocalCluster
+from dra_driver.files import atomic as fsutil
+from dra_driver.kube.local_store import LocalCluster
 from kubelet_plugin.gen.dra.v1 import api_pb2 as pb2
 from kubelet_plugin.gen.dra.v1 import api_pb2_grpc as pb2_grpc
 

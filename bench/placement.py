@@ -2,7 +2,7 @@
 
 The scheduler places a MIG request on the first matching device, in slice
 order, whose counters still fit; it never scores placements. So the device
-order `dra_driver.placement_order` writes into the slices is the placement
+order `dra_driver.node.placement_order` writes into the slices is the placement
 policy. This benchmark publishes two 8-GPU nodes exactly as the plugin does
 (simulated DGX A100-40GB with MIG on, and DGX H100, dynamic MIG, layout
 v1.35), replays random request streams against them and compares:
@@ -39,7 +39,7 @@ memory slices, measured after a warm-up) the share of requests accepted and
 the share of requested memory slices accepted.
 
 Seeded and deterministic. Before measuring, the first-fit simulator is
-checked against the project's port of the scheduler (`dra_driver.allocator`,
+checked against the project's port of the scheduler (`dra_driver.scheduling.allocator`,
 real CEL) on a request stream: both must pick the same devices.
 
 Run: `python -m bench placement` (registered benchmark: table, and JSON in
@@ -61,10 +61,10 @@ from typing import Any, Final, Literal
 from bench import BenchOptions, BenchResult
 from controller.slices import build_resource_slices
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.devices import build_devices
-from dra_driver.inventory import discover
-from dra_driver.nvml.backend import open_hardware
-from dra_driver.quantity import parse_quantity
+from dra_driver.hardware.nvml.backend import open_hardware
+from dra_driver.kube.quantity import parse_quantity
+from dra_driver.node.devices import build_devices
+from dra_driver.node.inventory import discover
 
 NAME = "placement"
 DESCRIPTION = "first-fit packing of dynamic MIG devices in publish order vs name order vs oracle"
@@ -471,7 +471,7 @@ def oracle_churn(oracle: Oracle, stream: ChurnStream) -> ChurnResult:
 def verify_against_allocator(node: PublishedNode, stream: list[str]) -> int:
     """Replay `stream` with the project's scheduler port (fixed slice order) and check
     that it picks what `FirstFit` picks; returns the number of decisions compared."""
-    from dra_driver.allocator import AllocatedState, Allocator, Features, Node
+    from dra_driver.scheduling.allocator import AllocatedState, Allocator, Features, Node
 
     classes = [
         _device_class("gpu.nvidia.com", "gpu"),

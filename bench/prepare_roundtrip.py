@@ -26,7 +26,7 @@ import grpc
 
 from bench import BenchOptions, BenchResult, summarize_ns
 from bench.minimal_plugin_process import MinimalPluginProcess
-from dra_driver.cdi_store import CdiStore
+from dra_driver.container.cdi_store import CdiStore
 from dra_driver.errors import PluginError
 from kubelet_plugin.kubelet_client import KubeletClient
 from kubelet_plugin.service import ClaimRef

@@ -29,9 +29,9 @@ from typing import Any
 
 from bench import BenchOptions, BenchResult, summarize_ns
 from controller.publisher import SlicePublisher
-from dra_driver.cluster.local import LocalCluster
 from dra_driver.errors import PluginError
-from dra_driver.sim.hardware import SimHardware
+from dra_driver.hardware.simulated.hardware import SimHardware
+from dra_driver.kube.local_store import LocalCluster
 from tests.fakes import PluginProcess
 
 NAME = "republish"

@@ -42,8 +42,8 @@ from bench.allocator import (
     _warm_up_cel,
 )
 from controller.simulated_nodes import build_simulated_nodes
-from dra_driver import yaml_io
-from dra_driver.simulate.nodes import NodeRequest
+from dra_driver.kube import yaml_io
+from dra_driver.scheduling.whatif.nodes import NodeRequest
 
 NAME: Final = "simulate"
 DESCRIPTION: Final = (

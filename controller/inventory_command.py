@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from controller.slices import Layout, build_resource_slices
-from dra_driver import yaml_io
-from dra_driver.consumable_shares import ConsumableShares
-from dra_driver.devices import AllocatableDevice, build_devices, inventory_warnings
-from dra_driver.driver_root import DriverRoot
-from dra_driver.inventory import discover
-from dra_driver.nvml.backend import open_hardware
-from dra_driver.quantity import format_quantity
+from dra_driver.container.driver_root import DriverRoot
+from dra_driver.hardware.nvml.backend import open_hardware
+from dra_driver.kube import yaml_io
+from dra_driver.kube.quantity import format_quantity
+from dra_driver.node.consumable_shares import ConsumableShares
+from dra_driver.node.devices import AllocatableDevice, build_devices, inventory_warnings
+from dra_driver.node.inventory import discover
 
 
 def print_inventory(

@@ -27,16 +27,16 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Final, TypeGuard
 
-from dra_driver.devices import SEMVER_RE
 from dra_driver.errors import ConfigError, SliceError
-from dra_driver.k8s_names import (
+from dra_driver.kube.names import (
     is_c_identifier,
     is_dns_label,
     is_dns_subdomain,
     is_label_name,
     is_label_value,
 )
-from dra_driver.quantity import INT64_MAX, parse_quantity
+from dra_driver.kube.quantity import INT64_MAX, parse_quantity
+from dra_driver.node.devices import SEMVER_RE
 
 SUPPORTED_VERSIONS: Final = ("1.34", "1.35", "1.36", "1.37")
 DEFAULT_VERSION: Final = "1.35"

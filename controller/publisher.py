@@ -56,11 +56,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-from dra_driver.api_objects import Obj
 from dra_driver.backoff import backoff_delay
-from dra_driver.cluster.interface import Cluster, ConflictError
 from dra_driver.errors import ConfigError, DraGpuError, NotFoundError, SliceError
-from dra_driver.quantity import parse_quantity
+from dra_driver.kube.cluster import Cluster, ConflictError
+from dra_driver.kube.objects import Obj
+from dra_driver.kube.quantity import parse_quantity
 
 __all__ = ["DEFAULT_INTERVAL", "PublishResult", "SlicePublisher"]
 

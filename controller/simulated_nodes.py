@@ -1,9 +1,9 @@
 """The ResourceSlices our kubelet plugin would publish for simulated nodes.
 
 `dra-gpu simulate --nodes dgx-h100=2,dgx-a100-40gb=1` places pods on nodes
-built by our own node code: simulated hardware (`dra_driver.sim`, one
+built by our own node code: simulated hardware (`dra_driver.hardware.simulated`, one
 instance per node, so every node has its own GPU UUIDs),
-`dra_driver.inventory.discover`, `dra_driver.devices.build_devices` and
+`dra_driver.node.inventory.discover`, `dra_driver.node.devices.build_devices` and
 `controller.slices.build_resource_slices`, the same calls the kubelet plugin
 makes, so the slices are exactly the ones our publisher would publish.
 `mig="dynamic"` (the simulator's default) is the plugin run with
@@ -14,7 +14,7 @@ slice layout the plugin picks for that Kubernetes release.
 It lives here and not beside the simulator because building slices is the
 controller's job and the core (`dra_driver`) must not import `controller`;
 the CLI hands `build_simulated_nodes` to the simulator
-(`dra_driver.simulate.nodes.NodeBuilder`).
+(`dra_driver.scheduling.whatif.nodes.NodeBuilder`).
 
 Building and checking the slices of a 200-device DGX takes about half a
 second; nodes of one shape only differ in their name and UUIDs, so the first
@@ -29,16 +29,16 @@ from typing import Any
 
 from controller.slices import build_resource_slices, choose_layout, resource_slice_name
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.allocator import Node, Release
-from dra_driver.api_objects import Obj
-from dra_driver.consumable_shares import ConsumableShares
-from dra_driver.devices import build_devices
-from dra_driver.inventory import NodeInventory, discover
-from dra_driver.sim.hardware import SimHardware
-from dra_driver.sim.nvml import SimNvml
-from dra_driver.sim.shapes import NodeShape, load_shape
-from dra_driver.sim.state import new_node_state
-from dra_driver.simulate.nodes import (
+from dra_driver.hardware.simulated.hardware import SimHardware
+from dra_driver.hardware.simulated.nvml import SimNvml
+from dra_driver.hardware.simulated.shapes import NodeShape, load_shape
+from dra_driver.hardware.simulated.state import new_node_state
+from dra_driver.kube.objects import Obj
+from dra_driver.node.consumable_shares import ConsumableShares
+from dra_driver.node.devices import build_devices
+from dra_driver.node.inventory import NodeInventory, discover
+from dra_driver.scheduling.allocator import Node, Release
+from dra_driver.scheduling.whatif.nodes import (
     HOSTNAME_LABEL,
     MigMode,
     NodeRequest,

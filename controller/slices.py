@@ -30,7 +30,7 @@ the two Kubernetes releases disagree on where those live (`layout`):
 
 Both matter for placement: the scheduler tries devices in slice order, but
 the order of the slices themselves is unspecified, so only devices in the
-same slice are tried in our order (`dra_driver.placement_order`).
+same slice are tried in our order (`dra_driver.node.placement_order`).
 Pools without counters are split exactly as before (128 devices per slice, in
 order), whatever the layout.
 
@@ -59,11 +59,11 @@ from controller.limits import (
     check_version,
     driver_name_errors,
 )
-from dra_driver.devices import AllocatableDevice
-from dra_driver.dynamic_mig import CounterSet
 from dra_driver.errors import ConfigError, SliceError
-from dra_driver.k8s_names import DNS_SUBDOMAIN_MAX_LENGTH, is_dns_subdomain
-from dra_driver.placement_order import order_devices, profile_groups
+from dra_driver.kube.names import DNS_SUBDOMAIN_MAX_LENGTH, is_dns_subdomain
+from dra_driver.node.devices import AllocatableDevice
+from dra_driver.node.dynamic_mig import CounterSet
+from dra_driver.node.placement_order import order_devices, profile_groups
 
 Layout = Literal["v1.34", "v1.35"]
 LAYOUTS: Final[tuple[Layout, ...]] = ("v1.34", "v1.35")
@@ -129,7 +129,7 @@ def build_resource_slices(
     and know it is empty. Devices that consume counters are laid out per
     `layout` (see the module docstring) with the counter sets their
     `counter_sets` define; a counter set no device defines makes the pool fail
-    the checks. Devices are published in `dra_driver.placement_order` order.
+    the checks. Devices are published in `dra_driver.node.placement_order` order.
 
     `version` is the Kubernetes release whose limits apply ("1.34"/"1.35");
     `layout` defaults to the one of `version`, `version` to the one of

@@ -5,7 +5,7 @@ each row names the command, its help, a function that adds its flags and a
 function that runs it. This module only parses flags and hands over; each
 command's work lives with the package it belongs to (the daemon in
 `kubelet_plugin`, slice building and publishing in `controller`, the
-simulator in `dra_driver.simulate`), imported lazily so `dra-gpu inventory`
+simulator in `dra_driver.scheduling.whatif`), imported lazily so `dra-gpu inventory`
 does not pay for gRPC start-up. It is the one core module allowed to import
 `kubelet_plugin` and `controller` (see `.importlinter`): it wires the
 controller's slice builder into the simulator and the simulator's allocation
@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.consumable_shares import FLAG_HELP, parse_consumable_shares
 from dra_driver.errors import DraGpuError
+from dra_driver.node.consumable_shares import FLAG_HELP, parse_consumable_shares
 
 if TYPE_CHECKING:
-    from dra_driver.driver_root import DriverRoot
-    from dra_driver.simulate.command import ScenarioOptions
+    from dra_driver.container.driver_root import DriverRoot
+    from dra_driver.scheduling.whatif.command import ScenarioOptions
 
 NVML_HELP = (
     "'real' for the GPUs of this machine through NVML, or 'sim:<shape>' for a simulated node "
@@ -114,7 +114,7 @@ def _add_driver_root_flags(parser: argparse.ArgumentParser) -> None:
 
 def _driver_root(args: argparse.Namespace) -> DriverRoot | None:
     """The DriverRoot the flags name; None when none was given (the backend's default)."""
-    from dra_driver.driver_root import DriverRoot
+    from dra_driver.container.driver_root import DriverRoot
 
     host, container, hook = (
         args.nvidia_driver_root,
@@ -249,8 +249,8 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_plugin(args: argparse.Namespace) -> int:
-    from dra_driver.health import DEFAULT_IGNORED_XIDS, parse_xid_list
-    from dra_driver.sim.hardware import parse_latency
+    from dra_driver.hardware.simulated.hardware import parse_latency
+    from dra_driver.node.health import DEFAULT_IGNORED_XIDS, parse_xid_list
     from kubelet_plugin.main import PluginOptions, run
 
     return run(
@@ -294,8 +294,8 @@ def _mig_flags(parser: argparse.ArgumentParser) -> None:
 
 def _run_mig(args: argparse.Namespace) -> int:
     # `status` is the only MIG command (argparse refuses any other).
-    from dra_driver import mig_status
-    from dra_driver.nvml.backend import open_hardware
+    from dra_driver.hardware.nvml.backend import open_hardware
+    from dra_driver.node import mig_status
 
     hardware = open_hardware(
         args.nvml,
@@ -357,7 +357,7 @@ def _sim_flags(parser: argparse.ArgumentParser) -> None:
 
 def _run_sim(args: argparse.Namespace) -> int:
     # `health` is the only sim command (argparse refuses any other).
-    from dra_driver.sim.health_command import inject_health_event
+    from dra_driver.hardware.simulated.health_command import inject_health_event
 
     return inject_health_event(
         args.sim_state,
@@ -401,7 +401,7 @@ def _demo_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from dra_driver.simulate.node_allocation import allocate_on_node
+    from dra_driver.scheduling.whatif.node_allocation import allocate_on_node
     from kubelet_plugin.demo import run_demo
 
     return run_demo(allocate=allocate_on_node, keep=args.keep)
@@ -425,7 +425,7 @@ def _simulate_flags(parser: argparse.ArgumentParser) -> None:
 def _scenario(args: argparse.Namespace) -> ScenarioOptions:
     """The files, `--nodes` and defaults of `simulate` and `explain`, with our node builder."""
     from controller.simulated_nodes import build_simulated_nodes
-    from dra_driver.simulate.command import ScenarioOptions
+    from dra_driver.scheduling.whatif.command import ScenarioOptions
 
     return ScenarioOptions(
         build_nodes=build_simulated_nodes,
@@ -440,7 +440,7 @@ def _scenario(args: argparse.Namespace) -> ScenarioOptions:
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
-    from dra_driver.simulate.command import run_simulate
+    from dra_driver.scheduling.whatif.command import run_simulate
 
     return run_simulate(_scenario(args), output=args.output)
 
@@ -464,7 +464,7 @@ def _explain_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_explain(args: argparse.Namespace) -> int:
-    from dra_driver.simulate.command import run_explain
+    from dra_driver.scheduling.whatif.command import run_explain
 
     return run_explain(
         _scenario(args),
@@ -502,7 +502,12 @@ def _add_scenario_flags(parser: argparse.ArgumentParser, *, files_required: bool
     parser.add_argument(
         "--kubernetes",
         dest="release",
-        choices=("1.34", "1.35", "1.36", "1.37"),  # dra_driver.allocator.features.RELEASES
+        choices=(
+            "1.34",
+            "1.35",
+            "1.36",
+            "1.37",
+        ),  # dra_driver.scheduling.allocator.features.RELEASES
         default="1.35",
         help="Kubernetes release whose allocator, scheduler feature-gate defaults and slice "
         "layout to follow (default 1.35, the oldest release still supported; "

@@ -59,7 +59,7 @@ class NvmlError(DraGpuError):
 
     `code` is the NVML return code (for example 23 for
     NVML_ERROR_INSUFFICIENT_RESOURCES), so callers can branch on it without
-    parsing text; the constants live in `dra_driver.nvml.codes`.
+    parsing text; the constants live in `dra_driver.hardware.nvml.codes`.
     """
 
     def __init__(self, code: int, message: str) -> None:

@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from dra_driver import cdi, yaml_io
-from dra_driver.driver_root import DriverRoot
-from dra_driver.nvml.backend import open_hardware
+from dra_driver.container import cdi
+from dra_driver.container.driver_root import DriverRoot
+from dra_driver.hardware.nvml.backend import open_hardware
+from dra_driver.kube import yaml_io
 
 
 def print_common_edits(

@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
-from dra_driver.api_objects import Obj
-from dra_driver.cluster.interface import Cluster
 from dra_driver.errors import DraGpuError
+from dra_driver.kube.cluster import Cluster
+from dra_driver.kube.objects import Obj
 from kubelet_plugin.service import ClaimRef, DraService, PrepareResult, UnprepareResult
 
 log = logging.getLogger(__name__)

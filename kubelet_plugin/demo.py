@@ -24,11 +24,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from dra_driver import DEFAULT_DRIVER_NAME, mig_status, yaml_io
-from dra_driver.api_objects import Obj
-from dra_driver.device_classes import default_device_classes
-from dra_driver.mps import DaemonPaths
-from dra_driver.sim.mps_control import read_state
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.claims.mps import DaemonPaths
+from dra_driver.hardware.simulated.mps_control import read_state
+from dra_driver.kube import yaml_io
+from dra_driver.kube.objects import Obj
+from dra_driver.node import mig_status
+from dra_driver.node.device_classes import default_device_classes
 from kubelet_plugin import node_status
 from kubelet_plugin.demo_claims import demo_claims, mig_profile_claim
 from kubelet_plugin.main import plugin_data_dir
@@ -42,7 +44,7 @@ SHAPE = "dgx-h100"
 class NodeAllocator(Protocol):
     """Allocates claims on one node as kube-scheduler would; returns them and how it was done.
 
-    The CLI passes `dra_driver.simulate.node_allocation.allocate_on_node`
+    The CLI passes `dra_driver.scheduling.whatif.node_allocation.allocate_on_node`
     (scheduling is the simulator's job, and the daemon's package does not
     import the simulator).
     """

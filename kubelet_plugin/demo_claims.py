@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.api_objects import Obj, ResourceClaim
+from dra_driver.kube.objects import Obj, ResourceClaim
 
 MIG_DEVICE_CLASS: Final = "mig.nvidia.com"
 PARENT_UUID_ATTRIBUTE: Final = f"{DEFAULT_DRIVER_NAME}/parentUUID"

@@ -58,9 +58,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from dra_driver import cdi, failpoints
-from dra_driver.cdi_store import CdiStore
-from dra_driver.checkpoint import (
+from dra_driver import failpoints
+from dra_driver.claims.allocated import AllocatedClaim, parse_allocated_claim
+from dra_driver.claims.checkpoint import (
     Checkpoint,
     ClaimEntry,
     ClaimState,
@@ -69,15 +69,22 @@ from dra_driver.checkpoint import (
     PreparedDevice,
     to_spec_record,
 )
-from dra_driver.checkpoint_store import CheckpointStore
-from dra_driver.claims import AllocatedClaim, parse_allocated_claim
-from dra_driver.cluster.interface import Cluster
-from dra_driver.device_config import effective_configs
-from dra_driver.devices import AllocatableDevice
+from dra_driver.claims.checkpoint_store import CheckpointStore
+from dra_driver.claims.device_config import effective_configs
+from dra_driver.claims.mps import (
+    DaemonPaths,
+    MpsLimits,
+    container_edits,
+    control_commands,
+    daemon_ceiling,
+)
+from dra_driver.container import cdi
+from dra_driver.container.cdi_store import CdiStore
 from dra_driver.errors import ClaimError, DraGpuError, NotFoundError
-from dra_driver.host import HostInfo
-from dra_driver.mps import DaemonPaths, MpsLimits, container_edits, control_commands, daemon_ceiling
-from dra_driver.nvml.interface import MigDeviceInfo
+from dra_driver.hardware.nvml.interface import MigDeviceInfo
+from dra_driver.kube.cluster import Cluster
+from dra_driver.node.devices import AllocatableDevice
+from dra_driver.node.host import HostInfo
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle, MigTarget, mig_target
 from kubelet_plugin.mps_daemons import DaemonProcess, MpsDaemons

@@ -18,7 +18,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from dra_driver.errors import PluginError
-from dra_driver.flock import file_lock
+from dra_driver.files.flock import file_lock
 
 DEFAULT_TIMEOUT_S = 60.0
 

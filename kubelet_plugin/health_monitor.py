@@ -2,7 +2,7 @@
 
 One background thread waits on the backend's event set (`nvmlEventSetWait_v2`
 on real GPUs, injected events on a simulated node) and feeds every event to
-the pure rules of `dra_driver.health`. When a GPU's health changes, it calls
+the pure rules of `dra_driver.node.health`. When a GPU's health changes, it calls
 `on_change` (the plugin republishes its ResourceSlices with the new taints)
 and wakes the kubelet's health streams waiting in `wait_for_change`.
 
@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from dra_driver.backoff import backoff_delay
 from dra_driver.errors import NvmlError
-from dra_driver.health import Fault, HealthPolicy, NodeHealth
-from dra_driver.nvml.interface import HealthEvent, HealthEventSet, HealthEventSource
+from dra_driver.hardware.nvml.interface import HealthEvent, HealthEventSet, HealthEventSource
+from dra_driver.node.health import Fault, HealthPolicy, NodeHealth
 
 log = logging.getLogger(__name__)
 

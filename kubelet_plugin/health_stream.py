@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import grpc
 
-from dra_driver.devices import AllocatableDevice
-from dra_driver.health import Fault
+from dra_driver.node.devices import AllocatableDevice
+from dra_driver.node.health import Fault
 from kubelet_plugin.gen.dra_health.v1alpha1 import api_pb2 as health_pb2
 from kubelet_plugin.gen.dra_health.v1alpha1 import api_pb2_grpc as health_grpc
 from kubelet_plugin.health_monitor import HealthMonitor

@@ -27,13 +27,10 @@ from types import FrameType
 
 from controller.publisher import SlicePublisher
 from controller.slices import build_resource_slices, choose_layout
-from dra_driver.api_objects import Obj
-from dra_driver.cdi_store import CdiStore
-from dra_driver.checkpoint_store import CheckpointStore
-from dra_driver.cluster import Cluster, open_cluster
-from dra_driver.consumable_shares import ConsumableShares
-from dra_driver.devices import AllocatableDevice, build_devices, inventory_warnings
-from dra_driver.driver_root import DriverRoot
+from dra_driver.claims.checkpoint_store import CheckpointStore
+from dra_driver.claims.mps import MPS_DIR
+from dra_driver.container.cdi_store import CdiStore
+from dra_driver.container.driver_root import DriverRoot
 from dra_driver.errors import (
     DraGpuError,
     DriverRootError,
@@ -41,17 +38,20 @@ from dra_driver.errors import (
     NvmlError,
     PluginError,
 )
-from dra_driver.flock import file_lock
-from dra_driver.health import (
+from dra_driver.files.flock import file_lock
+from dra_driver.hardware.nvml.backend import Hardware, open_hardware
+from dra_driver.kube.access import Cluster, open_cluster
+from dra_driver.kube.objects import Obj
+from dra_driver.node.consumable_shares import ConsumableShares
+from dra_driver.node.devices import AllocatableDevice, build_devices, inventory_warnings
+from dra_driver.node.health import (
     DEFAULT_IGNORED_XIDS,
     Fault,
     HealthPolicy,
     device_faults,
     device_taints,
 )
-from dra_driver.inventory import discover
-from dra_driver.mps import MPS_DIR
-from dra_driver.nvml.backend import Hardware, open_hardware
+from dra_driver.node.inventory import discover
 from kubelet_plugin.claim_events import EventingService
 from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
@@ -68,7 +68,7 @@ from kubelet_plugin.sharing.gpu_policy import open_gpu_policy
 log = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "checkpoint"
-"""One file per prepared claim (`dra_driver.checkpoint_store`)."""
+"""One file per prepared claim (`dra_driver.claims.checkpoint_store`)."""
 LEGACY_CHECKPOINT_FILE = "checkpoint.json"
 """The single checkpoint file of older dra-gpu versions, migrated at start-up."""
 INSTANCE_LOCK_FILE = "plugin.lock"

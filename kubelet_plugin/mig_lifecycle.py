@@ -22,11 +22,11 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from dra_driver import failpoints
-from dra_driver.checkpoint import MigRecord
-from dra_driver.devices import AllocatableDevice
+from dra_driver.claims.checkpoint import MigRecord
 from dra_driver.errors import ClaimError, NvmlError
-from dra_driver.nvml import codes
-from dra_driver.nvml.interface import MigDeviceInfo, Nvml, Placement
+from dra_driver.hardware.nvml import codes
+from dra_driver.hardware.nvml.interface import MigDeviceInfo, Nvml, Placement
+from dra_driver.node.devices import AllocatableDevice
 from kubelet_plugin.metrics import PluginMetrics
 
 log = logging.getLogger(__name__)

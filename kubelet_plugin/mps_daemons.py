@@ -7,7 +7,7 @@ pipe and log directories under `<plugin data dir>/mps/<uuid>/`. Commands go
 to the daemon on the stdin of another run of the same binary with the same
 pipe directory. On a simulated node the command is
 the fake driver root's `nvidia-cuda-mps-control`, which runs
-`python -m dra_driver.sim.mps_control`; nothing else differs.
+`python -m dra_driver.hardware.simulated.mps_control`; nothing else differs.
 
 The daemon forks into its own session, so a plugin crash or restart never
 takes it down; the plugin finds it again through the pid file in the pipe
@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from dra_driver.claims.mps import DaemonPaths
 from dra_driver.errors import MpsError
-from dra_driver.mps import DaemonPaths
 
 log = logging.getLogger(__name__)
 

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dra_driver import yaml_io
-from dra_driver.checkpoint import Checkpoint
-from dra_driver.checkpoint_store import CheckpointStore
-from dra_driver.driver_root import DriverRoot
-from dra_driver.mps import MPS_DIR
-from dra_driver.nvml.backend import Hardware, open_hardware
-from dra_driver.nvml.interface import GpuInfo
+from dra_driver.claims.checkpoint import Checkpoint
+from dra_driver.claims.checkpoint_store import CheckpointStore
+from dra_driver.claims.mps import MPS_DIR
+from dra_driver.container.driver_root import DriverRoot
+from dra_driver.hardware.nvml.backend import Hardware, open_hardware
+from dra_driver.hardware.nvml.interface import GpuInfo
+from dra_driver.kube import yaml_io
 from kubelet_plugin.main import CHECKPOINT_DIR, LEGACY_CHECKPOINT_FILE, plugin_data_dir
 from kubelet_plugin.mps_daemons import MpsDaemons
 from kubelet_plugin.sharing.timeslice_plan import LEVELS

@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any, Self
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver import cdi as cdi_module
 from dra_driver import failpoints as failpoints_module
-from dra_driver.checkpoint import Checkpoint
-from dra_driver.checkpoint import decode as decode_checkpoint
-from dra_driver.cluster.local import LocalCluster
+from dra_driver.claims.checkpoint import Checkpoint
+from dra_driver.claims.checkpoint import decode as decode_checkpoint
+from dra_driver.claims.mps import MPS_DIR
+from dra_driver.container import cdi as cdi_module
 from dra_driver.errors import PluginError
-from dra_driver.mps import MPS_DIR
-from dra_driver.nvml.backend import Hardware, open_hardware
+from dra_driver.hardware.nvml.backend import Hardware, open_hardware
+from dra_driver.kube.local_store import LocalCluster
 from kubelet_plugin.kubelet_client import KubeletClient
 from kubelet_plugin.main import CHECKPOINT_DIR, LEGACY_CHECKPOINT_FILE, plugin_data_dir
 from kubelet_plugin.mps_daemons import MpsDaemons

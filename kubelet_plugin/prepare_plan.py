@@ -15,19 +15,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from dra_driver import cdi
-from dra_driver.checkpoint import Checkpoint, PreparedDevice
-from dra_driver.claims import AllocatedClaim, DeviceResult
-from dra_driver.device_config import (
+from dra_driver.claims.allocated import AllocatedClaim, DeviceResult
+from dra_driver.claims.checkpoint import Checkpoint, PreparedDevice
+from dra_driver.claims.device_config import (
     DeviceConfig,
     effective_configs,
     mps_config_of,
     unsupported_sharing,
 )
-from dra_driver.devices import AllocatableDevice
+from dra_driver.claims.mps import MpsLimits, claim_limits, one_mps_device_per_claim
+from dra_driver.container import cdi
 from dra_driver.errors import ClaimError
-from dra_driver.mps import MpsLimits, claim_limits, one_mps_device_per_claim
-from dra_driver.nvml.interface import Placement
+from dra_driver.hardware.nvml.interface import Placement
+from dra_driver.node.devices import AllocatableDevice
 from kubelet_plugin.mig_lifecycle import mig_target
 from kubelet_plugin.sharing.shares import check_shares
 

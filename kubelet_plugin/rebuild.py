@@ -37,17 +37,17 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from dra_driver.cdi_store import CdiStore
-from dra_driver.checkpoint import (
+from dra_driver.claims.allocated import parse_allocated_claim
+from dra_driver.claims.checkpoint import (
     Checkpoint,
     ClaimEntry,
     ClaimState,
     from_spec_record,
 )
-from dra_driver.claims import parse_allocated_claim
-from dra_driver.cluster.interface import Cluster
-from dra_driver.devices import AllocatableDevice
+from dra_driver.container.cdi_store import CdiStore
 from dra_driver.errors import DraGpuError
+from dra_driver.kube.cluster import Cluster
+from dra_driver.node.devices import AllocatableDevice
 from kubelet_plugin.mig_lifecycle import MigLifecycle
 from kubelet_plugin.prepare_plan import prepared_device
 

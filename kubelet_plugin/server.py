@@ -59,7 +59,7 @@ from typing import Any, NoReturn, Protocol, Self, TypeVar
 import grpc
 
 from dra_driver.errors import DraGpuError, PluginError
-from dra_driver.k8s_names import is_dns_subdomain
+from dra_driver.kube.names import is_dns_subdomain
 from kubelet_plugin.gen.dra.v1 import api_pb2 as dra_v1
 from kubelet_plugin.gen.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from kubelet_plugin.gen.dra.v1beta1 import api_pb2 as dra_v1beta1

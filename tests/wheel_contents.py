@@ -11,7 +11,11 @@ import sys
 import zipfile
 from collections.abc import Sequence
 
-REQUIRED = ("dra_driver/data/deviceclasses.yaml", "dra_driver/cel/cel.lark", "dra_driver/py.typed")
+REQUIRED = (
+    "dra_driver/data/deviceclasses.yaml",
+    "dra_driver/scheduling/cel/cel.lark",
+    "dra_driver/py.typed",
+)
 PACKAGES = ("dra_driver/", "kubelet_plugin/", "controller/")
 TEST_CODE = ("tests/", "dra_driver/testing/", "fakes/", "conftest.py")
 

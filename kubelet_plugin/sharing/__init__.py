@@ -24,10 +24,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from dra_driver.checkpoint import Checkpoint, ClaimEntry, PreparedDevice
-from dra_driver.claims import AllocatedClaim
-from dra_driver.device_config import DeviceConfig
-from dra_driver.devices import AllocatableDevice
+from dra_driver.claims.allocated import AllocatedClaim
+from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry, PreparedDevice
+from dra_driver.claims.device_config import DeviceConfig
+from dra_driver.node.devices import AllocatableDevice
 
 
 class SharingStrategy(Protocol):
@@ -43,7 +43,7 @@ class SharingStrategy(Protocol):
     ) -> list[PreparedDevice]:
         """`prepared` with this mechanism's intent recorded; ClaimError on a conflict.
 
-        Pure. `configs` is `dra_driver.device_config.effective_configs` of
+        Pure. `configs` is `dra_driver.claims.device_config.effective_configs` of
         the claim (keyed "request/device"), in the order of `prepared`.
         """
         ...

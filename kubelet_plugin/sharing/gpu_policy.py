@@ -7,7 +7,7 @@ plugin runs the driver's own nvidia-smi:
     nvidia-smi -i <uuid> -c DEFAULT
     nvidia-smi compute-policy -i <uuid> --set-timeslice <0..3>
 
-found in the driver root (`dra_driver.driver_root.DriverBinaries`, which also
+found in the driver root (`dra_driver.container.driver_root.DriverBinaries`, which also
 gives the environment that lets it find the root's libnvidia-ml). It is looked
 up at each use, so a driver installed or upgraded after the plugin started is
 used as it is now. `GpuPolicy` is that narrow
@@ -24,10 +24,10 @@ import subprocess
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
-from dra_driver.driver_root import DriverBinaries
+from dra_driver.container.driver_root import DriverBinaries
 from dra_driver.errors import DraGpuError, GpuSettingError
-from dra_driver.nvml.backend import Hardware
-from dra_driver.sim.hardware import SimHardware
+from dra_driver.hardware.nvml.backend import Hardware
+from dra_driver.hardware.simulated.hardware import SimHardware
 
 TIMEOUT_S: Final = 30.0
 

@@ -22,11 +22,11 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from operator import itemgetter
 
-from dra_driver.checkpoint import Checkpoint
-from dra_driver.claims import AllocatedClaim
-from dra_driver.devices import AllocatableDevice
+from dra_driver.claims.allocated import AllocatedClaim
+from dra_driver.claims.checkpoint import Checkpoint
 from dra_driver.errors import ClaimError, ConfigError
-from dra_driver.quantity import parse_quantity, readable
+from dra_driver.kube.quantity import parse_quantity, readable
+from dra_driver.node.devices import AllocatableDevice
 
 
 def check_shares(

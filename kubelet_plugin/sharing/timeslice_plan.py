@@ -25,17 +25,17 @@ from collections.abc import Mapping, Sequence
 from operator import itemgetter
 from typing import Final
 
-from dra_driver.checkpoint import Checkpoint, PreparedDevice, TimeSliceRecord
-from dra_driver.claims import AllocatedClaim
-from dra_driver.device_config import (
+from dra_driver.claims.allocated import AllocatedClaim
+from dra_driver.claims.checkpoint import Checkpoint, PreparedDevice, TimeSliceRecord
+from dra_driver.claims.device_config import (
     DeviceConfig,
     GpuConfig,
     SharingStrategy,
     TimeSliceInterval,
     config_key,
 )
-from dra_driver.devices import AllocatableDevice
 from dra_driver.errors import ClaimError
+from dra_driver.node.devices import AllocatableDevice
 
 LEVELS: Final[Mapping[str, int]] = {
     TimeSliceInterval.DEFAULT: 0,

@@ -23,8 +23,8 @@ import logging
 from collections.abc import Callable
 
 from dra_driver import failpoints
-from dra_driver.checkpoint import Checkpoint, ClaimEntry
-from dra_driver.device_config import TimeSliceInterval
+from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry
+from dra_driver.claims.device_config import TimeSliceInterval
 from dra_driver.errors import DraGpuError, GpuSettingError
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.sharing.gpu_policy import GpuPolicy

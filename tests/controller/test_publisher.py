@@ -19,10 +19,10 @@ import pytest
 
 from controller.publisher import PublishResult, SlicePublisher
 from controller.slices import build_resource_slices
-from dra_driver.cluster import Cluster, ConflictError, LocalCluster
-from dra_driver.cluster.kube import KubeCluster
-from dra_driver.devices import build_devices
 from dra_driver.errors import ClusterError, SliceError
+from dra_driver.kube.access import Cluster, ConflictError, LocalCluster
+from dra_driver.kube.api_store import KubeCluster
+from dra_driver.node.devices import build_devices
 from tests.fakes import FakeApiServer, RecordingCluster, dgx_h100_inventory
 
 DRIVER = "gpu.nvidia.com"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from controller.simulated_nodes import build_simulated_nodes, node_slices
-from dra_driver.inventory import discover
-from dra_driver.nvml.backend import open_hardware
-from dra_driver.simulate.nodes import NodeRequest
+from dra_driver.hardware.nvml.backend import open_hardware
+from dra_driver.node.inventory import discover
+from dra_driver.scheduling.whatif.nodes import NodeRequest
 
 
 @pytest.mark.parametrize("release", ["1.34", "1.35"])

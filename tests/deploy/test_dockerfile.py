@@ -97,7 +97,7 @@ def test_wheel_contents_rejects_test_code_and_missing_package_data() -> None:
     good = [
         "dra_driver/__init__.py",
         "dra_driver/data/deviceclasses.yaml",
-        "dra_driver/cel/cel.lark",
+        "dra_driver/scheduling/cel/cel.lark",
         "dra_driver/py.typed",
         "dra_gpu-0.1.0.dist-info/entry_points.txt",
     ]

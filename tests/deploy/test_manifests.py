@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from dra_driver.cli import build_parser, main
-from dra_driver.device_classes import device_classes_text
-from dra_driver.sim.models import MODELS
+from dra_driver.hardware.simulated.models import MODELS
+from dra_driver.node.device_classes import device_classes_text
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = ("1.35.0", "1.37.0")  # strict schemas: the oldest release users run, the newest

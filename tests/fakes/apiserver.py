@@ -12,9 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from dra_driver.cluster import apiserver_rules as cluster_rules
-from dra_driver.cluster.interface import API_VERSION, Cluster, ConflictError
 from dra_driver.errors import ClusterError
+from dra_driver.kube import apiserver_rules as cluster_rules
+from dra_driver.kube.cluster import API_VERSION, Cluster, ConflictError
 
 _FAKE_API_GROUPS: dict[tuple[str, ...], dict[str, cluster_rules.ResourceKind]] = {
     ("apis", "resource.k8s.io", "v1"): {
@@ -52,7 +52,7 @@ class FakeApiServer:
     Nodes (`/api/v1`, add them with `add_node`) and events.k8s.io/v1 Events
     answer the same calls. It
     listens on 127.0.0.1 on an ephemeral port, in a daemon thread. Writes
-    follow `dra_driver.cluster.apiserver_rules`, as in kube-apiserver: new UIDs on
+    follow `dra_driver.kube.apiserver_rules`, as in kube-apiserver: new UIDs on
     create, resourceVersion preconditions (409 Conflict), 409 AlreadyExists,
     status only through `/status`. Errors are `Status` objects worded like the
     apiserver's, and list items carry no `apiVersion`/`kind`, as on a real

@@ -18,14 +18,14 @@ from typing import Any, TypeVar, cast
 import pynvml as _real_pynvml
 
 from dra_driver.errors import NvmlError
-from dra_driver.nvml import codes as nvml_codes
-from dra_driver.nvml.interface import (
+from dra_driver.hardware.nvml import codes as nvml_codes
+from dra_driver.hardware.nvml.interface import (
     Placement,
 )
-from dra_driver.nvml.pci import normalize_pci_bus_id
-from dra_driver.sim.hardware import SimHardware
-from dra_driver.sim.models import GiProfileSpec
-from dra_driver.sim.views import ComputeInstanceView, GpuFacts, GpuInstanceView
+from dra_driver.hardware.nvml.pci import normalize_pci_bus_id
+from dra_driver.hardware.simulated.hardware import SimHardware
+from dra_driver.hardware.simulated.models import GiProfileSpec
+from dra_driver.hardware.simulated.views import ComputeInstanceView, GpuFacts, GpuInstanceView
 
 # nvml.h NVML_ERROR_FUNCTION_NOT_FOUND: pynvml raises it for an unknown `version` argument.
 # Not in `codes` because no backend ever reports it.
@@ -182,7 +182,9 @@ class FakePynvml(ModuleType):
     """
 
     def __init__(self, hw: SimHardware) -> None:
-        super().__init__("pynvml", "Fake pynvml backed by dra_driver.sim.hardware.SimHardware")
+        super().__init__(
+            "pynvml", "Fake pynvml backed by dra_driver.hardware.simulated.hardware.SimHardware"
+        )
         self.hw = hw
         self.calls: Counter[str] = Counter()
         self._failures: dict[str, list[int]] = {}

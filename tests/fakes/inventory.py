@@ -7,9 +7,8 @@ from __future__ import annotations
 import uuid as _uuid
 
 from dra_driver.errors import NvmlError
-from dra_driver.inventory import GpuInventory, NodeInventory
-from dra_driver.nvml import codes as nvml_codes
-from dra_driver.nvml.interface import (
+from dra_driver.hardware.nvml import codes as nvml_codes
+from dra_driver.hardware.nvml.interface import (
     ComputeInstanceInfo,
     ComputeInstanceProfile,
     GpuInfo,
@@ -19,6 +18,7 @@ from dra_driver.nvml.interface import (
     Placement,
     SystemInfo,
 )
+from dra_driver.node.inventory import GpuInventory, NodeInventory
 
 _MIB = 2**20
 
@@ -240,7 +240,7 @@ class InventoryNvml:
 
     GPUs come back in the order given (like NVML's index order), so tests can
     check that `discover` sorts them. Every mutating call raises NvmlError
-    NOT_SUPPORTED: use `dra_driver.sim` for a node that changes.
+    NOT_SUPPORTED: use `dra_driver.hardware.simulated` for a node that changes.
     """
 
     def __init__(self, inventory: NodeInventory) -> None:

@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dra_driver.errors import PluginError
-from dra_driver.nvml.backend import Hardware
-from dra_driver.nvml.interface import (
+from dra_driver.hardware.nvml.backend import Hardware
+from dra_driver.hardware.nvml.interface import (
     Placement,
 )
-from dra_driver.sim.hardware import SimHardware
+from dra_driver.hardware.simulated.hardware import SimHardware
 from kubelet_plugin.demo_claims import (
     MIG_DEVICE_CLASS,
     PARENT_UUID_ATTRIBUTE,

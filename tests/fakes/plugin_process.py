@@ -14,8 +14,8 @@ from pathlib import Path
 import grpc
 
 from dra_driver.errors import PluginError
-from dra_driver.nvml.backend import sim_proc_root
-from dra_driver.sim.hardware import SimHardware
+from dra_driver.hardware.nvml.backend import sim_proc_root
+from dra_driver.hardware.simulated.hardware import SimHardware
 from kubelet_plugin.plugin_process import PLUGIN_START_TIMEOUT_S
 from kubelet_plugin.plugin_process import PluginProcess as RuntimePluginProcess
 from kubelet_plugin.service import ClaimRef

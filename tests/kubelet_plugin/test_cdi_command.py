@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from dra_driver.cli import build_parser, main
-from tests.dra_driver.driver_roots import build_root
+from tests.dra_driver.container.driver_roots import build_root
 
 
 def test_cdi_prints_the_common_edits_of_a_simulated_node(
@@ -75,7 +75,7 @@ def test_driver_root_flags_exist_where_nvidia_has_them(command: list[str]) -> No
 def test_demo_shows_the_mounts_a_claim_gets() -> None:
     import io
 
-    from dra_driver.simulate.node_allocation import allocate_on_node
+    from dra_driver.scheduling.whatif.node_allocation import allocate_on_node
     from kubelet_plugin.demo import run_demo
 
     out = io.StringIO()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from dra_driver.cluster.local import LocalCluster
+from dra_driver.kube.local_store import LocalCluster
 from kubelet_plugin.claim_events import EventingService, prepare_failed_events
 from kubelet_plugin.service import ClaimRef, PrepareResult, UnprepareResult
 from tests.fakes import make_allocated_claim

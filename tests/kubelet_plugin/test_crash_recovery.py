@@ -20,11 +20,11 @@ import grpc
 import pytest
 
 from dra_driver import failpoints
-from dra_driver.cdi_store import CdiStore
-from dra_driver.checkpoint import ClaimEntry, ClaimState
-from dra_driver.fsutil import temp_prefix_for
-from dra_driver.host import HostInfo
-from dra_driver.nvml.backend import sim_proc_root
+from dra_driver.claims.checkpoint import ClaimEntry, ClaimState
+from dra_driver.container.cdi_store import CdiStore
+from dra_driver.files.atomic import temp_prefix_for
+from dra_driver.hardware.nvml.backend import sim_proc_root
+from dra_driver.node.host import HostInfo
 from kubelet_plugin.service import ClaimRef, PrepareResult, UnprepareResult
 from tests.fakes import PluginProcess, make_allocated_claim
 

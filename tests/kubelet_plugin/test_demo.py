@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from dra_driver.simulate.node_allocation import allocate_on_node
+from dra_driver.scheduling.whatif.node_allocation import allocate_on_node
 from kubelet_plugin.demo import _Printer, run_demo
 
 

@@ -14,24 +14,24 @@ from typing import Any
 import pytest
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.cdi import validate_spec
-from dra_driver.cdi_store import CdiStore
-from dra_driver.checkpoint_store import CheckpointStore
-from dra_driver.cluster.local import LocalCluster
-from dra_driver.devices import build_devices
-from dra_driver.driver_files import firmware_search_paths
-from dra_driver.driver_root import DriverRoot, DriverUserSpace
-from dra_driver.host import HostInfo
-from dra_driver.inventory import discover
-from dra_driver.nvml.interface import Placement
-from dra_driver.sim.hardware import SimHardware
-from dra_driver.sim.nvml import SimNvml
-from dra_driver.sim.shapes import load_shape
+from dra_driver.claims.checkpoint_store import CheckpointStore
+from dra_driver.container.cdi import validate_spec
+from dra_driver.container.cdi_store import CdiStore
+from dra_driver.container.driver_files import firmware_search_paths
+from dra_driver.container.driver_root import DriverRoot, DriverUserSpace
+from dra_driver.hardware.nvml.interface import Placement
+from dra_driver.hardware.simulated.hardware import SimHardware
+from dra_driver.hardware.simulated.nvml import SimNvml
+from dra_driver.hardware.simulated.shapes import load_shape
+from dra_driver.kube.local_store import LocalCluster
+from dra_driver.node.devices import build_devices
+from dra_driver.node.host import HostInfo
+from dra_driver.node.inventory import discover
 from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle
 from kubelet_plugin.service import ClaimRef
-from tests.dra_driver.driver_roots import build_root
+from tests.dra_driver.container.driver_roots import build_root
 from tests.fakes import TEST_POOL, make_allocated_claim
 
 HOOK = "/usr/local/nvidia/toolkit/nvidia-cdi-hook"

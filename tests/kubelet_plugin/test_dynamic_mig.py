@@ -27,15 +27,16 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver import cdi, cli
-from dra_driver.allocator import AllocatedState, Allocator, Node
-from dra_driver.checkpoint import ClaimEntry, ClaimState
-from dra_driver.device_classes import default_device_classes
-from dra_driver.host import HostInfo
-from dra_driver.nvml.backend import sim_proc_root
-from dra_driver.nvml.interface import Placement
-from dra_driver.sim.hardware import SimHardware
-from dra_driver.sim.shapes import load_shape
+from dra_driver import cli
+from dra_driver.claims.checkpoint import ClaimEntry, ClaimState
+from dra_driver.container import cdi
+from dra_driver.hardware.nvml.backend import sim_proc_root
+from dra_driver.hardware.nvml.interface import Placement
+from dra_driver.hardware.simulated.hardware import SimHardware
+from dra_driver.hardware.simulated.shapes import load_shape
+from dra_driver.node.device_classes import default_device_classes
+from dra_driver.node.host import HostInfo
+from dra_driver.scheduling.allocator import AllocatedState, Allocator, Node
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.main import plugin_data_dir
 from kubelet_plugin.service import ClaimRef, PrepareResult

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from dra_driver.health import TAINT_KEY
+from dra_driver.node.health import TAINT_KEY
 from kubelet_plugin.gen.dra_health.v1alpha1 import api_pb2 as dra_health_pb2
 from kubelet_plugin.gen.dra_health.v1alpha1 import api_pb2_grpc as dra_health_grpc
 from kubelet_plugin.service import ClaimRef

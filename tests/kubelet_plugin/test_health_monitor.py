@@ -5,12 +5,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from dra_driver.devices import build_devices
-from dra_driver.health import Fault, HealthPolicy
-from dra_driver.nvml.interface import HealthEvent, HealthEventKind
-from dra_driver.sim.hardware import SimHardware
-from dra_driver.sim.nvml import SimNvml
-from dra_driver.sim.shapes import load_shape
+from dra_driver.hardware.nvml.interface import HealthEvent, HealthEventKind
+from dra_driver.hardware.simulated.hardware import SimHardware
+from dra_driver.hardware.simulated.nvml import SimNvml
+from dra_driver.hardware.simulated.shapes import load_shape
+from dra_driver.node.devices import build_devices
+from dra_driver.node.health import Fault, HealthPolicy
 from kubelet_plugin.gen.dra_health.v1alpha1 import api_pb2
 from kubelet_plugin.health_monitor import HealthMonitor
 from kubelet_plugin.health_stream import HEALTH_CHECK_TIMEOUT_SECONDS, health_response

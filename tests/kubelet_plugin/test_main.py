@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.cluster.local import LocalCluster
+from dra_driver.kube.local_store import LocalCluster
 from kubelet_plugin.service import UnprepareResult
 from tests.fakes import PluginProcess, claim_ref
 

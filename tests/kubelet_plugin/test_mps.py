@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from dra_driver import cli
-from dra_driver.mps import DaemonPaths
-from dra_driver.sim.mps_control import read_state
+from dra_driver.claims.mps import DaemonPaths
+from dra_driver.hardware.simulated.mps_control import read_state
 from kubelet_plugin.mps_daemons import process_start_ticks
 from kubelet_plugin.service import ClaimRef
 from tests.fakes import PluginProcess, make_allocated_claim, make_opaque_config, plugin_sim
@@ -298,7 +298,7 @@ def test_consumable_shares_become_enforced_mps_limits() -> None:
     """With `--consumable-shares=4`, 1 and 3 shares are 25 % and 75 % of the SMs.
 
     No mpsConfig limits are set: the limits come from what each share
-    consumed (`dra_driver.mps.claim_limits`), its `memory` too.
+    consumed (`dra_driver.claims.mps.claim_limits`), its `memory` too.
     """
     with PluginProcess(prefix="dra-mps-shares-", extra_args=["--consumable-shares=4"]) as plugin:
         for ref, share, consumed in (

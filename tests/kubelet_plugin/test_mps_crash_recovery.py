@@ -20,8 +20,8 @@ from collections.abc import Iterator
 import pytest
 
 from dra_driver import failpoints
-from dra_driver.mps import DaemonPaths
-from dra_driver.sim.mps_control import read_state
+from dra_driver.claims.mps import DaemonPaths
+from dra_driver.hardware.simulated.mps_control import read_state
 from kubelet_plugin.mps_daemons import process_start_ticks
 from kubelet_plugin.service import ClaimRef
 from tests.fakes import PluginProcess, make_allocated_claim, make_opaque_config, plugin_sim
@@ -196,7 +196,11 @@ def test_a_daemon_no_claim_owns_is_stopped_at_start_up(plugin: PluginProcess) ->
         "CUDA_MPS_PIPE_DIRECTORY": str(stray.pipe),
         "CUDA_MPS_LOG_DIRECTORY": str(stray.log),
     }
-    subprocess.run([sys.executable, "-m", "dra_driver.sim.mps_control", "-d"], env=env, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "dra_driver.hardware.simulated.mps_control", "-d"],
+        env=env,
+        check=True,
+    )
     (pid,) = plugin.mps_daemons().values()
     plugin.restart()
     assert process_start_ticks(pid) is None

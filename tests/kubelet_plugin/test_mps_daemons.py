@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from dra_driver.errors import MpsError
-from dra_driver.sim.mps_control import read_state
+from dra_driver.hardware.simulated.mps_control import read_state
 from kubelet_plugin.mps_daemons import MpsDaemons, process_start_ticks
 
-SIM_CONTROL = (sys.executable, "-m", "dra_driver.sim.mps_control")
+SIM_CONTROL = (sys.executable, "-m", "dra_driver.hardware.simulated.mps_control")
 UUID = "GPU-a2b56268-9156-5930-a747-ffec552f8b3a"
 
 # -d starts a "daemon" (a sleep in its own session) that never reacts to quit.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dra_driver.nvml.backend import open_hardware
+from dra_driver.hardware.nvml.backend import open_hardware
 from kubelet_plugin.node_status import (
     GpuStatus,
     MigDeviceStatus,

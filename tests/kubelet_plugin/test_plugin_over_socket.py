@@ -18,16 +18,17 @@ import pytest
 import yaml
 
 from controller.limits import validate_resource_slice, validate_schema
-from dra_driver import DEFAULT_DRIVER_NAME, cdi
-from dra_driver.allocator import Features, Node
-from dra_driver.checkpoint import ClaimState
-from dra_driver.device_classes import default_device_classes
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.claims.checkpoint import ClaimState
+from dra_driver.container import cdi
 from dra_driver.errors import PluginError
-from dra_driver.host import HostInfo
-from dra_driver.nvml.backend import sim_proc_root
-from dra_driver.sim.hardware import SimHardware
-from dra_driver.simulate.engine import Simulation, WorkItem
-from dra_driver.simulate.extended import class_mapping, extended_resource_claim
+from dra_driver.hardware.nvml.backend import sim_proc_root
+from dra_driver.hardware.simulated.hardware import SimHardware
+from dra_driver.node.device_classes import default_device_classes
+from dra_driver.node.host import HostInfo
+from dra_driver.scheduling.allocator import Features, Node
+from dra_driver.scheduling.whatif.engine import Simulation, WorkItem
+from dra_driver.scheduling.whatif.extended import class_mapping, extended_resource_claim
 from kubelet_plugin.registration import SUPPORTED_VERSIONS
 from kubelet_plugin.service import ClaimRef, PrepareResult
 from tests.fakes import TEST_POOL, PluginProcess, make_allocated_claim, make_opaque_config

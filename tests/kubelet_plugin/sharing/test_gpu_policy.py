@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.driver_root import DriverBinaries
+from dra_driver.container.driver_root import DriverBinaries
 from dra_driver.errors import GpuSettingError
-from dra_driver.nvml.backend import open_hardware
-from dra_driver.sim import state as sim_state
-from dra_driver.sim.hardware import SimHardware
-from dra_driver.sim.shapes import load_shape
+from dra_driver.hardware.nvml.backend import open_hardware
+from dra_driver.hardware.simulated import state as sim_state
+from dra_driver.hardware.simulated.hardware import SimHardware
+from dra_driver.hardware.simulated.shapes import load_shape
 from kubelet_plugin.sharing.gpu_policy import NvidiaSmi, SimGpuPolicy, open_gpu_policy
 
 UUID = "GPU-5125b2ef-ba33-5f8f-a987-df64488caedb"

@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.checkpoint import Checkpoint, ClaimEntry, ClaimState, PreparedDevice
-from dra_driver.claims import AllocatedClaim, parse_allocated_claim
-from dra_driver.consumable_shares import ConsumableShares
-from dra_driver.devices import AllocatableDevice, build_devices
+from dra_driver.claims.allocated import AllocatedClaim, parse_allocated_claim
+from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry, ClaimState, PreparedDevice
 from dra_driver.errors import ClaimError
+from dra_driver.node.consumable_shares import ConsumableShares
+from dra_driver.node.devices import AllocatableDevice, build_devices
 from kubelet_plugin.sharing.shares import check_shares
 from tests.fakes import TEST_POOL, dgx_h100_inventory, make_allocated_claim
 

@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.checkpoint import Checkpoint, ClaimEntry, PreparedDevice, TimeSliceRecord
-from dra_driver.claims import parse_allocated_claim
-from dra_driver.device_config import effective_configs
-from dra_driver.devices import build_devices
+from dra_driver.claims.allocated import parse_allocated_claim
+from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry, PreparedDevice, TimeSliceRecord
+from dra_driver.claims.device_config import effective_configs
 from dra_driver.errors import ClaimError
+from dra_driver.node.devices import build_devices
 from kubelet_plugin.sharing.timeslice_plan import intervals, plan_time_slices, wanted_interval
 from tests.fakes import (
     TEST_POOL,

@@ -1,0 +1,312 @@
+"""The checkpoint on disk: one file per claim, load, commit, quarantine, and a lock.
+
+The kubelet plugin keeps its record of prepared claims in a directory under
+its plugin data directory (e.g. `/var/lib/kubelet/plugins/gpu.nvidia.com/
+checkpoint/`), one file per claim named `<claim UID>.json`. Each file is a
+complete one-claim checkpoint in the format of `dra_driver.claims.checkpoint`
+(checksum header, versioned payload with the boot id), so the schema rules
+and migrations of that module apply to every file unchanged.
+
+Why a file per claim: a node may hold hundreds of shared claims. With one
+file for the node, every Prepare rewrote (and fsync'd) every claim twice, so
+Prepare got slower with every claim held. Now a transition writes only the
+file of the claim it changes (temp file, fsync, rename, directory fsync), so
+its cost does not depend on how many claims the node holds, and every file
+is still replaced atomically: a crash leaves each claim's old or new record,
+never a mix. Claims are independent records; nothing needs two files to
+change together.
+
+This module is the only code that touches those files:
+
+* `load_outcome()` reads every file. Files of an earlier boot are discarded
+  (devices, MIG instances and CDI specs under /var/run do not survive a
+  reboot) and reported; an unreadable file does not stop the others from
+  loading, it is reported in `unreadable` so the plugin can `quarantine()`
+  it and rebuild the claim from other sources (NVIDIA's issue #1100).
+* The single `checkpoint.json` of dra-gpu before this layout (`legacy_file`)
+  is read as well, and `save()` migrates it: its claims are written as
+  claim files first, then the old file is removed, so a crash half-way
+  migrates again on the next start.
+* `commit(old, new)` writes the files of the claims that differ between two
+  checkpoints and removes the files of claims that are gone; `save()`
+  makes the directory hold exactly one checkpoint (start-up only).
+* `lock()` serialises read-modify-write cycles across processes with
+  `flock` on a sibling `.lock` file that is never deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry, decode, encode
+from dra_driver.errors import CheckpointError
+from dra_driver.files import atomic as fsutil
+from dra_driver.files.flock import file_lock
+
+DEFAULT_LOCK_TIMEOUT_S = 10.0
+CLAIM_FILE_SUFFIX = ".json"
+_CLAIM_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A checkpoint file that could not be read: its path, why, and the claim it was for.
+
+    `claim_uid` comes from the file name; it is None for the legacy whole-node file.
+    """
+
+    path: Path
+    error: str
+    claim_uid: str | None
+
+
+@dataclass(frozen=True)
+class LoadOutcome:
+    """What `CheckpointStore.load_outcome()` found, for the plugin's start-up log.
+
+    `file_existed` is False for a fresh node. `discarded_boot_id` is the
+    boot id of files from an earlier boot (None otherwise) and
+    `discarded_claims` the entries they held, which were dropped.
+    `unreadable` lists corrupt files, whose claims are missing from
+    `checkpoint`. `legacy` is True when the single-file checkpoint of an
+    older dra-gpu was read (the next `save()` migrates it).
+    """
+
+    checkpoint: Checkpoint
+    file_existed: bool
+    discarded_boot_id: str | None = None
+    discarded_claims: tuple[ClaimEntry, ...] = ()
+    unreadable: tuple[Unreadable, ...] = ()
+    legacy: bool = False
+
+    @property
+    def rebooted(self) -> bool:
+        return self.discarded_boot_id is not None
+
+    @property
+    def needs_save(self) -> bool:
+        """True when the files on disk differ from `checkpoint` and `save()` should run."""
+        return self.rebooted or self.legacy or bool(self.unreadable)
+
+
+class CheckpointStore:
+    """The claim files under `directory`, for the current boot `boot_id`."""
+
+    def __init__(self, directory: Path, boot_id: str, *, legacy_file: Path | None = None) -> None:
+        if not boot_id:
+            raise CheckpointError(f"{directory}: empty boot id")
+        self.directory = Path(directory)
+        self.boot_id = boot_id
+        self.legacy_file = None if legacy_file is None else Path(legacy_file)
+        self.lock_path = self.directory.with_name(self.directory.name + ".lock")
+        self.last_load: LoadOutcome | None = None
+
+    def path_for(self, claim_uid: str) -> Path:
+        """The file of `claim_uid` (whether or not it exists)."""
+        if not _CLAIM_UID.fullmatch(claim_uid):
+            raise CheckpointError(f"claim UID {claim_uid!r} cannot name a checkpoint file")
+        return self.directory / f"{claim_uid}{CLAIM_FILE_SUFFIX}"
+
+    # -- reading ------------------------------------------------------------------
+
+    def load(self) -> Checkpoint:
+        """This boot's checkpoint; `CheckpointError` if any file is unreadable.
+
+        The strict read for tools and tests; the plugin uses `load_outcome`.
+        """
+        outcome = self.load_outcome()
+        if outcome.unreadable:
+            raise CheckpointError(
+                "; ".join(f"{bad.path}: {bad.error}" for bad in outcome.unreadable)
+            )
+        return outcome.checkpoint
+
+    def load_outcome(self) -> LoadOutcome:
+        """Read every claim file (and the legacy file); also stored in `last_load`.
+
+        Never raises for a bad file: it goes to `unreadable`. A directory
+        that cannot be listed raises `CheckpointError`.
+        """
+        found: list[tuple[Checkpoint, bool]] = []  # (one file's content, from the legacy file)
+        unreadable: list[Unreadable] = []
+        legacy = False
+        if self.legacy_file is not None:
+            stored = self._read(self.legacy_file, None, unreadable)
+            if stored is not None:
+                found.append((stored, True))
+                legacy = True
+            elif unreadable:
+                legacy = True
+        for path in self._claim_files():
+            uid = path.name[: -len(CLAIM_FILE_SUFFIX)]
+            stored = self._read(path, uid, unreadable)
+            if stored is None:
+                continue
+            if set(stored.claims) != {uid}:
+                unreadable.append(
+                    Unreadable(path, f"holds claims {sorted(stored.claims)}, expected {uid}", uid)
+                )
+                continue
+            found.append((stored, False))
+        claims: dict[str, ClaimEntry] = {}
+        discarded: list[ClaimEntry] = []
+        discarded_boot: str | None = None
+        for stored, _from_legacy in sorted(found, key=lambda item: not item[1]):
+            if stored.boot_id == self.boot_id:
+                claims.update(stored.claims)  # a claim file overrides the legacy file
+            else:
+                discarded_boot = stored.boot_id
+                discarded.extend(stored.claims[u] for u in sorted(stored.claims))
+        outcome = LoadOutcome(
+            Checkpoint(boot_id=self.boot_id, claims=claims),
+            file_existed=bool(found or unreadable),
+            discarded_boot_id=discarded_boot,
+            discarded_claims=tuple(discarded),
+            unreadable=tuple(unreadable),
+            legacy=legacy,
+        )
+        self.last_load = outcome
+        return outcome
+
+    def _read(self, path: Path, uid: str | None, unreadable: list[Unreadable]) -> Checkpoint | None:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            unreadable.append(Unreadable(path, f"cannot read: {exc.strerror or exc}", uid))
+            return None
+        try:
+            return decode(data, source=str(path))
+        except CheckpointError as exc:
+            unreadable.append(Unreadable(path, str(exc), uid))
+            return None
+
+    def _claim_files(self) -> list[Path]:
+        try:
+            names = sorted(os.listdir(self.directory))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise CheckpointError(f"{self.directory}: cannot list: {exc.strerror or exc}") from exc
+        return [
+            self.directory / name
+            for name in names
+            if name.endswith(CLAIM_FILE_SUFFIX)
+            and _CLAIM_UID.fullmatch(name[: -len(CLAIM_FILE_SUFFIX)])
+        ]
+
+    # -- writing ------------------------------------------------------------------
+
+    def commit(self, old: Checkpoint, new: Checkpoint) -> None:
+        """Make the files go from `old` (what is on disk) to `new`.
+
+        Writes the file of each claim whose entry changed and removes the
+        file of each claim that is gone; each file is replaced atomically.
+        The cost depends on the claims that changed, not on how many there are.
+        """
+        self._check_boot(new)
+        changed = new.changed_since(old)
+        candidates = set(new.claims) | set(old.claims) if changed is None else changed
+        for uid in sorted(candidates):
+            entry = new.claims.get(uid)
+            if entry is None:
+                if uid in old.claims:
+                    self._remove(self.path_for(uid))
+            elif old.claims.get(uid) is not entry:
+                self._write(uid, entry)
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        """Make the directory hold exactly `checkpoint` (start-up: migrate, discard, rebuild).
+
+        Writes every claim file, removes every other claim file and leftover
+        temp file, and only then the legacy file.
+        """
+        self._check_boot(checkpoint)
+        for uid, entry in checkpoint.claims.items():
+            self._write(uid, entry)
+        keep = {self.path_for(uid) for uid in checkpoint.claims}
+        for path in self._claim_files():
+            if path not in keep:
+                self._remove(path)
+        self._remove_temp_files()
+        if self.legacy_file is not None:
+            self._remove(self.legacy_file)
+
+    def _write(self, uid: str, entry: ClaimEntry) -> None:
+        path = self.path_for(uid)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fsutil.atomic_write(
+                path, encode(Checkpoint(boot_id=self.boot_id, claims={uid: entry})), mode=0o600
+            )
+        except OSError as exc:
+            raise CheckpointError(f"{path}: cannot write: {exc.strerror or exc}") from exc
+
+    def _remove(self, path: Path) -> None:
+        try:
+            fsutil.remove_file(path)
+        except OSError as exc:
+            raise CheckpointError(f"{path}: cannot remove: {exc.strerror or exc}") from exc
+
+    def _remove_temp_files(self) -> None:
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise CheckpointError(f"{self.directory}: cannot list: {exc.strerror or exc}") from exc
+        for name in names:
+            if name.startswith(fsutil.temp_prefix_for("")):
+                self._remove(self.directory / name)
+
+    def _check_boot(self, checkpoint: Checkpoint) -> None:
+        if checkpoint.boot_id != self.boot_id:
+            raise CheckpointError(
+                f"{self.directory}: refusing to save a checkpoint of boot {checkpoint.boot_id} "
+                f"during boot {self.boot_id}"
+            )
+
+    def quarantine(self, path: Path) -> Path:
+        """Move a corrupt file aside as `<name>.corrupt-<UTC time>` and return the new path.
+
+        The evidence is kept for a bug report while the plugin rebuilds the
+        claim. Raises `CheckpointError` if there is no file.
+        """
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        target = path.with_name(f"{path.name}.corrupt-{stamp}")
+        suffix = 1
+        while target.exists():
+            target = path.with_name(f"{path.name}.corrupt-{stamp}-{suffix}")
+            suffix += 1
+        try:
+            path.rename(target)
+            fsutil.fsync_dir(path.parent)
+        except FileNotFoundError as exc:
+            raise CheckpointError(f"{path}: nothing to quarantine, the file is gone") from exc
+        except OSError as exc:
+            raise CheckpointError(
+                f"{path}: cannot move aside to {target.name}: {exc.strerror or exc}"
+            ) from exc
+        return target
+
+    @contextlib.contextmanager
+    def lock(self, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[None]:
+        """Hold an exclusive inter-process lock for a read-modify-write cycle.
+
+        `flock` on `<directory>.lock`; waits up to `timeout_s` and then raises
+        `CheckpointError`. Not re-entrant: a second `lock()` in the same
+        process while one is held waits like any other process would.
+        """
+        try:
+            self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CheckpointError(f"{self.lock_path}: cannot open: {exc.strerror or exc}") from exc
+        with file_lock(self.lock_path, timeout_s=timeout_s, error=CheckpointError):
+            yield

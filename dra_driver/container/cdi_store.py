@@ -1,0 +1,139 @@
+"""The directory of per-claim CDI spec files (usually `/var/run/cdi`).
+
+Container runtimes scan this directory, so a spec file must appear whole
+(atomic writes) and must disappear when its claim is unprepared. The
+directory is shared with other vendors' specs: this store only ever reads,
+lists or deletes files named `k8s.gpu.nvidia.com-claim_<uid>.yaml`, and
+`claim_uids()` lets the plugin find specs whose claim it no longer knows
+(left behind by a crash) to delete them.
+
+A spec may carry a one-line record of its claim for the plugin (the
+checkpoint entry, so a lost checkpoint can be rebuilt) as its first line, a
+YAML comment `# gpu.nvidia.com/dra-gpu-claim: <JSON>`. CDI parsers skip
+comments; a spec annotation would do the same job but needs `cdiVersion`
+0.6.0, which container runtimes with older CDI libraries reject.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dra_driver.container import cdi
+from dra_driver.errors import CdiError
+from dra_driver.files import atomic as fsutil
+from dra_driver.kube import yaml_io
+
+RECORD_PREFIX = "# gpu.nvidia.com/dra-gpu-claim: "
+"""The first line of a spec that carries its claim's record, before the record."""
+
+
+class CdiStore:
+    """Reads and writes this driver's transient claim specs under `root`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def path_for(self, claim_uid: str) -> Path:
+        """Where the spec of `claim_uid` lives (whether or not it exists)."""
+        return self.root / cdi.spec_file_name(claim_uid)
+
+    def write(self, claim_uid: str, spec: dict[str, Any], *, record: str | None = None) -> Path:
+        """Validate `spec` and write it atomically as the claim's spec file.
+
+        `record` (one line of text) goes into the first line, a comment.
+        Creates `root` if needed. Raises `CdiError` if the spec is invalid,
+        is not of kind `k8s.gpu.nvidia.com/claim`, or cannot be written.
+        """
+        if record is not None and ("\n" in record or "\r" in record):
+            raise CdiError(f"CDI spec for claim {claim_uid}: the record must be one line")
+        if spec.get("kind") != cdi.KIND:
+            raise CdiError(
+                f"CDI spec for claim {claim_uid}: kind is {spec.get('kind')!r}, "
+                f"expected {cdi.KIND!r}"
+            )
+        cdi.validate_spec(spec)
+        path = self.path_for(claim_uid)
+        text = yaml_io.dump(spec, sort_keys=False)
+        if record is not None:
+            text = f"{RECORD_PREFIX}{record}\n{text}"
+        data = text.encode()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fsutil.atomic_write(path, data, mode=0o644)
+        except OSError as exc:
+            raise CdiError(f"{path}: cannot write CDI spec: {exc.strerror or exc}") from exc
+        return path
+
+    def read(self, claim_uid: str) -> dict[str, Any] | None:
+        """The claim's spec as written, or None if it has none."""
+        path = self.path_for(claim_uid)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CdiError(f"{path}: cannot read CDI spec: {exc}") from exc
+        try:
+            spec = yaml_io.load(text)
+        except yaml_io.YAMLError as exc:
+            raise CdiError(f"{path}: not valid YAML: {exc}") from exc
+        if not isinstance(spec, dict):
+            raise CdiError(f"{path}: not a CDI spec (top level is not a mapping)")
+        return spec
+
+    def read_record(self, claim_uid: str) -> str | None:
+        """The record written with the claim's spec; None if no spec or no record."""
+        path = self.path_for(claim_uid)
+        try:
+            with path.open("rb") as f:
+                first = f.readline()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CdiError(f"{path}: cannot read CDI spec: {exc.strerror or exc}") from exc
+        line = first.decode("utf-8", errors="replace").rstrip("\n")
+        return line[len(RECORD_PREFIX) :] if line.startswith(RECORD_PREFIX) else None
+
+    def remove(self, claim_uid: str) -> bool:
+        """Delete the claim's spec; False if there was none (not an error)."""
+        path = self.path_for(claim_uid)
+        try:
+            return fsutil.remove_file(path)
+        except OSError as exc:
+            raise CdiError(f"{path}: cannot remove CDI spec: {exc.strerror or exc}") from exc
+
+    def claim_uids(self) -> set[str]:
+        """UIDs of the claims that have a spec file of ours in `root` (empty if no root)."""
+        try:
+            names = [p.name for p in self.root.iterdir()]
+        except FileNotFoundError:
+            return set()
+        except OSError as exc:
+            raise CdiError(f"{self.root}: cannot list CDI specs: {exc.strerror or exc}") from exc
+        return {uid for name in names if (uid := cdi.claim_uid_from_file_name(name)) is not None}
+
+    def remove_temp_files(self) -> list[Path]:
+        """Delete temp files a crash left in the middle of writing one of our specs.
+
+        Runtimes ignore them (they do not end in `.yaml`), but they would
+        pile up. Call it at start-up or under the plugin's serialization
+        lock: a write in flight in another process would lose its temp file
+        and fail. Returns what was removed.
+        """
+        removed: list[Path] = []
+        try:
+            candidates = list(self.root.iterdir())
+        except FileNotFoundError:
+            return removed
+        except OSError as exc:
+            raise CdiError(f"{self.root}: cannot list CDI specs: {exc.strerror or exc}") from exc
+        marker = fsutil.temp_prefix_for(cdi.SPEC_FILE_PREFIX)
+        for path in candidates:
+            if path.name.startswith(marker):
+                try:
+                    fsutil.remove_file(path)
+                except OSError as exc:
+                    raise CdiError(f"{path}: cannot remove: {exc.strerror or exc}") from exc
+                removed.append(path)
+        return removed

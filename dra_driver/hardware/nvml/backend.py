@@ -1,0 +1,135 @@
+"""Pick the hardware a process talks to from one `--nvml` flag.
+
+The plugin, the inventory command and the demo all run the same code against
+either the GPUs of the machine (`"real"`: pynvml and the real `/proc`) or a
+simulated node (`"sim:<shape>"`: `SimHardware` behind `SimNvml`, with a fake
+`/proc` tree kept next to the state file). This module is the one place that
+knows how to build each, so no caller branches on "is this simulated".
+
+Both come with their driver root (`DriverUserSpace`): real hardware loads
+`libnvidia-ml.so.1` from the driver root given (default `/`); a simulated
+node gets a fake root of its shape's driver version next to its state file
+(or the root given), generated when first needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from dra_driver.container.driver_root import DriverBinaries, DriverRoot, DriverUserSpace
+from dra_driver.errors import ConfigError
+from dra_driver.hardware.nvml.interface import HealthEventSource, Nvml
+from dra_driver.hardware.simulated.hardware import SimHardware
+from dra_driver.node.host import HostInfo
+
+REAL_SPEC = "real"
+SIM_PREFIX = "sim:"
+SPEC_FORMS = (
+    "'real' (this machine's GPUs through NVML) or 'sim:<shape>' where <shape> is a built-in "
+    "node shape (dgx-a100-40gb, dgx-a100-80gb, dgx-h100, dgx-h200, a30-node, l4-node, "
+    "h100-pcie-node) or the path of a YAML shape file"
+)
+
+
+@dataclass
+class Hardware:
+    """What a process needs to see GPUs: NVML, the host's procfs, and the simulator if any."""
+
+    nvml: Nvml
+    host: HostInfo
+    driver: DriverUserSpace
+    sim: SimHardware | None = None
+    health: HealthEventSource | None = None  # device-health events (both backends have them)
+
+    def driver_version(self) -> str:
+        """The driver version NVML reports (what the driver files must match)."""
+        return self.nvml.system().driver_version
+
+    def driver_binaries(self) -> DriverBinaries:
+        """nvidia-smi and the MPS binaries of the running driver, as this process runs them."""
+        return self.driver.binaries(self.driver_version())
+
+
+def sim_proc_root(sim_state: Path) -> Path:
+    """Where the fake `/proc` of a simulated node with state file `sim_state` lives."""
+    return sim_state.with_name(sim_state.name + ".proc")
+
+
+def sim_driver_root(sim_state: Path) -> Path:
+    """Where the fake driver root of a simulated node with state file `sim_state` lives."""
+    return sim_state.with_name(sim_state.name + ".driver-root")
+
+
+def open_hardware(
+    spec: str,
+    *,
+    sim_state: Path | None = None,
+    node_name: str = "sim-node",
+    latency: Mapping[str, float] | None = None,
+    driver_root: DriverRoot | None = None,
+) -> Hardware:
+    """Open the hardware `spec` names (see SPEC_FORMS).
+
+    For a simulated node, `sim_state` is the state file shared with other
+    processes (its fake `/proc` is `<sim_state>.proc/`); without it the node
+    lives in memory with its `/proc` in a temporary directory removed when the
+    simulator is garbage collected. `latency` (seconds per operation) only
+    applies to simulated nodes. `driver_root` is where the driver's files are
+    (default: `/` for real hardware, a generated fake root for a simulated
+    node). Real hardware loads NVML from it: `DriverRootError` if it holds no
+    `libnvidia-ml.so.1`, `NvmlError` if the library cannot be initialised.
+    """
+    if spec == REAL_SPEC:
+        from dra_driver.container.driver_root import nvml_library
+        from dra_driver.hardware.nvml.real import RealNvml, load_pynvml
+
+        root = driver_root or DriverRoot()
+        nvml = RealNvml(lib=load_pynvml(nvml_library(root)))
+        return Hardware(
+            nvml=nvml, host=HostInfo(Path("/proc")), driver=DriverUserSpace(root), health=nvml
+        )
+    if not spec.startswith(SIM_PREFIX) or not spec[len(SIM_PREFIX) :].strip():
+        raise ConfigError(f"--nvml {spec!r}: expected {SPEC_FORMS}")
+
+    from dra_driver.hardware.simulated.driver_root import materialize_driver_root
+    from dra_driver.hardware.simulated.nvml import SimNvml
+    from dra_driver.hardware.simulated.shapes import load_shape
+
+    shape = load_shape(spec[len(SIM_PREFIX) :].strip())
+    if sim_state is not None:
+        proc_root = sim_proc_root(Path(sim_state))
+        hw = SimHardware(
+            shape, node_name=node_name, state_path=sim_state, proc_root=proc_root, latency=latency
+        )
+    else:
+        proc_root = Path(tempfile.mkdtemp(prefix="dra-gpu-sim-proc-"))
+        try:
+            hw = SimHardware(shape, node_name=node_name, proc_root=proc_root, latency=latency)
+        except BaseException:
+            shutil.rmtree(proc_root, ignore_errors=True)
+            raise
+        weakref.finalize(hw, shutil.rmtree, proc_root, ignore_errors=True)
+    if driver_root is not None and driver_root.host_path is not None:
+        user_space = DriverUserSpace(driver_root)
+    else:
+        fake = sim_driver_root(Path(sim_state) if sim_state is not None else proc_root)
+        if sim_state is None:
+            weakref.finalize(hw, shutil.rmtree, fake, ignore_errors=True)
+
+        def write_fake_root(version: str) -> None:
+            materialize_driver_root(fake, version)
+
+        root = dataclasses.replace(
+            driver_root or DriverRoot(), host_path=str(fake), container_path=None
+        )
+        user_space = DriverUserSpace(root, setup=write_fake_root)
+    sim_nvml = SimNvml(hw)
+    return Hardware(
+        nvml=sim_nvml, host=HostInfo(proc_root), driver=user_space, sim=hw, health=sim_nvml
+    )

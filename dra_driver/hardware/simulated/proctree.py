@@ -1,0 +1,136 @@
+"""A fake `/proc` tree that mirrors the simulated hardware.
+
+The kubelet plugin reads three things from procfs that NVML does not tell it:
+the dynamic majors in `/proc/devices`, the MIG capability minors under
+`/proc/driver/nvidia/capabilities/`, and the boot id. `dra_driver.node.host`
+reads them below a configurable root, so the simulator writes the same files,
+in the same formats as the kernel module, below its own root and keeps them in
+step with the instances that exist (files appear on create and disappear on
+destroy). Writes are atomic so a concurrent reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from dra_driver.errors import ConfigError
+from dra_driver.files.atomic import atomic_write, remove_file
+from dra_driver.hardware.simulated import rules
+from dra_driver.hardware.simulated.state import NodeState
+
+# Dynamic majors as seen on real hosts (§5 examples and public /proc/devices dumps).
+NVIDIA_MAJOR = 195
+NVIDIA_CAPS_MAJOR = 236
+NVIDIA_UVM_MAJOR = 511
+CAP_MODE = 292  # 0o444, the default DeviceFileMode of MIG GI/CI capabilities
+CONFIG_CAP = (1, 256)  # mig/config: minor 1, mode 0o400
+MONITOR_CAP = (2, 292)  # mig/monitor: minor 2, mode 0o444
+
+_CHAR_DEVICES = (
+    (1, "mem"),
+    (4, "/dev/vc/0"),
+    (4, "tty"),
+    (4, "ttyS"),
+    (5, "/dev/tty"),
+    (5, "/dev/console"),
+    (5, "/dev/ptmx"),
+    (7, "vcs"),
+    (10, "misc"),
+    (13, "input"),
+    (29, "fb"),
+    (128, "ptm"),
+    (136, "pts"),
+    (180, "usb"),
+    (189, "usb_device"),
+    (NVIDIA_MAJOR, "nvidia"),
+    (NVIDIA_MAJOR, "nvidia-modeset"),
+    (NVIDIA_MAJOR, "nvidiactl"),
+    (226, "drm"),
+    (NVIDIA_CAPS_MAJOR, "nvidia-caps"),
+    (NVIDIA_UVM_MAJOR, "nvidia-uvm"),
+)
+_BLOCK_DEVICES = ((7, "loop"), (8, "sd"), (9, "md"), (259, "blkext"))
+
+
+def render_devices() -> str:
+    """`/proc/devices` as the kernel prints it (`"%3d %s"` per line, two sections)."""
+    lines = ["Character devices:"]
+    lines += [f"{major:3d} {name}" for major, name in _CHAR_DEVICES]
+    lines += ["", "Block devices:"]
+    lines += [f"{major:3d} {name}" for major, name in _BLOCK_DEVICES]
+    return "\n".join(lines) + "\n"
+
+
+def render_cap(minor: int, mode: int) -> str:
+    """A capability `access` file of the nvidia kernel module."""
+    return f"DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n"
+
+
+class ProcTree:
+    """Keeps the files below `root` equal to what a node in `state` would show."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.caps = self.root / "driver" / "nvidia" / "capabilities"
+
+    def desired(self, state: NodeState) -> dict[Path, str]:
+        files = {
+            self.root / "devices": render_devices(),
+            self.caps / "mig" / "config": render_cap(*CONFIG_CAP),
+            self.caps / "mig" / "monitor": render_cap(*MONITOR_CAP),
+            self.root / "sys" / "kernel" / "random" / "boot_id": state.boot_id + "\n",
+        }
+        for gpu in state.gpus:
+            base = self.caps / f"gpu{gpu.minor}" / "mig"
+            for gi in gpu.gis:
+                gi_dir = base / f"gi{gi.id}"
+                files[gi_dir / "access"] = render_cap(
+                    rules.gi_cap_minor(gpu.minor, gi.id), CAP_MODE
+                )
+                for ci in gi.cis:
+                    minor = rules.ci_cap_minor(gpu.minor, gi.id, ci.id)
+                    files[gi_dir / f"ci{ci.id}" / "access"] = render_cap(minor, CAP_MODE)
+        return files
+
+    def sync(self, state: NodeState) -> None:
+        """Write what changed and remove the capability files of instances that are gone."""
+        try:
+            self._sync(state)
+        except OSError as exc:
+            raise ConfigError(
+                f"simulated /proc {self.root}: cannot update {exc.filename or 'it'}: "
+                f"{exc.strerror or exc}"
+            ) from exc
+
+    def _sync(self, state: NodeState) -> None:
+        want = self.desired(state)
+        for stale in self._instance_files():
+            if stale not in want:
+                remove_file(stale)
+                self._prune(stale.parent)
+        for path, text in want.items():
+            data = text.encode()
+            try:
+                if path.read_bytes() == data:
+                    continue
+            except FileNotFoundError:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, data, mode=0o444)
+
+    def _instance_files(self) -> list[Path]:
+        if not self.caps.is_dir():
+            return []
+        pattern = "gpu*/mig/gi*"
+        found = [p / "access" for p in self.caps.glob(pattern) if (p / "access").exists()]
+        found += [p / "access" for p in self.caps.glob(pattern + "/ci*") if (p / "access").exists()]
+        return found
+
+    def _prune(self, directory: Path) -> None:
+        """Remove `directory` and its emptied parents up to the `mig` directory."""
+        while directory.name != "mig" and directory != self.caps:
+            with contextlib.suppress(OSError):  # not empty, or already gone
+                directory.rmdir()
+            if directory.exists():
+                return
+            directory = directory.parent

@@ -1,0 +1,198 @@
+"""Simulated node shapes: which GPUs a simulated node has, and how it boots.
+
+Tests and the demo need realistic machines (a DGX with eight A100s in MIG
+mode, a Hopper box with MIG off, an L4 inference node) without spelling out
+every GPU. A shape names them; `load_shape` also reads custom shapes from a
+YAML file:
+
+    driverVersion: "570.172.08"   # optional
+    cudaDriverVersion: 12080      # optional, major*1000 + minor*10
+    gpus:
+      - model: A100-SXM4-40GB     # a key of `models.MODELS` or the product name
+        migEnabled: true          # optional (default false): MIG mode at boot
+        count: 2                  # optional (default 1)
+      - model: L4
+
+Built-in shapes boot Ampere MIG nodes with MIG already on (on Ampere the mode
+needs a reset to change, so a node meant for MIG has it set), and every other
+node with MIG off (Hopper turns it on at once when asked). Driver/CUDA pairs
+are real observed ones (`gpu-mig-nvml.md` §3). PCI bus ids are DGX-like
+layouts; GPUs are paired behind PCIe roots and split across two NUMA nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from dra_driver.errors import ConfigError, yaml_problem
+from dra_driver.hardware.simulated.models import MODELS, GpuModel, find_model
+from dra_driver.kube import yaml_io
+
+MAX_GPUS = 32  # the MIG capability minors cover gpu0..gpu31 (§5)
+DEFAULT_DRIVER = ("570.172.08", 12080)  # R570 -> CUDA 12.8 (§3)
+_AMPERE_DRIVER = ("550.54.15", 12040)  # R550 -> CUDA 12.4, seen on A100 (§3)
+_A30_DRIVER = ("535.183.01", 12020)  # R535 -> CUDA 12.2, seen on A30 (§2.1)
+
+_DGX_A100_BUSES = (0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD)
+_DGX_H100_BUSES = (0x1B, 0x43, 0x52, 0x61, 0x9D, 0xC3, 0xD1, 0xDF)
+_GENERIC_BUSES = (0x18, 0x3B, 0x5E, 0x86, 0xAF, 0xD8)
+
+
+@dataclass(frozen=True)
+class ShapeGpu:
+    """One GPU slot of a node shape."""
+
+    model: GpuModel
+    mig_enabled: bool  # MIG mode when the node is first created
+    pci_bus_id: str  # normalized "0000:18:00.0"
+    numa_node: int
+    pcie_root: str  # "pci0000:10"
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """The GPUs of a simulated node, in NVML index order, and its driver."""
+
+    name: str
+    gpus: tuple[ShapeGpu, ...]
+    driver_version: str
+    cuda_driver_version: int
+
+    @property
+    def model_keys(self) -> tuple[str, ...]:
+        return tuple(g.model.key for g in self.gpus)
+
+
+def _layout(
+    name: str,
+    groups: list[tuple[GpuModel, bool, int]],
+    driver: tuple[str, int],
+    buses: tuple[int, ...] = _GENERIC_BUSES,
+) -> NodeShape:
+    """Lay out `(model, mig_enabled, count)` groups on PCI buses, roots and NUMA nodes."""
+    flat = [(model, mig) for model, mig, count in groups for _ in range(count)]
+    n = len(flat)
+    all_buses = list(buses) + [b for b in range(0x01, 0x100) if b not in buses]
+    gpus = []
+    for i, (model, mig) in enumerate(flat):
+        domain = model.pci_domain
+        bus = all_buses[i]
+        root_bus = all_buses[i - i % 2] & 0xF0
+        gpus.append(
+            ShapeGpu(
+                model=model,
+                mig_enabled=mig,
+                pci_bus_id=f"{domain:04x}:{bus:02x}:00.0",
+                numa_node=i * 2 // n,
+                pcie_root=f"pci{domain:04x}:{root_bus:02x}",
+            )
+        )
+    return NodeShape(name, tuple(gpus), driver[0], driver[1])
+
+
+def _builtin() -> Mapping[str, NodeShape]:
+    m = MODELS
+    shapes = [
+        _layout("dgx-a100-40gb", [(m["A100-SXM4-40GB"], True, 8)], _AMPERE_DRIVER, _DGX_A100_BUSES),
+        _layout(
+            "dgx-a100-80gb", [(m["A100-SXM4-80GB"], False, 8)], _AMPERE_DRIVER, _DGX_A100_BUSES
+        ),
+        _layout("dgx-h100", [(m["H100-SXM5-80GB"], False, 8)], DEFAULT_DRIVER, _DGX_H100_BUSES),
+        _layout("dgx-h200", [(m["H200"], False, 8)], DEFAULT_DRIVER, _DGX_H100_BUSES),
+        _layout("a30-node", [(m["A30"], True, 4)], _A30_DRIVER),
+        _layout("l4-node", [(m["L4"], False, 4)], DEFAULT_DRIVER),
+        _layout("h100-pcie-node", [(m["H100-PCIE"], False, 2)], DEFAULT_DRIVER),
+    ]
+    return MappingProxyType({s.name: s for s in shapes})
+
+
+BUILTIN_SHAPES: Mapping[str, NodeShape] = _builtin()
+
+
+def load_shape(spec: str) -> NodeShape:
+    """A built-in shape by name, or a custom shape from a YAML file path."""
+    if spec in BUILTIN_SHAPES:
+        return BUILTIN_SHAPES[spec]
+    path = Path(spec)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return load_shape_file(path)
+    raise ConfigError(
+        f"unknown simulated node shape {spec!r}: use one of {', '.join(BUILTIN_SHAPES)} "
+        "or the path of a YAML shape file (*.yaml)"
+    )
+
+
+_TOP_KEYS = {"driverVersion", "cudaDriverVersion", "gpus"}
+_GPU_KEYS = {"model", "migEnabled", "count"}
+
+
+def load_shape_file(path: Path) -> NodeShape:
+    """Parse a YAML shape file; every mistake is a ConfigError naming the file and field."""
+    try:
+        doc = yaml_io.load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"shape file {path}: cannot read: {exc.strerror or exc}") from exc
+    except yaml_io.YAMLError as exc:
+        raise ConfigError(f"shape file {path}: not valid YAML: {yaml_problem(exc)}") from exc
+    if not isinstance(doc, dict):
+        raise ConfigError(f"shape file {path}: must be a mapping with a 'gpus' list")
+    _no_unknown_keys(doc, _TOP_KEYS, f"shape file {path}")
+    driver = doc.get("driverVersion", DEFAULT_DRIVER[0])
+    if not isinstance(driver, str) or not _is_version(driver):
+        raise ConfigError(
+            f"shape file {path}: driverVersion must be a string like '570.172.08', got {driver!r}"
+        )
+    cuda = doc.get("cudaDriverVersion", DEFAULT_DRIVER[1])
+    if isinstance(cuda, bool) or not isinstance(cuda, int) or cuda < 1000 or cuda % 10:
+        raise ConfigError(
+            f"shape file {path}: cudaDriverVersion must be an integer major*1000 + minor*10 "
+            f"(e.g. 12080 for CUDA 12.8), got {cuda!r}"
+        )
+    entries = doc.get("gpus")
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"shape file {path}: gpus must be a non-empty list")
+    groups = [_gpu_group(path, i, entry) for i, entry in enumerate(entries)]
+    total = sum(count for _, _, count in groups)
+    if total > MAX_GPUS:
+        raise ConfigError(f"shape file {path}: gpus: {total} GPUs, at most {MAX_GPUS} supported")
+    return _layout(str(path), groups, (driver, cuda))
+
+
+def _gpu_group(path: Path, i: int, entry: Any) -> tuple[GpuModel, bool, int]:
+    where = f"shape file {path}: gpus[{i}]"
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: must be a mapping with a 'model' key")
+    _no_unknown_keys(entry, _GPU_KEYS, where)
+    name = entry.get("model")
+    if not isinstance(name, str):
+        raise ConfigError(f"{where}.model: must be a GPU model name, got {name!r}")
+    model = find_model(name)
+    if model is None:
+        raise ConfigError(f"{where}.model: unknown GPU model {name!r} (known: {', '.join(MODELS)})")
+    mig = entry.get("migEnabled", False)
+    if not isinstance(mig, bool):
+        raise ConfigError(f"{where}.migEnabled: must be true or false, got {mig!r}")
+    if mig and not model.mig_capable:
+        raise ConfigError(f"{where}.migEnabled: {model.key} does not support MIG")
+    count = entry.get("count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ConfigError(f"{where}.count: must be a positive integer, got {count!r}")
+    return model, mig, count
+
+
+def _no_unknown_keys(doc: dict[Any, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(str(k) for k in doc if k not in allowed)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown field(s) {', '.join(unknown)} "
+            f"(allowed: {', '.join(sorted(allowed))})"
+        )
+
+
+def _is_version(text: str) -> bool:
+    parts = text.split(".")
+    return 2 <= len(parts) <= 3 and all(p.isdigit() for p in parts)

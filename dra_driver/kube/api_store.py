@@ -1,0 +1,434 @@
+"""`Cluster` on a real kube-apiserver, through the official `kubernetes` client.
+
+Objects stay plain dicts holding the API's own JSON. Reads and deletes use the
+typed `ResourceV1Api` calls with `_preload_content=False`, and the response
+body is decoded as it is. Writes send the dict as the request body through the
+same `ApiClient`, with the same configuration, auth and TLS. They do not go
+through the typed `create_*`/`replace_*` methods, because in client 37 those
+validate the body into pydantic models with `extra="forbid"`. Those models
+would refuse any field the client does not know (a newer apiserver's claim
+status, say) and would rewrite timestamps. What the apiserver returns is
+exactly what callers get back, except that list items get the
+`apiVersion`/`kind` that the apiserver leaves off them and `kubectl get -o
+json` puts back.
+
+Every failure becomes a `ClusterError` that names the object: a 404 becomes
+`NotFoundError`, a 409 becomes `ConflictError` (`AlreadyExistsError` when a
+create finds the name taken), and anything else carries the HTTP status and
+the apiserver's message.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, Final
+from urllib.parse import quote
+
+import kubernetes.client
+import kubernetes.config
+import kubernetes.watch
+import urllib3
+
+from dra_driver.backoff import backoff_delay
+from dra_driver.errors import ClusterError, ConfigError, NotFoundError
+from dra_driver.kube import apiserver_rules as rules
+from dra_driver.kube.apiserver_rules import (
+    DEVICE_CLASS,
+    EVENT,
+    NODE,
+    RESOURCE_CLAIM,
+    RESOURCE_SLICE,
+    ResourceKind,
+)
+from dra_driver.kube.cluster import API_VERSION, AlreadyExistsError, ConflictError
+from dra_driver.kube.objects import Obj
+
+__all__ = ["DEFAULT_REQUEST_TIMEOUT", "WATCH_SECONDS", "KubeCluster", "load_api_client"]
+
+log = logging.getLogger(__name__)
+
+WATCH_SECONDS: Final = 60
+"""Server-side timeout of one slice watch; a new one starts right after."""
+
+DEFAULT_REQUEST_TIMEOUT: Final = 30.0
+"""Seconds one API request may take before it counts as failed."""
+
+
+_WATCH_ERRORS: Final = (
+    ClusterError,
+    kubernetes.client.ApiException,
+    urllib3.exceptions.HTTPError,
+    OSError,
+    ValueError,
+)
+
+
+def _api_path(api_version: str) -> str:
+    """`/apis/<group>/<version>`, or `/api/v1` for the core group."""
+    return f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
+
+
+_LIST_PAGE_SIZE: Final = 500
+
+
+def load_api_client(kubeconfig: str | None = None) -> kubernetes.client.ApiClient:
+    """An `ApiClient` for this process: in-cluster config in a pod, else a kubeconfig.
+
+    An explicit `kubeconfig` wins over the in-cluster config; without one,
+    `$KUBECONFIG` or `~/.kube/config` is used outside a pod.
+    """
+    try:
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            configuration = kubernetes.client.Configuration()
+            kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
+            return kubernetes.client.ApiClient(configuration)
+        client: kubernetes.client.ApiClient = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig
+        )
+        return client
+    except (kubernetes.config.ConfigException, OSError) as exc:
+        source = kubeconfig or "in-cluster config / $KUBECONFIG / ~/.kube/config"
+        raise ConfigError(f"cannot load Kubernetes client config from {source}: {exc}") from exc
+
+
+class KubeCluster:
+    """`Cluster` talking to kube-apiserver.
+
+    `api_client` is a `kubernetes.client.ApiClient`. Without one, the
+    client is built by `load_api_client(kubeconfig)`. `request_timeout`
+    bounds each request, so a hung apiserver cannot stall the plugin.
+    """
+
+    def __init__(
+        self,
+        api_client: kubernetes.client.ApiClient | None = None,
+        *,
+        kubeconfig: str | None = None,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    ) -> None:
+        self._client = api_client if api_client is not None else load_api_client(kubeconfig)
+        self._resources = kubernetes.client.ResourceV1Api(self._client)
+        self._core = kubernetes.client.CoreV1Api(self._client)
+        self._versions = kubernetes.client.VersionApi(self._client)
+        self._timeout = request_timeout
+
+    def __repr__(self) -> str:
+        return f"KubeCluster({self._client.configuration.host!r})"
+
+    # ResourceClaims
+
+    def get_resource_claim(self, namespace: str, name: str) -> Obj:
+        rules.check_name(RESOURCE_CLAIM, namespace, name)
+        what = rules.describe(RESOURCE_CLAIM, namespace, name)
+        return self._decode(
+            what,
+            "get",
+            lambda: self._resources.read_namespaced_resource_claim(
+                name, namespace, **self._raw_options()
+            ),
+        )
+
+    def list_resource_claims(self, namespace: str | None = None) -> list[Obj]:
+        if namespace is None:
+            return self._list(
+                RESOURCE_CLAIM,
+                "ResourceClaims in all namespaces",
+                self._resources.list_resource_claim_for_all_namespaces,
+            )
+
+        rules.check_namespace(RESOURCE_CLAIM, namespace)
+
+        def list_namespaced(**kwargs: Any) -> Any:
+            return self._resources.list_namespaced_resource_claim(namespace, **kwargs)
+
+        return self._list(
+            RESOURCE_CLAIM, f"ResourceClaims in namespace {namespace}", list_namespaced
+        )
+
+    def put_resource_claim(self, obj: Obj) -> Obj:
+        return self._put(RESOURCE_CLAIM, obj)
+
+    def update_resource_claim_status(self, obj: Obj) -> Obj:
+        namespace, name = rules.object_key(RESOURCE_CLAIM, obj)
+        return self._send(RESOURCE_CLAIM, "PUT", namespace, name, obj, subresource="status")
+
+    def delete_resource_claim(self, namespace: str, name: str) -> None:
+        rules.check_name(RESOURCE_CLAIM, namespace, name)
+        what = rules.describe(RESOURCE_CLAIM, namespace, name)
+        self._delete(
+            what,
+            lambda: self._resources.delete_namespaced_resource_claim(
+                name, namespace, **self._raw_options()
+            ),
+        )
+
+    # ResourceSlices
+
+    def list_resource_slices(
+        self, *, driver: str | None = None, node_name: str | None = None
+    ) -> list[Obj]:
+        terms = []
+        if driver is not None:
+            terms.append(f"spec.driver={driver}")
+        if node_name is not None:
+            terms.append(f"spec.nodeName={node_name}")
+        selector = ",".join(terms)
+
+        def list_slices(**kwargs: Any) -> Any:
+            if selector:
+                kwargs["field_selector"] = selector
+            return self._resources.list_resource_slice(**kwargs)
+
+        what = f"ResourceSlices ({selector})" if selector else "ResourceSlices"
+        return self._list(RESOURCE_SLICE, what, list_slices)
+
+    def create_resource_slice(self, obj: Obj) -> Obj:
+        _namespace, name = rules.object_key(RESOURCE_SLICE, obj)
+        return self._send(RESOURCE_SLICE, "POST", None, name, obj)
+
+    def update_resource_slice(self, obj: Obj) -> Obj:
+        _namespace, name = rules.object_key(RESOURCE_SLICE, obj)
+        return self._send(RESOURCE_SLICE, "PUT", None, name, obj)
+
+    def delete_resource_slice(self, name: str) -> None:
+        rules.check_name(RESOURCE_SLICE, None, name)
+        what = rules.describe(RESOURCE_SLICE, None, name)
+        self._delete(
+            what, lambda: self._resources.delete_resource_slice(name, **self._raw_options())
+        )
+
+    def watch_resource_slices(
+        self,
+        *,
+        driver: str,
+        node_name: str,
+        on_change: Callable[[], None],
+        stop: threading.Event,
+    ) -> None:
+        selector = f"spec.driver={driver},spec.nodeName={node_name}"
+        failures = 0
+        current: list[Any] = []  # the running Watch, for the closer
+
+        def close_on_stop() -> None:
+            # A watch blocks reading until the next event; closing its response
+            # ends the read at once instead of at the server's timeout.
+            stop.wait()
+            for running in list(current):
+                running.stop()
+                response = getattr(running, "_resp", None)
+                if response is not None:
+                    response.close()
+
+        threading.Thread(target=close_on_stop, name="slice-watch-closer", daemon=True).start()
+        while not stop.is_set():
+            watch = kubernetes.watch.Watch()  # type: ignore[no-untyped-call]
+            current[:] = [watch]
+            try:
+                for event in watch.stream(  # type: ignore[no-untyped-call]
+                    self._resources.list_resource_slice,
+                    field_selector=selector,
+                    timeout_seconds=WATCH_SECONDS,
+                    _request_timeout=WATCH_SECONDS + self._timeout,
+                    deserialize=False,
+                ):
+                    if isinstance(event, dict) and event.get("type") == "ERROR":
+                        raise ClusterError(f"watch answered {event.get('raw_object')!r}")
+                    failures = 0
+                    on_change()
+                    if stop.is_set():
+                        break
+            except Exception as exc:
+                if stop.is_set():
+                    return  # the closer ended the read; how urllib3 fails then varies
+                if not isinstance(exc, _WATCH_ERRORS):
+                    raise
+                failures += 1
+                delay = backoff_delay(failures)
+                log.warning(
+                    "watching ResourceSlices (%s) failed, again in %.1f s: %s", selector, delay, exc
+                )
+                on_change()  # a change may have been missed: let the caller look
+                stop.wait(delay)
+            finally:
+                watch.stop()  # type: ignore[no-untyped-call]
+
+    # Nodes and Events
+
+    def get_node(self, name: str) -> Obj:
+        rules.check_name(NODE, None, name)
+        return self._decode(
+            rules.describe(NODE, None, name),
+            "get",
+            lambda: self._core.read_node(name, **self._raw_options()),
+        )
+
+    def create_event(self, obj: Obj) -> Obj:
+        namespace, name = rules.object_key(EVENT, obj)
+        return self._send(EVENT, "POST", namespace, name, obj)
+
+    # DeviceClasses
+
+    def list_device_classes(self) -> list[Obj]:
+        return self._list(DEVICE_CLASS, "DeviceClasses", self._resources.list_device_class)
+
+    def put_device_class(self, obj: Obj) -> Obj:
+        return self._put(DEVICE_CLASS, obj)
+
+    def server_version(self) -> tuple[int, int] | None:
+        info = self._decode(
+            "apiserver version", "get", lambda: self._versions.get_code(**self._raw_options())
+        )
+        try:
+            return int(info["major"]), _leading_int(info["minor"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ClusterError(
+                f"apiserver version: cannot parse major/minor from {info!r}"
+            ) from exc
+
+    # Plumbing
+
+    def _raw_options(self) -> dict[str, Any]:
+        return {"_preload_content": False, "_request_timeout": self._timeout}
+
+    def _call(self, what: str, verb: str, request: Callable[[], Any]) -> Any:
+        """Run one request; map every failure to a ClusterError naming `what`."""
+        try:
+            return request()
+        except kubernetes.client.ApiException as exc:
+            raise _api_error(what, verb, exc.status, exc.reason, exc.body) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            host = self._client.configuration.host
+            raise ClusterError(
+                f"{what}: {verb} failed: cannot reach the apiserver at {host}: {exc}"
+            ) from exc
+
+    def _decode(self, what: str, verb: str, request: Callable[[], Any]) -> Obj:
+        response = self._call(what, verb, request)
+        try:
+            obj = json.loads(response.data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ClusterError(
+                f"{what}: {verb}: the apiserver's answer is not JSON: {exc}"
+            ) from exc
+        if not isinstance(obj, dict):
+            raise ClusterError(f"{what}: {verb}: the apiserver's answer is not a JSON object")
+        return obj
+
+    def _list(self, kind: ResourceKind, what: str, list_call: Callable[..., Any]) -> list[Obj]:
+        items: list[Obj] = []
+        token: str | None = None
+        while True:
+            kwargs = self._raw_options() | {"limit": _LIST_PAGE_SIZE}
+            if token:
+                kwargs["_continue"] = token
+            page = self._decode(what, "list", functools.partial(list_call, **kwargs))
+            for item in page.get("items") or []:
+                # The apiserver omits type meta on list items; kubectl adds it back.
+                items.append({"apiVersion": API_VERSION, "kind": kind.kind} | item)
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
+    def _delete(self, what: str, request: Callable[[], Any]) -> None:
+        try:
+            self._call(what, "delete", request)
+        except NotFoundError:
+            return
+
+    def _put(self, kind: ResourceKind, obj: Obj) -> Obj:
+        """Create, or replace when the name is taken (the `put_*` calls of the protocol)."""
+        namespace, name = rules.object_key(kind, obj)
+        if obj["metadata"].get("resourceVersion") not in (None, ""):
+            return self._send(kind, "PUT", namespace, name, obj)
+        try:
+            return self._send(kind, "POST", namespace, name, obj)
+        except AlreadyExistsError:
+            return self._send(kind, "PUT", namespace, name, obj)
+
+    def _send(
+        self,
+        kind: ResourceKind,
+        method: str,
+        namespace: str | None,
+        name: str,
+        body: Obj,
+        *,
+        subresource: str | None = None,
+    ) -> Obj:
+        """POST to the collection or PUT to the object (or its subresource), JSON in and out."""
+        path = _api_path(kind.api_version)
+        if kind.namespaced:
+            path += f"/namespaces/{quote(str(namespace), safe='')}"
+        path += f"/{kind.plural}"
+        if method != "POST":
+            path += f"/{quote(name, safe='')}"
+        if subresource:
+            path += f"/{subresource}"
+        what = rules.describe(kind, namespace, name)
+        verb = {"POST": "create", "PUT": "update"}.get(method, method.lower())
+        if subresource:
+            verb += f" {subresource}"
+
+        def request() -> Any:
+            serialized = self._client.param_serialize(
+                method=method,
+                resource_path=path,
+                header_params={"Content-Type": "application/json", "Accept": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            response = self._client.call_api(*serialized, _request_timeout=self._timeout)
+            response.read()  # type: ignore[no-untyped-call]
+            if not 200 <= response.status <= 299:
+                raise _api_error(what, verb, response.status, response.reason, response.data)
+            return response
+
+        return self._decode(what, verb, request)
+
+
+def _api_error(
+    what: str, verb: str, status: int | None, reason: str | None, body: str | bytes | None
+) -> ClusterError:
+    """The ClusterError for an HTTP error answer, with the apiserver's own message."""
+    message, status_reason = "", ""
+    if body:
+        try:
+            details = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            details = None
+        if isinstance(details, dict):
+            message = str(details.get("message") or "")
+            status_reason = str(details.get("reason") or "")
+        elif isinstance(body, bytes | str):
+            message = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    text = f"{what}: {verb} failed: HTTP {status} {status_reason or reason or ''}".rstrip()
+    if message:
+        text += f": {message.strip()}"
+    if status == 404:
+        if verb == "list":
+            return ClusterError(
+                f"{text} (is {API_VERSION} served? it needs Kubernetes 1.34 or later)"
+            )
+        return NotFoundError(text)
+    if status == 409:
+        if status_reason == "AlreadyExists":
+            return AlreadyExistsError(text)
+        return ConflictError(text)
+    return ClusterError(text)
+
+
+def _leading_int(text: str) -> int:
+    """`"34"` or `"34+"` (managed clusters add a plus) → 34."""
+    digits = ""
+    for char in str(text):
+        if not char.isdigit():
+            break
+        digits += char
+    return int(digits)

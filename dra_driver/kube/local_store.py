@@ -1,0 +1,408 @@
+"""A directory of YAML files standing in for the Kubernetes API.
+
+Demos, benchmarks and tests run the real plugin without a cluster: the
+plugin publishes its ResourceSlices here while a demo writes ResourceClaims
+next to them, possibly from another process. Each object is one file holding
+plain resource.k8s.io/v1 YAML as `kubectl get -o yaml` prints it, so a person
+can read, diff and hand-edit the "cluster":
+
+    DIR/resourceslices/<name>.yaml
+    DIR/deviceclasses/<name>.yaml
+    DIR/resourceclaims/<namespace>/<name>.yaml
+    DIR/nodes/<name>.yaml                 (read only; optional)
+    DIR/events/<namespace>/<name>.yaml    (events.k8s.io/v1 Events the plugin reports)
+
+Writes follow the apiserver's rules (`apiserver_rules`), are atomic (readers
+never see half a file) and are serialised across processes by an flock on
+`DIR/.lock`; `DIR/.resource-version` holds the last resourceVersion handed
+out. A file that cannot be parsed is reported, never skipped.
+
+Watching slices is polling: the directory's mtime and its entries (name,
+inode, size, mtime) are compared every `SLICE_POLL_SECONDS`, which is cheap
+(no file is read) and sees writes by any process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dra_driver.backoff import backoff_delay
+from dra_driver.errors import ClusterError, NotFoundError, yaml_problem
+from dra_driver.files.atomic import atomic_write, remove_file
+from dra_driver.files.flock import file_lock
+from dra_driver.kube import apiserver_rules as rules
+from dra_driver.kube import yaml_io
+from dra_driver.kube.apiserver_rules import (
+    DEVICE_CLASS,
+    EVENT,
+    NODE,
+    RESOURCE_CLAIM,
+    RESOURCE_SLICE,
+    ResourceKind,
+)
+from dra_driver.kube.objects import Obj
+
+__all__ = ["SLICE_POLL_SECONDS", "LocalCluster", "dump_yaml"]
+
+log = logging.getLogger(__name__)
+
+SLICE_POLL_SECONDS = 0.5
+"""How often `watch_resource_slices` looks at the slice directory."""
+
+_LOCK_FILE = ".lock"
+# A write holds the lock for one file write; a minute means a stuck process, not a busy one.
+LOCK_TIMEOUT_S = 60.0
+_VERSION_FILE = ".resource-version"
+_SUFFIX = ".yaml"
+
+
+class _Loader(yaml_io.SafeLoader):
+    """SafeLoader that keeps timestamps as strings, as they are in the API's JSON."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+class _KubectlDumper(yaml.SafeDumper):
+    """SafeDumper styled like kubectl: strings that need quotes get double quotes.
+
+    Python's emitter, not libyaml's: the quoting style is chosen in the emitter,
+    and this writes one object per file.
+    """
+
+    def choose_scalar_style(self) -> str:
+        style = super().choose_scalar_style()
+        return '"' if style == "'" else style
+
+
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    if "\n" in data:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
+    return dumper.represent_str(data)
+
+
+_KubectlDumper.add_representer(str, _represent_str)
+
+
+def dump_yaml(obj: Any) -> str:
+    """YAML the way `kubectl get -o yaml` prints it.
+
+    Block style, keys sorted, list items not indented under their key, double
+    quotes on strings that need quoting, `|` blocks for multi-line text.
+    """
+    return yaml.dump(
+        obj, Dumper=_KubectlDumper, default_flow_style=False, sort_keys=True, allow_unicode=True
+    )
+
+
+class LocalCluster:
+    """`Cluster` backed by the YAML directory `root` (created if missing).
+
+    `server_version` is what `server_version()` reports (None by default:
+    there is no apiserver). Unlike kube-apiserver, a `metadata.uid` given on
+    create is kept, so a demo can write claims with known UIDs.
+    """
+
+    def __init__(self, root: Path, *, server_version: tuple[int, int] | None = None) -> None:
+        self._root = Path(root)
+        self._server_version = server_version
+        try:
+            for kind in (RESOURCE_SLICE, DEVICE_CLASS, RESOURCE_CLAIM):
+                (self._root / kind.plural).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ClusterError(f"local cluster {self._root}: cannot create it: {exc}") from exc
+
+    @property
+    def root(self) -> Path:
+        """The directory holding the objects."""
+        return self._root
+
+    def __repr__(self) -> str:
+        return f"LocalCluster({str(self._root)!r})"
+
+    # ResourceClaims
+
+    def get_resource_claim(self, namespace: str, name: str) -> Obj:
+        return self._get(RESOURCE_CLAIM, namespace, name)
+
+    def list_resource_claims(self, namespace: str | None = None) -> list[Obj]:
+        if namespace is not None:
+            rules.check_namespace(RESOURCE_CLAIM, namespace)
+            return self._list_dir(RESOURCE_CLAIM, namespace)
+        claims_dir = self._root / RESOURCE_CLAIM.plural
+        out: list[Obj] = []
+        for ns_dir in sorted(self._entries(claims_dir)):
+            if ns_dir.is_dir() and not ns_dir.name.startswith("."):
+                out.extend(self._list_dir(RESOURCE_CLAIM, ns_dir.name))
+        return out
+
+    def put_resource_claim(self, obj: Obj) -> Obj:
+        return self._put(RESOURCE_CLAIM, obj)
+
+    def update_resource_claim_status(self, obj: Obj) -> Obj:
+        return self._update(RESOURCE_CLAIM, obj, status_only=True)
+
+    def delete_resource_claim(self, namespace: str, name: str) -> None:
+        self._delete(RESOURCE_CLAIM, namespace, name)
+
+    # ResourceSlices
+
+    def list_resource_slices(
+        self, *, driver: str | None = None, node_name: str | None = None
+    ) -> list[Obj]:
+        wanted = {}
+        if driver is not None:
+            wanted["spec.driver"] = driver
+        if node_name is not None:
+            wanted["spec.nodeName"] = node_name
+        return [
+            obj
+            for obj in self._list_dir(RESOURCE_SLICE, None)
+            if rules.matches_field_selector(obj, wanted)
+        ]
+
+    def create_resource_slice(self, obj: Obj) -> Obj:
+        return self._create(RESOURCE_SLICE, obj)
+
+    def update_resource_slice(self, obj: Obj) -> Obj:
+        return self._update(RESOURCE_SLICE, obj)
+
+    def delete_resource_slice(self, name: str) -> None:
+        self._delete(RESOURCE_SLICE, None, name)
+
+    def watch_resource_slices(
+        self,
+        *,
+        driver: str,
+        node_name: str,
+        on_change: Callable[[], None],
+        stop: threading.Event,
+    ) -> None:
+        directory = self._root / RESOURCE_SLICE.plural
+        seen: tuple[int, frozenset[tuple[str, int, int, int]]] | None = None
+        failures = 0
+        while not stop.is_set():
+            try:
+                current = _directory_signature(directory)
+            except OSError as exc:
+                failures += 1
+                log.warning(
+                    "local cluster %s: cannot watch the ResourceSlices of %s on node %s: %s",
+                    self._root,
+                    driver,
+                    node_name,
+                    exc,
+                )
+                stop.wait(backoff_delay(failures))
+                continue
+            failures = 0
+            if current != seen:
+                if seen is not None:
+                    on_change()
+                seen = current
+            stop.wait(SLICE_POLL_SECONDS)
+
+    # Nodes and Events
+
+    def get_node(self, name: str) -> Obj:
+        return self._get(NODE, None, name)
+
+    def create_event(self, obj: Obj) -> Obj:
+        return self._create(EVENT, obj)
+
+    # DeviceClasses
+
+    def list_device_classes(self) -> list[Obj]:
+        return self._list_dir(DEVICE_CLASS, None)
+
+    def put_device_class(self, obj: Obj) -> Obj:
+        return self._put(DEVICE_CLASS, obj)
+
+    def server_version(self) -> tuple[int, int] | None:
+        return self._server_version
+
+    # Storage
+
+    def _path(self, kind: ResourceKind, namespace: str | None, name: str) -> Path:
+        rules.check_name(kind, namespace, name)
+        directory = self._root / kind.plural
+        if kind.namespaced:
+            directory = directory / str(namespace)
+        return directory / f"{name}{_SUFFIX}"
+
+    def _entries(self, directory: Path) -> list[Path]:
+        try:
+            return list(directory.iterdir())
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise ClusterError(
+                f"local cluster {self._root}: cannot list {directory}: {exc}"
+            ) from exc
+
+    def _read(self, kind: ResourceKind, path: Path) -> Obj:
+        """Parse one object file; FileNotFoundError passes through for the caller."""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ClusterError(f"{kind.kind} file {path}: cannot read it: {exc}") from exc
+        try:
+            obj = yaml_io.load(text, _Loader)
+        except yaml_io.YAMLError as exc:
+            raise ClusterError(
+                f"{kind.kind} file {path}: not valid YAML: {yaml_problem(exc)}"
+            ) from exc
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+            raise ClusterError(f"{kind.kind} file {path}: not an API object (no metadata)")
+        meta = obj["metadata"]
+        if obj.get("kind") != kind.kind or meta.get("name") != path.name[: -len(_SUFFIX)]:
+            raise ClusterError(
+                f"{kind.kind} file {path}: holds kind {obj.get('kind')!r} named "
+                f"{meta.get('name')!r}; expected a {kind.kind} named after the file"
+            )
+        if kind.namespaced and meta.get("namespace") != path.parent.name:
+            raise ClusterError(
+                f"{kind.kind} file {path}: metadata.namespace is {meta.get('namespace')!r}, "
+                f"expected {path.parent.name!r} (its directory)"
+            )
+        return obj
+
+    def _get(self, kind: ResourceKind, namespace: str | None, name: str) -> Obj:
+        try:
+            return self._read(kind, self._path(kind, namespace, name))
+        except FileNotFoundError:
+            raise rules.not_found(kind, namespace, name) from None
+
+    def _list_dir(self, kind: ResourceKind, namespace: str | None) -> list[Obj]:
+        directory = self._root / kind.plural
+        if namespace is not None:
+            directory = directory / namespace
+        out: list[Obj] = []
+        for path in sorted(self._entries(directory)):
+            if path.name.startswith(".") or path.suffix != _SUFFIX:  # .lock, temp files
+                continue
+            try:
+                out.append(self._read(kind, path))
+            except FileNotFoundError:
+                continue  # deleted between listing and reading: not part of the list
+        return out
+
+    @contextmanager
+    def _write_lock(self) -> Iterator[None]:
+        """Exclusive across processes and threads (each holder opens its own descriptor)."""
+        with file_lock(
+            self._root / _LOCK_FILE,
+            timeout_s=LOCK_TIMEOUT_S,
+            error=ClusterError,
+            what=f"local cluster {self._root}",
+        ):
+            yield
+
+    def _next_resource_version(self) -> int:
+        """Hand out the next resourceVersion; call with the write lock held."""
+        path = self._root / _VERSION_FILE
+        try:
+            text = path.read_text(encoding="ascii").strip()
+        except FileNotFoundError:
+            text = "0"
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ClusterError(f"local cluster file {path}: cannot read it: {exc}") from exc
+        if not text.isdigit():
+            raise ClusterError(f"local cluster file {path}: {text!r} is not a resourceVersion")
+        version = int(text) + 1
+        self._write_file(path, f"{version}\n")
+        return version
+
+    def _write_file(self, path: Path, text: str) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, text.encode("utf-8"))
+        except OSError as exc:
+            raise ClusterError(f"local cluster file {path}: cannot write it: {exc}") from exc
+
+    def _store_new(self, kind: ResourceKind, obj: Obj) -> Obj:
+        """Store `obj` under the next resourceVersion; call with the write lock held."""
+        meta = obj["metadata"]
+        meta["resourceVersion"] = str(self._next_resource_version())
+        self._write_file(self._path(kind, meta.get("namespace"), meta["name"]), dump_yaml(obj))
+        return obj
+
+    def _create(self, kind: ResourceKind, obj: Obj) -> Obj:
+        namespace, name = rules.object_key(kind, obj)
+        path = self._path(kind, namespace, name)
+        with self._write_lock():
+            if path.exists():
+                raise rules.already_exists(kind, namespace, name)
+            return self._store_new(
+                kind, rules.prepare_create(kind, obj, namespace=namespace, keep_uid=True)
+            )
+
+    def _update(self, kind: ResourceKind, obj: Obj, *, status_only: bool = False) -> Obj:
+        namespace, name = rules.object_key(kind, obj)
+        with self._write_lock():
+            stored = self._get(kind, namespace, name)
+            return self._update_locked(kind, stored, obj, status_only=status_only)
+
+    def _update_locked(
+        self, kind: ResourceKind, stored: Obj, obj: Obj, *, status_only: bool = False
+    ) -> Obj:
+        new = rules.prepare_update(kind, stored, obj, status_only=status_only)
+        if new is None:
+            return stored
+        return self._store_new(kind, new)
+
+    def _put(self, kind: ResourceKind, obj: Obj) -> Obj:
+        namespace, name = rules.object_key(kind, obj)
+        with self._write_lock():
+            try:
+                stored = self._get(kind, namespace, name)
+            except NotFoundError:
+                if obj["metadata"].get("resourceVersion") not in (None, ""):
+                    raise  # replacing a version of an object that is gone
+                new = rules.prepare_create(kind, obj, namespace=namespace, keep_uid=True)
+                return self._store_new(kind, new)
+            return self._update_locked(kind, stored, obj)
+
+    def _delete(self, kind: ResourceKind, namespace: str | None, name: str) -> None:
+        path = self._path(kind, namespace, name)
+        with self._write_lock():
+            try:
+                remove_file(path)
+            except OSError as exc:
+                raise ClusterError(
+                    f"{rules.describe(kind, namespace, name)}: cannot delete {path}: {exc}"
+                ) from exc
+
+
+def _directory_signature(directory: Path) -> tuple[int, frozenset[tuple[str, int, int, int]]]:
+    """What changes whenever an object file is written or removed.
+
+    The directory's own mtime changes with every create, rename and delete,
+    so a slice deleted and re-created between two polls (the same files as
+    before) still counts as a change; the files' (name, inode, size, mtime)
+    catch edits in place.
+    """
+    out = set()
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name.startswith(".") or not entry.name.endswith(_SUFFIX):
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            out.add((entry.name, info.st_ino, info.st_size, info.st_mtime_ns))
+    return directory.stat().st_mtime_ns, frozenset(out)

@@ -1,0 +1,35 @@
+"""The default DeviceClasses: NVIDIA's names and selectors, shipped as package data.
+
+Claims name DeviceClasses, so the demo and a simulation without classes
+could place nothing without them. `dra_driver/data/deviceclasses.yaml` is the
+one source of truth: it is read here through `importlib.resources` (so an
+installed package needs no source tree), and `deploy/base/deviceclasses.yaml`
+is a copy that a test keeps byte-identical (kustomize cannot load files from
+outside its directory).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any, Final
+
+from dra_driver.errors import ConfigError
+from dra_driver.kube import yaml_io
+
+RESOURCE: Final = "data/deviceclasses.yaml"
+
+
+def device_classes_text() -> str:
+    """The packaged `deviceclasses.yaml`, as shipped."""
+    return resources.files("dra_driver").joinpath(RESOURCE).read_text(encoding="utf-8")
+
+
+def default_device_classes() -> list[dict[str, Any]]:
+    """The DeviceClasses our deployment installs (`gpu.nvidia.com`, `mig.nvidia.com`)."""
+    try:
+        documents = list(yaml_io.load_all(device_classes_text()))
+    except (OSError, yaml_io.YAMLError) as exc:
+        raise ConfigError(
+            f"dra_driver/{RESOURCE}: cannot read the default DeviceClasses: {exc}"
+        ) from exc
+    return [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") == "DeviceClass"]

@@ -1,7 +1,0 @@
-"""NVML: the one door to GPU hardware.
-
-`interface.Nvml` is the narrow protocol the rest of the code uses. Two
-backends implement it: `real.RealNvml` on pynvml, and `dra_driver.sim`, a
-truthful simulated node used by tests and the demo. `backend.open_hardware`
-picks one from a `--nvml` flag.
-"""

@@ -1,0 +1,151 @@
+"""Built-in and YAML node shapes, and the errors a bad shape file gives."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from dra_driver.errors import ConfigError
+from dra_driver.hardware.simulated.hardware import SimHardware
+from dra_driver.hardware.simulated.shapes import BUILTIN_SHAPES, load_shape
+
+BUS_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.0$")
+
+EXPECTED = {
+    # shape: (model key, count, MIG at boot, driver, CUDA)
+    "dgx-a100-40gb": ("A100-SXM4-40GB", 8, True, "550.54.15", 12040),
+    "dgx-a100-80gb": ("A100-SXM4-80GB", 8, False, "550.54.15", 12040),
+    "dgx-h100": ("H100-SXM5-80GB", 8, False, "570.172.08", 12080),
+    "dgx-h200": ("H200", 8, False, "570.172.08", 12080),
+    "a30-node": ("A30", 4, True, "535.183.01", 12020),
+    "l4-node": ("L4", 4, False, "570.172.08", 12080),
+    "h100-pcie-node": ("H100-PCIE", 2, False, "570.172.08", 12080),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_builtin_shapes(name):
+    key, count, mig, driver, cuda = EXPECTED[name]
+    shape = load_shape(name)
+    assert shape.model_keys == (key,) * count
+    assert all(g.mig_enabled is mig for g in shape.gpus)
+    assert (shape.driver_version, shape.cuda_driver_version) == (driver, cuda)
+    buses = [g.pci_bus_id for g in shape.gpus]
+    assert all(BUS_ID.match(b) for b in buses)
+    assert len(set(buses)) == count
+    assert all(g.pcie_root.startswith("pci0000:") for g in shape.gpus)
+    assert {g.numa_node for g in shape.gpus} <= {0, 1}
+
+
+def test_builtin_shape_names_are_the_documented_ones():
+    assert set(BUILTIN_SHAPES) == set(EXPECTED)
+
+
+def test_dgx_shapes_pair_gpus_behind_pcie_roots_and_split_numa():
+    shape = load_shape("dgx-h100")
+    roots = [g.pcie_root for g in shape.gpus]
+    assert roots[0] == roots[1] != roots[2]
+    assert [g.numa_node for g in shape.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert shape.gpus[0].pci_bus_id == "0000:1b:00.0"
+
+
+def test_yaml_shape(tmp_path: Path):
+    path = tmp_path / "mixed.yaml"
+    path.write_text(
+        "driverVersion: '550.54.15'\n"
+        "cudaDriverVersion: 12040\n"
+        "gpus:\n"
+        "  - model: A100-SXM4-40GB\n"
+        "    migEnabled: true\n"
+        "    count: 2\n"
+        "  - model: NVIDIA L4\n"
+    )
+    shape = load_shape(str(path))
+    assert shape.model_keys == ("A100-SXM4-40GB", "A100-SXM4-40GB", "L4")
+    assert [g.mig_enabled for g in shape.gpus] == [True, True, False]
+    assert (shape.driver_version, shape.cuda_driver_version) == ("550.54.15", 12040)
+    assert shape.name == str(path)
+
+    hw = SimHardware(shape)
+    assert hw.mig_mode(0) == (1, 1)
+    assert hw.gpu(2).model.key == "L4"
+    assert hw.driver_version() == "550.54.15"
+
+
+def test_yaml_shape_defaults_to_a_r570_driver_and_mig_off(tmp_path: Path):
+    path = tmp_path / "one.yml"
+    path.write_text("gpus:\n  - model: h100-sxm5-80gb\n")
+    shape = load_shape(str(path))
+    assert (shape.driver_version, shape.cuda_driver_version) == ("570.172.08", 12080)
+    assert shape.gpus[0].mig_enabled is False
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("gpus: [\n", "not valid YAML"),
+        ("- model: L4\n", "must be a mapping"),
+        ("gpus: []\n", "gpus must be a non-empty list"),
+        ("gpus:\n  - model: L4\nnodes: 2\n", "unknown field(s) nodes"),
+        ("gpus:\n  - model: B300\n", "gpus[0].model: unknown GPU model 'B300'"),
+        ("gpus:\n  - L4\n", "gpus[0]: must be a mapping"),
+        ("gpus:\n  - model: 7\n", "gpus[0].model"),
+        ("gpus:\n  - model: L4\n  - model: L4\n    migEnabled: true\n", "gpus[1].migEnabled"),
+        ("gpus:\n  - model: A30\n    migEnabled: 'yes'\n", "gpus[0].migEnabled"),
+        ("gpus:\n  - model: A30\n    count: 0\n", "gpus[0].count"),
+        ("gpus:\n  - model: A30\n    count: true\n", "gpus[0].count"),
+        ("gpus:\n  - model: A30\n    colour: red\n", "gpus[0]: unknown field(s) colour"),
+        ("gpus:\n  - model: T4\n    count: 33\n", "at most 32"),
+        ("driverVersion: 570\ngpus:\n  - model: T4\n", "driverVersion"),
+        ("cudaDriverVersion: 12.8\ngpus:\n  - model: T4\n", "cudaDriverVersion"),
+        ("cudaDriverVersion: 12085\ngpus:\n  - model: T4\n", "cudaDriverVersion"),
+    ],
+)
+def test_bad_yaml_shapes_name_the_file_and_the_field(tmp_path: Path, text: str, field: str):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_shape(str(path))
+    assert str(path) in str(err.value)
+    assert field in str(err.value)
+
+
+def test_a_yaml_syntax_error_is_one_line_with_its_position(tmp_path: Path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("gpus:\n  - model: L4\n    count: [\n")
+    with pytest.raises(ConfigError) as err:
+        load_shape(str(path))
+    message = str(err.value)
+    assert "\n" not in message
+    assert f"shape file {path}: not valid YAML: line 4, column 1: " in message
+
+
+def test_missing_shape_file(tmp_path: Path):
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_shape(str(path))
+
+
+def test_unknown_shape_name_lists_the_builtin_ones():
+    with pytest.raises(ConfigError) as err:
+        load_shape("dgx-b200")
+    assert "dgx-h100" in str(err.value)
+    assert "YAML" in str(err.value)
+
+
+def test_gpu_uuids_are_stable_per_node_name_and_index():
+    shape = load_shape("l4-node")
+    a = [g.uuid for g in SimHardware(shape, node_name="node-a").gpus()]
+    again = [g.uuid for g in SimHardware(shape, node_name="node-a").gpus()]
+    b = [g.uuid for g in SimHardware(shape, node_name="node-b").gpus()]
+    assert a == again
+    assert not set(a) & set(b)
+    assert len(set(a)) == 4
+    assert all(re.match(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-", u) for u in a)
+
+
+def test_minor_equals_index():
+    hw = SimHardware(load_shape("dgx-a100-40gb"))
+    assert [(g.index, g.minor) for g in hw.gpus()] == [(i, i) for i in range(8)]

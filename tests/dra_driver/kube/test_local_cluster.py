@@ -1,0 +1,175 @@
+"""LocalCluster specifics: the files on disk, bad files, and several processes at once."""
+
+from __future__ import annotations
+
+import copy
+import multiprocessing
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dra_driver.errors import ClusterError
+from dra_driver.kube.access import ConflictError, LocalCluster
+
+SLICE: dict[str, Any] = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceSlice",
+    "metadata": {"name": "node-1-gpu.nvidia.com-0"},
+    "spec": {
+        "driver": "gpu.nvidia.com",
+        "nodeName": "node-1",
+        "pool": {"name": "node-1", "generation": 1, "resourceSliceCount": 1},
+        "devices": [
+            {
+                "name": "gpu-0",
+                "attributes": {"gpu.nvidia.com/type": {"string": "gpu"}},
+                "capacity": {"gpu.nvidia.com/memory": {"value": "80Gi"}},
+            }
+        ],
+    },
+}
+
+CLAIM: dict[str, Any] = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaim",
+    "metadata": {"name": "claim-1", "namespace": "gpu-test"},
+    "spec": {"devices": {"requests": []}},
+}
+
+
+def test_objects_are_files_in_kubectl_yaml_layout(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path)
+    stored = cluster.create_resource_slice(copy.deepcopy(SLICE))
+    cluster.put_resource_claim(copy.deepcopy(CLAIM))
+    cluster.put_device_class(
+        {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu"}}
+    )
+
+    slice_file = tmp_path / "resourceslices" / "node-1-gpu.nvidia.com-0.yaml"
+    text = slice_file.read_text()
+    assert yaml.safe_load(text) == stored
+    assert [line for line in text.splitlines() if not line.startswith(" ")][:4] == [
+        "apiVersion: resource.k8s.io/v1",
+        "kind: ResourceSlice",
+        "metadata:",
+        "spec:",
+    ]
+    # kubectl quotes strings that would read as something else, with double quotes
+    assert f'  resourceVersion: "{stored["metadata"]["resourceVersion"]}"' in text
+    assert f'  creationTimestamp: "{stored["metadata"]["creationTimestamp"]}"' in text
+    assert "\n  devices:\n  - attributes:\n" in text  # list items not indented, as kubectl
+    assert (tmp_path / "resourceclaims" / "gpu-test" / "claim-1.yaml").is_file()
+    assert (tmp_path / "deviceclasses" / "gpu.yaml").is_file()
+
+
+def test_hand_written_yaml_is_read_with_timestamps_as_strings(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path)
+    (tmp_path / "resourceclaims" / "gpu-test").mkdir(parents=True)
+    (tmp_path / "resourceclaims" / "gpu-test" / "claim-1.yaml").write_text(
+        "apiVersion: resource.k8s.io/v1\n"
+        "kind: ResourceClaim\n"
+        "metadata:\n"
+        "  name: claim-1\n"
+        "  namespace: gpu-test\n"
+        "  uid: 0b5c5a0e-0000-4000-8000-000000000001\n"
+        "  creationTimestamp: 2025-06-01T10:00:00Z\n"
+        "spec: {}\n"
+    )
+    claim = cluster.get_resource_claim("gpu-test", "claim-1")
+    assert claim["metadata"]["creationTimestamp"] == "2025-06-01T10:00:00Z"
+    assert claim["metadata"]["uid"] == "0b5c5a0e-0000-4000-8000-000000000001"
+
+
+def test_a_uid_given_on_create_is_kept(tmp_path: Path) -> None:
+    claim = copy.deepcopy(CLAIM)
+    claim["metadata"]["uid"] = "11111111-2222-4333-8444-555555555555"
+    stored = LocalCluster(tmp_path).put_resource_claim(claim)
+    assert stored["metadata"]["uid"] == "11111111-2222-4333-8444-555555555555"
+
+
+def test_corrupt_file_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path)
+    cluster.create_resource_slice(copy.deepcopy(SLICE))
+    bad = tmp_path / "resourceslices" / "broken.yaml"
+    bad.write_text("spec: [unclosed\n")
+    with pytest.raises(
+        ClusterError, match=r"broken\.yaml.*not valid YAML: line 2, column 1"
+    ) as err:
+        cluster.list_resource_slices()
+    assert "\n" not in str(err.value)
+    claim_file = tmp_path / "resourceclaims" / "gpu-test" / "claim-1.yaml"
+    claim_file.parent.mkdir(parents=True)
+    claim_file.write_text("- just\n- a list\n")
+    with pytest.raises(ClusterError, match=r"claim-1\.yaml.*not an API object"):
+        cluster.get_resource_claim("gpu-test", "claim-1")
+
+
+def test_file_holding_another_object_is_an_error(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path)
+    cluster.create_resource_slice(copy.deepcopy(SLICE))
+    source = tmp_path / "resourceslices" / "node-1-gpu.nvidia.com-0.yaml"
+    (tmp_path / "resourceslices" / "copy.yaml").write_text(source.read_text())
+    with pytest.raises(ClusterError, match=r"copy\.yaml.*named 'node-1-gpu\.nvidia\.com-0'"):
+        cluster.list_resource_slices()
+
+
+def test_temp_and_hidden_files_are_not_objects(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path)
+    cluster.create_resource_slice(copy.deepcopy(SLICE))
+    (tmp_path / "resourceslices" / ".tmp-x.yaml.abc123").write_text("half a fi")
+    (tmp_path / "resourceslices" / "notes.txt").write_text("not yaml")
+    assert len(cluster.list_resource_slices()) == 1
+
+
+def test_resource_version_counter_persists_across_instances(tmp_path: Path) -> None:
+    first = LocalCluster(tmp_path).create_resource_slice(copy.deepcopy(SLICE))
+    second_slice = copy.deepcopy(SLICE)
+    second_slice["metadata"]["name"] = "other"
+    second = LocalCluster(tmp_path).create_resource_slice(second_slice)
+    assert int(second["metadata"]["resourceVersion"]) > int(first["metadata"]["resourceVersion"])
+
+
+def test_corrupt_resource_version_file_is_an_error(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path)
+    (tmp_path / ".resource-version").write_text("banana\n")
+    with pytest.raises(ClusterError, match=r"\.resource-version"):
+        cluster.create_resource_slice(copy.deepcopy(SLICE))
+
+
+def test_root_that_is_a_file_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ClusterError, match="file"):
+        LocalCluster(tmp_path / "file")
+
+
+def _increment_annotation(root: str, rounds: int) -> int:
+    """Read-modify-write a counter on one claim `rounds` times, retrying on conflict."""
+    cluster = LocalCluster(Path(root))
+    conflicts = 0
+    for _ in range(rounds):
+        while True:
+            claim = cluster.get_resource_claim("gpu-test", "claim-1")
+            count = int(claim["metadata"]["annotations"]["count"])
+            claim["metadata"]["annotations"]["count"] = str(count + 1)
+            try:
+                cluster.put_resource_claim(claim)
+                break
+            except ConflictError:
+                conflicts += 1
+    return conflicts
+
+
+@pytest.mark.slow
+def test_two_processes_lose_no_update(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path)
+    claim = copy.deepcopy(CLAIM)
+    claim["metadata"]["annotations"] = {"count": "0"}
+    cluster.put_resource_claim(claim)
+    rounds = 25
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        pool.starmap(_increment_annotation, [(str(tmp_path), rounds)] * 2)
+    final = cluster.get_resource_claim("gpu-test", "claim-1")
+    assert final["metadata"]["annotations"]["count"] == str(2 * rounds)
+    assert int(final["metadata"]["resourceVersion"]) == 1 + 2 * rounds
