@@ -281,6 +281,48 @@ def _run_plugin(args: argparse.Namespace) -> int:
     )
 
 
+# ---------------------------------------------------------------- mps-host
+
+
+def _mps_host_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME") or "sim-node",
+        help="node name (simulated UUIDs; env NODE_NAME)",
+    )
+    parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
+    parser.add_argument(
+        "--kubelet-root",
+        type=Path,
+        default=Path("/var/lib/kubelet"),
+        help="the kubelet plugin's kubelet root: intents are read from <root>/plugins/<driver>/mps",
+    )
+    _add_hardware_flags(parser)
+    _add_driver_root_flags(parser)
+    parser.add_argument(
+        "--driver-retry-interval",
+        type=_positive_seconds,
+        default=10.0,
+        help="seconds between attempts to find nvidia-cuda-mps-control while the driver is missing",
+    )
+
+
+def _run_mps_host(args: argparse.Namespace) -> int:
+    from kubelet_plugin.mps_host_main import HostOptions, run
+
+    return run(
+        HostOptions(
+            nvml=args.nvml,
+            kubelet_root=args.kubelet_root,
+            driver_name=args.driver_name,
+            node_name=args.node_name,
+            sim_state=args.sim_state,
+            driver_root=_driver_root(args),
+            driver_retry_interval=args.driver_retry_interval,
+        )
+    )
+
+
 # ---------------------------------------------------------------- mig
 
 
@@ -553,6 +595,16 @@ COMMANDS: tuple[Command, ...] = (
         _run_status,
     ),
     Command("mig", "MIG tools", _mig_flags, _run_mig),
+    Command(
+        "mps-host",
+        "run the node's MPS control daemons for the kubelet plugin (outlives plugin upgrades)",
+        _mps_host_flags,
+        _run_mps_host,
+        description="Start, re-limit and stop MPS control daemons as the kubelet plugin's "
+        "intent files under <kubelet root>/plugins/<driver>/mps ask. Runs as its own "
+        "DaemonSet so that plugin upgrades never stop a daemon; exits on SIGTERM and leaves "
+        "the daemons running.",
+    ),
     Command("sim", "act on a simulated node's hardware", _sim_flags, _run_sim),
     Command(
         "cdi",

@@ -48,8 +48,10 @@ def _render(directory: Path) -> tuple[dict[str, Any], ...]:
     return tuple(_documents(out))
 
 
-def _daemonset(directory: Path) -> dict[str, Any]:
-    (daemonset,) = [d for d in _render(directory) if d["kind"] == "DaemonSet"]
+def _daemonset(directory: Path, name: str = "dra-gpu-kubelet-plugin") -> dict[str, Any]:
+    (daemonset,) = [
+        d for d in _render(directory) if d["kind"] == "DaemonSet" and d["metadata"]["name"] == name
+    ]
     return daemonset
 
 
@@ -241,3 +243,35 @@ def test_a_device_plugin_mig_pod_places_through_the_overlays_classes(
     assert code == 0
     (claim,) = record["claims"]
     assert [r["device"].split("-mig-")[1][:6] for r in claim["results"]] == ["3g40gb"] * 2
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=_name)
+def test_the_mps_host_outlives_plugin_upgrades_and_shares_the_plugins_mps_directory(
+    directory: Path,
+) -> None:
+    host = _daemonset(directory, "dra-gpu-mps-host")
+    plugin = _daemonset(directory)
+    assert host["spec"]["updateStrategy"] == {"type": "OnDelete"}  # never rolled with the plugin
+    pod = host["spec"]["template"]["spec"]
+    assert pod["hostPID"] is True
+    assert pod["automountServiceAccountToken"] is False
+    (container,) = pod["containers"]
+    program, *argv = container["command"]
+    args = build_parser().parse_args(argv)
+    assert (program, args.command, args.nvml) == ("dra-gpu", "mps-host", "real")
+    assert "limits" not in container["resources"]  # an OOM kill would take every MPS client
+    assert "livenessProbe" not in container
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["plugins"]["mountPath"] == "/var/lib/kubelet/plugins"
+    assert mounts["plugins"]["mountPropagation"] == "Bidirectional"
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    (plugin_container,) = plugin["spec"]["template"]["spec"]["containers"]
+    plugin_paths = {
+        v["name"]: v["hostPath"]["path"] for v in plugin["spec"]["template"]["spec"]["volumes"]
+    }
+    assert host_paths["plugins"] == plugin_paths["plugins"]
+    assert host_paths["driver-root"] == plugin_paths["driver-root"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    plugin_env = {e["name"]: e.get("value") for e in plugin_container["env"]}
+    for name in ("NVIDIA_DRIVER_ROOT", "DRIVER_ROOT_CTR_PATH"):
+        assert env[name] == plugin_env[name], f"{name} differs from the plugin's"

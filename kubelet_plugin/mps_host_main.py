@@ -1,0 +1,104 @@
+"""Wiring of the `dra-gpu mps-host` daemon (see `kubelet_plugin.mps_host` for what it does).
+
+Finds `nvidia-cuda-mps-control` in the driver root for the driver version
+NVML reports (waiting, as the kubelet plugin does, while the GPU Operator
+installs the driver), then serves the MPS directory of the plugin's data
+directory until SIGTERM/SIGINT, and leaves the daemons running when it exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from dra_driver.claims.mps import MPS_DIR
+from dra_driver.container.driver_root import DriverRoot
+from dra_driver.errors import DriverRootError, NvmlError
+from dra_driver.hardware.nvml.backend import open_hardware
+from kubelet_plugin.mps_daemons import MpsDaemons
+from kubelet_plugin.mps_host import PASS_INTERVAL_S, MpsHost, serve
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HostOptions:
+    """The MPS host's flags, already parsed."""
+
+    nvml: str
+    kubelet_root: Path
+    driver_name: str
+    node_name: str = "sim-node"
+    sim_state: Path | None = None
+    driver_root: DriverRoot | None = None
+    driver_retry_interval: float = 10.0
+    interval: float = PASS_INTERVAL_S
+
+
+def mps_root(kubelet_root: Path, driver_name: str) -> Path:
+    """`<kubelet root>/plugins/<driver>/mps`: the directory the plugin writes intents to."""
+    return kubelet_root / "plugins" / driver_name / MPS_DIR
+
+
+def run(
+    options: HostOptions,
+    stop: threading.Event | None = None,
+    on_ready: Callable[[], None] | None = None,
+) -> int:
+    """Run the MPS host until `stop` is set or SIGTERM/SIGINT arrives."""
+    stop = stop or threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received signal %d: exiting, MPS control daemons stay", signum)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    daemons = _daemons(options, stop)
+    if daemons is None:
+        return 0
+    serve(MpsHost(daemons), stop, interval=options.interval, on_ready=on_ready)
+    return 0
+
+
+def _daemons(options: HostOptions, stop: threading.Event) -> MpsDaemons | None:
+    """The daemons under the plugin's MPS directory, once the driver's MPS binary is found."""
+    last = ""
+    while True:
+        try:
+            hardware = open_hardware(
+                options.nvml,
+                sim_state=options.sim_state,
+                node_name=options.node_name,
+                driver_root=options.driver_root,
+            )
+            binaries = hardware.driver_binaries()
+            if binaries.nvidia_cuda_mps_control is None:
+                raise DriverRootError(
+                    f"the driver root {hardware.driver.root.host} has no nvidia-cuda-mps-control"
+                )
+        except (DriverRootError, NvmlError) as exc:
+            if str(exc) != last:
+                log.error(
+                    "NVIDIA driver not ready, no MPS daemons can run yet (retrying every %gs): %s",
+                    options.driver_retry_interval,
+                    exc,
+                )
+                last = str(exc)
+            if stop.wait(options.driver_retry_interval):
+                return None
+            continue
+        log.info("MPS control daemons run with %s", binaries.nvidia_cuda_mps_control)
+        return MpsDaemons(
+            mps_root(options.kubelet_root, options.driver_name),
+            (str(binaries.nvidia_cuda_mps_control),),
+            shm_tmpfs=options.nvml == "real",
+            env={**os.environ, **binaries.env},
+        )
