@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, str] = {
     "simulate": "bench.simulate_cli",
     "mig-parallel": "bench.mig_parallel",
     "republish": "bench.republish",
+    "health-streams": "bench.health_streams",
 }
 """Benchmark name -> module; modules are imported only when their benchmark runs."""
 

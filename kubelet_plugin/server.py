@@ -37,6 +37,18 @@ one we bound (a newer plugin instance may already have replaced it).
 Each socket has its own gRPC server and thread pool, so slow Prepare calls
 can neither delay each other beyond the pool size nor the kubelet's 1 s
 GetInfo. Deadlines are the kubelet's (45 s per DRA call); none are added here.
+
+Health streams (`NodeWatchResources`, every server-streaming method) hold a
+gRPC worker thread for as long as they are open. So they are capped
+(`max_streams`, default `MAX_HEALTH_STREAMS`: a kubelet opens one per
+plugin instance; more are refused with RESOURCE_EXHAUSTED at once) and the
+DRA socket's pool has `max_streams` threads on top of the `max_workers` that
+serve Prepare and Unprepare: open streams can never take a Prepare's thread.
+
+Stopping with a `drain` (rolling-upgrade peers): the registration socket
+goes first, so the kubelet sends new calls to the other instance, and the
+DRA socket keeps serving for `drain` seconds for the calls already on their
+way, then finishes the calls in flight within `grace`.
 """
 
 from __future__ import annotations
@@ -84,6 +96,9 @@ MAX_UNIX_SOCKET_PATH_BYTES = 107
 
 REGISTRATION_WORKERS = 2
 """Threads for the registration socket: the kubelet makes two short calls per registration."""
+
+MAX_HEALTH_STREAMS = 32
+"""Open health streams served at once (the kubelet opens one per plugin instance)."""
 
 NO_RESULT_ERROR = "internal error: no result"
 
@@ -455,6 +470,8 @@ class PluginServer:
         max_workers: int = 16,
         health: DeviceHealthServicer | None = None,
         metrics: PluginMetrics | None = None,
+        max_streams: int = MAX_HEALTH_STREAMS,
+        drain: float = 0.0,
     ) -> None:
         if not is_dns_subdomain(driver_name):
             raise PluginError(
@@ -470,6 +487,8 @@ class PluginServer:
         for path in (self.dra_socket, self.registration_socket):
             _check_socket_path_length(path)
         self._max_workers = max_workers
+        self._streams = _StreamLimit(max_streams)
+        self._drain = drain
         self._caller = _ServiceCaller(service, metrics)
         self._health = health
         self._registration = RegistrationState()
@@ -498,9 +517,10 @@ class PluginServer:
         try:
             self._listen(
                 self.dra_socket,
-                self._max_workers,
+                self._max_workers + self._streams.limit,  # streams never take Prepare's threads
                 "dra-grpc",
                 self._add_dra_servicers,
+                interceptors=(self._streams,),
             )
             self._listen(
                 self.registration_socket,
@@ -575,6 +595,7 @@ class PluginServer:
         workers: int,
         thread_prefix: str,
         add_servicers: Callable[[grpc.Server], None],
+        interceptors: Sequence[grpc.ServerInterceptor] = (),
     ) -> None:
         _prepare_socket_path(socket_path)
         # gRPC unlinks the path it bound when it shuts down, even if another
@@ -584,7 +605,7 @@ class PluginServer:
         # and gRPC's unlink at shutdown hits the private name, long gone.
         private = socket_path.with_name(f".{secrets.token_hex(4)[:7]}")
         executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=thread_prefix)
-        server = grpc.server(executor)
+        server = grpc.server(executor, interceptors=list(interceptors))
         add_servicers(server)
         try:
             if not server.add_insecure_port(f"unix:{private}"):
@@ -611,10 +632,51 @@ class PluginServer:
         """Stop the listeners, registration first (that deregisters us), and remove sockets."""
         with self._lock:
             listeners, self._listeners = self._listeners, []
-        for listener in reversed(listeners):
+        for index, listener in enumerate(reversed(listeners)):
+            if index == 1 and self._drain > 0 and grace > 0:
+                time.sleep(self._drain)  # deregistered: let calls on their way land here
             listener.server.stop(grace).wait()
             listener.executor.shutdown(wait=False)
             _remove_own_socket(listener.socket, listener.identity)
+
+
+class _StreamLimit(grpc.ServerInterceptor):
+    """Refuses server-streaming calls beyond `limit` open ones with RESOURCE_EXHAUSTED."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise PluginError(f"max_streams must be at least 1, got {limit}")
+        self.limit = limit
+        self._open = threading.BoundedSemaphore(limit)
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = continuation(handler_call_details)
+        if handler is None or handler.unary_stream is None:
+            return handler
+        stream = handler.unary_stream
+        method = handler_call_details.method
+
+        def limited(request: Any, context: grpc.ServicerContext) -> Iterable[Any]:
+            if not self._open.acquire(blocking=False):
+                log.warning("%s: refused, %d streams are open already", method, self.limit)
+                context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"{self.limit} streams are open already; a kubelet needs one per plugin",
+                )
+            try:
+                yield from stream(request, context)
+            finally:
+                self._open.release()
+
+        return grpc.unary_stream_rpc_method_handler(
+            limited,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
 
 
 def _check_socket_path_length(path: Path) -> None:
