@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.errors import DraGpuError
+from dra_driver.log_safety import SafeLogFilter
 from dra_driver.node.consumable_shares import FLAG_HELP, parse_consumable_shares
 
 if TYPE_CHECKING:
@@ -681,6 +682,7 @@ def _configure_logging(*, verbose: bool, json_format: bool) -> None:
         )
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(SafeLogFilter())  # one bounded line per record, whatever claims hold
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True
     )

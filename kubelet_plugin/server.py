@@ -53,6 +53,7 @@ way, then finishes the calls in flight within `grace`.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -72,6 +73,7 @@ import grpc
 
 from dra_driver.errors import DraGpuError, PluginError
 from dra_driver.kube.names import is_dns_subdomain
+from dra_driver.log_safety import claim_fields, one_line
 from kubelet_plugin.gen.dra.v1 import api_pb2 as dra_v1
 from kubelet_plugin.gen.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from kubelet_plugin.gen.dra.v1beta1 import api_pb2 as dra_v1beta1
@@ -101,6 +103,8 @@ MAX_HEALTH_STREAMS = 32
 """Open health streams served at once (the kubelet opens one per plugin instance)."""
 
 NO_RESULT_ERROR = "internal error: no result"
+MAX_ERROR_CHARS = 4096
+"""A claim's error goes to the kubelet as one line of at most this many characters."""
 
 
 def dra_socket_path(kubelet_root: Path, driver_name: str) -> Path:
@@ -232,9 +236,23 @@ class _ServiceCaller:
         results: dict[str, _R] = {uid: make_error(text) for uid, text in checked.errors.items()}
         if checked.valid:
             results.update(self._results_from_service(rid, method, checked.valid, call, make_error))
+        for uid, result in results.items():
+            if result.error and one_line(result.error, MAX_ERROR_CHARS) != result.error:
+                results[uid] = dataclasses.replace(
+                    result, error=one_line(result.error, MAX_ERROR_CHARS)
+                )
         failed = {uid: result.error for uid, result in results.items() if result.error}
+        refs = {claim.uid: claim for claim in claims}
         for uid, error in failed.items():
-            log.warning("request %d: %s claim %r failed: %s", rid, method, uid, error)
+            ref = refs.get(uid, ClaimRef("", uid, ""))
+            log.warning(
+                "request %d: %s claim %r failed: %s",
+                rid,
+                method,
+                uid,
+                error,
+                extra=claim_fields(ref.namespace, ref.name, uid),
+            )
         log.info(
             "request %d: %s done in %.1f ms: %d ok, %d failed",
             rid,

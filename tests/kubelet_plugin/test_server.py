@@ -565,3 +565,14 @@ def test_health_streams_are_capped_and_never_take_the_threads_of_prepare(
             stream.cancel()
         channel.close()
         plugin.stop(grace=1)
+
+
+def test_a_claim_error_reaches_the_kubelet_as_one_bounded_line(
+    service: FakeDraService, kubelet: KubeletClient
+) -> None:
+    forged = "bad name\nI1127 10:00:00 prepared fine" + "x" * 100_000
+    service.results["uid-1"] = PrepareResult(error=f"claim {forged}: refused")
+    error = kubelet.prepare([claim_ref(1)])["uid-1"].error
+    assert "\n" not in error
+    assert error.startswith("claim bad name\\nI1127 10:00:00 prepared fine")
+    assert len(error) < server_module.MAX_ERROR_CHARS + 100
