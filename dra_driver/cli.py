@@ -390,12 +390,37 @@ def _sim_flags(parser: argparse.ArgumentParser) -> None:
         "health", help="inject a device-health event into a running plugin's simulated GPUs"
     )
     health.add_argument("--sim-state", type=Path, required=True, help="the node's state file")
-    health.add_argument("--gpu", type=int, required=True, help="NVML index of the GPU")
+    health.add_argument("--gpu", type=_gpu_index, required=True, help="NVML index of the GPU")
     event = health.add_mutually_exclusive_group(required=True)
-    event.add_argument("--xid", type=int, help="a critical Xid error, e.g. 79 or 48")
+    event.add_argument("--xid", type=_xid, help="a critical Xid error, e.g. 79 or 48")
     event.add_argument("--double-bit-ecc", action="store_true", help="a double-bit ECC error")
     event.add_argument("--gpu-lost", action="store_true", help="the GPU fell off the bus")
     event.add_argument("--healthy", action="store_true", help="the GPU was reset and works again")
+
+
+MAX_XID = 2**32 - 1
+
+
+def _xid(text: str) -> int:
+    """An argparse type: an Xid as NVML reports them, 1 to 2^32-1."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an Xid number") from None
+    if not 1 <= value <= MAX_XID:
+        raise argparse.ArgumentTypeError(f"{text[:40]}: an Xid is 1 to {MAX_XID}")
+    return value
+
+
+def _gpu_index(text: str) -> int:
+    """An argparse type: an NVML GPU index, 0 to 1023."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a GPU index") from None
+    if not 0 <= value < 1024:
+        raise argparse.ArgumentTypeError(f"{text[:40]}: a GPU index is 0 to 1023")
+    return value
 
 
 def _run_sim(args: argparse.Namespace) -> int:
