@@ -81,6 +81,7 @@ from dra_driver.claims.mps import (
 from dra_driver.container import cdi
 from dra_driver.container.cdi_store import CdiStore
 from dra_driver.errors import ClaimError, DraGpuError, NotFoundError
+from dra_driver.hardware.gpu_policy import GpuPolicy, UnavailableGpuPolicy
 from dra_driver.hardware.nvml.interface import MigDeviceInfo
 from dra_driver.kube.cluster import Cluster
 from dra_driver.node.devices import AllocatableDevice
@@ -92,7 +93,6 @@ from kubelet_plugin.prepare_plan import PlannedDevice, cdi_device, plan_claim, p
 from kubelet_plugin.rebuild import RebuildSource
 from kubelet_plugin.service import ClaimRef, PrepareResult, ResultDevice, UnprepareResult
 from kubelet_plugin.sharing import SharingStrategy
-from kubelet_plugin.sharing.gpu_policy import GpuPolicy, UnavailableGpuPolicy
 from kubelet_plugin.sharing.timeslicing import TimeSlicing
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ reads only the claim and the checkpoint, and the I/O that applies the plan.
 * `shares` - consumable shares (KEP-5075): the node-side guard against
   overcommit, from the shares' checkpointed `consumedCapacity`.
 * `timeslice_plan` / `timeslicing` - `GpuConfig.sharing.strategy:
-  TimeSlicing`: the interval a GPU must have, applied through `gpu_policy`
+  TimeSlicing`: the interval a GPU must have, applied through `dra_driver.hardware.gpu_policy`
   (nvidia-smi on a real node, the simulated hardware state on a simulated
   one) and restored when the last claim wanting it is gone.
 

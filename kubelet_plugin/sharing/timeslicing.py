@@ -26,8 +26,8 @@ from dra_driver import failpoints
 from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry
 from dra_driver.claims.device_config import TimeSliceInterval
 from dra_driver.errors import DraGpuError, GpuSettingError
+from dra_driver.hardware.gpu_policy import GpuPolicy
 from kubelet_plugin.gpu_locks import GpuLocks
-from kubelet_plugin.sharing.gpu_policy import GpuPolicy
 from kubelet_plugin.sharing.timeslice_plan import (
     LEVELS,
     intervals,
