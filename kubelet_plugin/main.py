@@ -62,6 +62,7 @@ from kubelet_plugin.mps_daemons import MpsDaemons
 from kubelet_plugin.probe import HealthCheckServer, PluginHealthServicer
 from kubelet_plugin.rebuild import default_sources
 from kubelet_plugin.server import PluginServer
+from kubelet_plugin.sharing import sharing_strategies
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +213,7 @@ def _serve(
         return build_devices(inventory, dynamic_mig=options.dynamic_mig, owned_instances=existing)
 
     mps = _mps_daemons(hardware, data_dir)
+    gpu_locks = GpuLocks(data_dir / "locks")
     driver = GpuDriver(
         driver_name=options.driver_name,
         pool_name=options.node_name,
@@ -225,7 +227,7 @@ def _serve(
         ),
         cdi_store=cdi_store,
         mig=mig,
-        gpu_locks=GpuLocks(data_dir / "locks"),
+        gpu_locks=gpu_locks,
         driver_edits=lambda: hardware.driver.edits(hardware.driver_version()),
         rebuild_sources=default_sources(
             cdi_store=cdi_store,
@@ -235,8 +237,7 @@ def _serve(
             pool_name=options.node_name,
             devices=every_instance_as_dynamic,
         ),
-        gpu_policy=hardware.gpu_policy,
-        mps=mps,
+        sharing=sharing_strategies(gpu_locks=gpu_locks, gpu_policy=hardware.gpu_policy, mps=mps),
     )
     metrics.track_prepared(driver.prepared_counts)
     if mps is not None:

@@ -22,9 +22,9 @@ from dra_driver.claims.mps import MPS_DIR
 from dra_driver.hardware.machine import Hardware
 from dra_driver.hardware.nvml.interface import GpuInfo
 from dra_driver.kube import yaml_io
+from dra_driver.planning.time_slices import LEVELS
 from kubelet_plugin.main import CHECKPOINT_DIR, LEGACY_CHECKPOINT_FILE, plugin_data_dir
 from kubelet_plugin.mps_daemons import MpsDaemons
-from kubelet_plugin.sharing.timeslice_plan import LEVELS
 
 
 @dataclass(frozen=True)
