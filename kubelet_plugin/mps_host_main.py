@@ -18,9 +18,8 @@ from pathlib import Path
 from types import FrameType
 
 from dra_driver.claims.mps import MPS_DIR
-from dra_driver.container.driver_root import DriverRoot
 from dra_driver.errors import DriverRootError, NvmlError
-from dra_driver.hardware.nvml.backend import open_hardware
+from dra_driver.hardware.machine import Hardware
 from kubelet_plugin.mps_daemons import MpsDaemons
 from kubelet_plugin.mps_host import PASS_INTERVAL_S, MpsHost, serve
 
@@ -29,14 +28,17 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class HostOptions:
-    """The MPS host's flags, already parsed."""
+    """The MPS host's flags, already parsed.
 
-    nvml: str
+    `open_hardware` opens the node's hardware (real or simulated: the
+    composition root decides); it is called again while the driver is not
+    ready. Only the driver's user space (its `nvidia-cuda-mps-control`) and
+    the MPS shm choice are used.
+    """
+
+    open_hardware: Callable[[], Hardware]
     kubelet_root: Path
     driver_name: str
-    node_name: str = "sim-node"
-    sim_state: Path | None = None
-    driver_root: DriverRoot | None = None
     driver_retry_interval: float = 10.0
     interval: float = PASS_INTERVAL_S
 
@@ -73,12 +75,7 @@ def _daemons(options: HostOptions, stop: threading.Event) -> MpsDaemons | None:
     last = ""
     while True:
         try:
-            hardware = open_hardware(
-                options.nvml,
-                sim_state=options.sim_state,
-                node_name=options.node_name,
-                driver_root=options.driver_root,
-            )
+            hardware = options.open_hardware()
             binaries = hardware.driver_binaries()
             if binaries.nvidia_cuda_mps_control is None:
                 raise DriverRootError(
@@ -99,6 +96,6 @@ def _daemons(options: HostOptions, stop: threading.Event) -> MpsDaemons | None:
         return MpsDaemons(
             mps_root(options.kubelet_root, options.driver_name),
             (str(binaries.nvidia_cuda_mps_control),),
-            shm_tmpfs=options.nvml == "real",
+            shm_tmpfs=hardware.mps_shm_tmpfs,
             env={**os.environ, **binaries.env},
         )

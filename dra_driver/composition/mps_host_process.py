@@ -2,7 +2,7 @@
 
 On a cluster the MPS host is its own DaemonSet (deploy/base/mps-host.yaml);
 `dra-gpu demo`, the tests and the benchmarks run it next to the plugin
-process (`kubelet_plugin.plugin_process`) the same way: a separate process
+process (`dra_driver.composition.plugin_process`) the same way: a separate process
 in a session of its own, so nothing that happens to the plugin's process
 group reaches it or its daemons.
 """
