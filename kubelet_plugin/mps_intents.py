@@ -142,6 +142,7 @@ class MpsHostClient:
         claims: Collection[str],
         multi_user: bool = False,
         limits: MpsLimits | None = None,
+        gpu_uuid: str | None = None,
     ) -> DaemonStatus | None:
         """Ask for the daemon of `device_uuid` to serve `claims` (stopped when empty).
 
@@ -162,6 +163,7 @@ class MpsHostClient:
             multi_user=multi_user,
             limits=limits if wanted and limits is not None else MpsLimits(),
             token=secrets.token_hex(8),
+            gpu_uuid=gpu_uuid,
         )
         path = self.root / intent_file_name(device_uuid)
         try:

@@ -103,6 +103,10 @@ class DaemonIntent(_Record):
     )
     token: str = Field(min_length=1, max_length=64)
     """Changes with every write; the host's status echoes the token it acted on."""
+    gpu_uuid: str | None = Field(
+        default=None, validation_alias="gpuUuid", serialization_alias="gpuUuid"
+    )
+    """The GPU whose lock guards the daemon (a MIG device's parent), for the plugin."""
 
     @field_validator("device_uuid")
     @classmethod
@@ -188,6 +192,7 @@ def make_intent(
     multi_user: bool,
     limits: MpsLimits,
     token: str,
+    gpu_uuid: str | None = None,
 ) -> DaemonIntent:
     """An intent; `MpsError` if a value is out of range (a bug in the caller)."""
     try:
@@ -198,6 +203,7 @@ def make_intent(
             active_thread_percentage=limits.active_thread_percentage,
             pinned_memory_mib=limits.pinned_memory_mib,
             token=token,
+            gpu_uuid=gpu_uuid,
         )
     except ValidationError as exc:
         raise MpsError(f"MPS intent for {device_uuid}: {_first_error(exc)}") from exc
