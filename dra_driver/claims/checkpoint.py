@@ -297,6 +297,11 @@ class ClaimEntry:
     state: ClaimState = ClaimState.PrepareStarted
     devices: tuple[PreparedDevice, ...] = ()
     started_at: str | None = None  # RFC 3339 time Prepare began, for logs and garbage collection
+    releasing: bool = False
+    """A rollback failed half-way: what is recorded is still to be undone (the next
+    Prepare or Unprepare of the claim, a Prepare on the same GPU, or start-up tries
+    again), but the claim holds no device any more. Added within schema version 1:
+    an older reader sees a started claim, which it rolls back (safe to lose)."""
 
     @property
     def ref(self) -> str:
@@ -310,6 +315,7 @@ class ClaimEntry:
             "state": self.state.value,
             "devices": [d.to_dict() for d in self.devices],
             "startedAt": self.started_at,
+            "releasing": self.releasing,
         }
 
     @classmethod
@@ -336,6 +342,7 @@ class ClaimEntry:
                 for i, d in enumerate(raw_devices)
             ),
             started_at=_opt(m, "startedAt", str, where, None),
+            releasing=_opt(m, "releasing", bool, where, False),
         )
 
 
@@ -419,6 +426,18 @@ class Checkpoint:
         if existing is not None:
             raise CheckpointError(f"{existing.ref}: already in the checkpoint; cannot adopt it")
         return self._with(entry)
+
+    def mark_releasing(self, uid: str) -> Checkpoint:
+        """Record that a rollback of `uid` failed half-way: it holds no device any more,
+        and what it recorded is still to be undone. Unknown UIDs are fine."""
+        entry = self.claims.get(uid)
+        if entry is None or entry.releasing:
+            return self
+        return self._with(dataclasses.replace(entry, releasing=True))
+
+    def releasing(self) -> list[ClaimEntry]:
+        """The claims whose rollback is still to be finished, ordered by UID."""
+        return [self.claims[u] for u in sorted(self.claims) if self.claims[u].releasing]
 
     def remove(self, uid: str) -> Checkpoint:
         """Forget a claim (after Unprepare or rollback). Unknown UIDs are fine."""
@@ -569,7 +588,7 @@ def _first(holder: tuple[str, PreparedDevice]) -> str:
 
 
 def _add_holder(holders: _Holders, entry: ClaimEntry | None) -> None:
-    if entry is None:
+    if entry is None or entry.releasing:
         return
     for device in entry.devices:
         if not device.admin_access:

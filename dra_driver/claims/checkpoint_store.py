@@ -261,12 +261,16 @@ class CheckpointStore:
 
     # -- writing ------------------------------------------------------------------
 
-    def commit(self, old: Checkpoint, new: Checkpoint) -> None:
+    def commit(self, old: Checkpoint, new: Checkpoint, *, sync: bool = True) -> None:
         """Make the files go from `old` (what is on disk) to `new`.
 
         Writes the file of each claim whose entry changed and removes the
         file of each claim that is gone; each file is replaced atomically.
         The cost depends on the claims that changed, not on how many there are.
+        `sync=False` skips the fsyncs: the change is visible to every other
+        process at once (a rolling-upgrade peer must see a reservation), only
+        not guaranteed to survive a power loss, which voids the boot's
+        claims anyway.
         """
         self._check_boot(new)
         changed = new.changed_since(old)
@@ -278,7 +282,7 @@ class CheckpointStore:
                 if uid in old.claims and self._remove(self.path_for(uid)):
                     wrote = True
             elif old.claims.get(uid) is not entry:
-                self._write(uid, entry)
+                self._write(uid, entry, sync=sync)
                 wrote = True
         if wrote:
             self._bump_generation()
@@ -302,12 +306,15 @@ class CheckpointStore:
             self._remove(self.legacy_file)
         self._bump_generation()
 
-    def _write(self, uid: str, entry: ClaimEntry) -> None:
+    def _write(self, uid: str, entry: ClaimEntry, *, sync: bool = True) -> None:
         path = self.path_for(uid)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             fsutil.atomic_write(
-                path, encode(Checkpoint(boot_id=self.boot_id, claims={uid: entry})), mode=0o600
+                path,
+                encode(Checkpoint(boot_id=self.boot_id, claims={uid: entry})),
+                mode=0o600,
+                sync=sync,
             )
         except OSError as exc:
             raise CheckpointError(f"{path}: cannot write: {exc.strerror or exc}") from exc
