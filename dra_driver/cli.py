@@ -259,6 +259,14 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="serve the gRPC health service (for liveness/readiness probes) on this port",
     )
+    parser.add_argument(
+        "--instance-wait",
+        type=_positive_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long to wait for another plugin instance that serves this node (and is "
+        "no rolling-upgrade peer of this one) to exit before refusing to start",
+    )
 
 
 def _run_plugin(args: argparse.Namespace) -> int:
@@ -288,6 +296,7 @@ def _run_plugin(args: argparse.Namespace) -> int:
             taint_effect=args.unhealthy_taint_effect,
             metrics_address=args.metrics_address,
             healthcheck_port=args.healthcheck_port,
+            instance_wait=args.instance_wait,
         )
     )
 

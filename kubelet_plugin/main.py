@@ -17,7 +17,6 @@ retries, serving no socket, instead of exiting into a crash loop.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from collections.abc import Callable, Mapping
@@ -29,15 +28,13 @@ from controller.publisher import SlicePublisher
 from controller.slices import build_resource_slices, choose_layout
 from dra_driver.claims.checkpoint_store import CheckpointStore
 from dra_driver.claims.mps import MPS_DIR
-from dra_driver.container.cdi_store import CdiStore
+from dra_driver.container.cdi_store import CdiStore, owner_of_data_dir
 from dra_driver.errors import (
     DraGpuError,
     DriverRootError,
     NotFoundError,
     NvmlError,
-    PluginError,
 )
-from dra_driver.files.flock import file_lock
 from dra_driver.hardware.machine import Hardware
 from dra_driver.kube.access import Cluster, open_cluster
 from dra_driver.kube.objects import Obj
@@ -52,14 +49,18 @@ from dra_driver.node.health import (
 )
 from dra_driver.node.inventory import discover
 from kubelet_plugin.claim_events import EventingService
+from kubelet_plugin.claim_locks import ClaimLocks
 from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.health_monitor import HealthMonitor
 from kubelet_plugin.health_stream import DeviceHealthServicer
+from kubelet_plugin.malloc_tuning import tune_malloc
 from kubelet_plugin.metrics import PluginMetrics
 from kubelet_plugin.mig_lifecycle import MigLifecycle
-from kubelet_plugin.mps_daemons import MpsDaemons
+from kubelet_plugin.mps_intents import MpsHostClient
+from kubelet_plugin.node_ownership import own_node
 from kubelet_plugin.probe import HealthCheckServer, PluginHealthServicer
+from kubelet_plugin.publish_lease import PublishLease
 from kubelet_plugin.rebuild import default_sources
 from kubelet_plugin.server import PluginServer
 from kubelet_plugin.sharing import sharing_strategies
@@ -70,7 +71,8 @@ CHECKPOINT_DIR = "checkpoint"
 """One file per prepared claim (`dra_driver.claims.checkpoint_store`)."""
 LEGACY_CHECKPOINT_FILE = "checkpoint.json"
 """The single checkpoint file of older dra-gpu versions, migrated at start-up."""
-INSTANCE_LOCK_FILE = "plugin.lock"
+ROLLING_DRAIN_S = 1.0
+"""With a rolling-upgrade peer, the DRA socket serves this long after deregistering."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,8 @@ class PluginOptions:
     taint_effect: str = "NoSchedule"
     metrics_address: str | None = None
     healthcheck_port: int | None = None
+    pod_uid: str | None = None  # per-instance socket names for rolling upgrades
+    instance_wait: float = 60.0  # how long to wait for another instance before refusing
 
 
 def plugin_data_dir(kubelet_root: Path, driver_name: str) -> Path:
@@ -111,6 +115,7 @@ def plugin_data_dir(kubelet_root: Path, driver_name: str) -> Path:
 def run(options: PluginOptions, stop: threading.Event | None = None) -> int:
     """Run the daemon until `stop` is set or a SIGTERM/SIGINT arrives."""
     stop = stop or threading.Event()
+    tune_malloc()  # before any thread starts: memory stays flat under load
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("received signal %d: shutting down", signum)
@@ -127,19 +132,16 @@ def run(options: PluginOptions, stop: threading.Event | None = None) -> int:
     data_dir = plugin_data_dir(options.kubelet_root, options.driver_name)
     data_dir.mkdir(parents=True, exist_ok=True)
     options.cdi_root.mkdir(parents=True, exist_ok=True)
-    # One plugin process of the driver per node: two would roll back each
-    # other's half-done claims at start-up, so a new one waits, without a time
-    # limit, until the old one is gone (or it is told to stop).
-    lock_path = data_dir / INSTANCE_LOCK_FILE
-    with file_lock(
-        lock_path,
-        timeout_s=None,
-        error=PluginError,
+    # One owner per node (`node_ownership`): rolling-upgrade peers (a pod UID
+    # each) share it; any other instance waits for the one there, then refuses.
+    with own_node(
+        data_dir=data_dir,
+        cdi_root=options.cdi_root,
+        driver_name=options.driver_name,
+        owner=owner_of_data_dir(options.driver_name, data_dir),
+        rolling_peer=bool(options.pod_uid),
         stop=stop,
-        on_wait=lambda: log.warning(
-            "another plugin process holds %s; waiting for it to exit", lock_path
-        ),
-        poll_s=0.2,
+        wait_s=options.instance_wait,
     ) as held:
         if not held:
             return 0
@@ -201,7 +203,7 @@ def _serve(
     data_dir: Path,
 ) -> int:
     metrics = PluginMetrics()
-    cdi_store = CdiStore(options.cdi_root)
+    cdi_store = CdiStore(options.cdi_root, owner=owner_of_data_dir(options.driver_name, data_dir))
     mig = MigLifecycle(
         hardware.nvml, disable_mig_when_empty=not options.keep_mig_enabled, metrics=metrics
     )
@@ -212,7 +214,7 @@ def _serve(
         inventory = discover(hardware.nvml)
         return build_devices(inventory, dynamic_mig=options.dynamic_mig, owned_instances=existing)
 
-    mps = _mps_daemons(hardware, data_dir)
+    mps = MpsHostClient(data_dir / MPS_DIR)  # the daemons run in the node's MPS host
     gpu_locks = GpuLocks(data_dir / "locks")
     driver = GpuDriver(
         driver_name=options.driver_name,
@@ -238,10 +240,10 @@ def _serve(
             devices=every_instance_as_dynamic,
         ),
         sharing=sharing_strategies(gpu_locks=gpu_locks, gpu_policy=hardware.gpu_policy, mps=mps),
+        claim_locks=ClaimLocks(data_dir / "locks"),
     )
     metrics.track_prepared(driver.prepared_counts)
-    if mps is not None:
-        metrics.track_mps_daemons(mps.running)
+    metrics.track_mps_daemons(mps.running)
 
     # 1. Make checkpoint, hardware and CDI agree; 2. deal with MIG instances
     # nobody owns; 3. only then look at the hardware to decide what to publish.
@@ -309,6 +311,7 @@ def _serve(
         kubelet_root=options.kubelet_root,
         health=health_servicer if health_checks else None,
         metrics=metrics,
+        drain=ROLLING_DRAIN_S if options.pod_uid else 0.0,
     )
     publisher = SlicePublisher(
         cluster,
@@ -316,13 +319,16 @@ def _serve(
         node_name=options.node_name,
         owner_node_uid=_node_uid(cluster, options.node_name),
     )
+    lease = PublishLease(data_dir)  # one publisher per node (rolling-upgrade peers take turns)
+    result = None
     try:
-        result = publisher.publish(slices())
+        if lease.held():
+            result = publisher.publish(slices())
     except DraGpuError as exc:
         # Serve anyway: Unprepare needs no API server, and the loop below retries.
         metrics.publishes.labels("error").inc()
         log.error("publishing ResourceSlices failed, retrying in the background: %s", exc)
-    else:
+    if result is not None:  # None: a peer publishes; this instance takes over when it exits
         metrics.publishes.labels("success").inc()
         log.info(
             "published %d devices, layout %s (created %s, updated %s, deleted %s)",
@@ -354,6 +360,7 @@ def _serve(
                 "on_result": lambda ok: metrics.publishes.labels(
                     "success" if ok else "error"
                 ).inc(),
+                "may_publish": lease.held,
             },
             name="slice-publisher",
             daemon=True,
@@ -389,23 +396,9 @@ def _serve(
             stop_metrics()
         for thread in threads:
             thread.join(timeout=5)
+        lease.release()
     log.info("stopped")
     return 0
-
-
-def _mps_daemons(hardware: Hardware, data_dir: Path) -> MpsDaemons | None:
-    """The MPS control daemons, run with the driver root's `nvidia-cuda-mps-control` (a
-    simulated node's fake root holds one that starts the simulated daemon); None without it."""
-    binaries = hardware.driver_binaries()
-    if binaries.nvidia_cuda_mps_control is None:
-        log.warning("the driver root has no nvidia-cuda-mps-control: MPS claims will be refused")
-        return None
-    return MpsDaemons(
-        data_dir / MPS_DIR,
-        (str(binaries.nvidia_cuda_mps_control),),
-        shm_tmpfs=hardware.mps_shm_tmpfs,
-        env={**os.environ, **binaries.env},
-    )
 
 
 class _SliceBuilder:

@@ -39,6 +39,7 @@ from dra_driver.kube.local_store import LocalCluster
 from kubelet_plugin.kubelet_client import KubeletClient
 from kubelet_plugin.main import CHECKPOINT_DIR, LEGACY_CHECKPOINT_FILE, plugin_data_dir
 from kubelet_plugin.mps_daemons import MpsDaemons
+from kubelet_plugin.node_ownership import cdi_owner_lock
 from kubelet_plugin.server import dra_socket_path, registration_socket_path
 
 PLUGIN_START_TIMEOUT_S = 30.0
@@ -334,9 +335,11 @@ class PluginProcess:
         return self.cdi_root / cdi_module.spec_file_name(claim_uid)
 
     def cdi_files(self) -> list[str]:
-        """Names of every file in the CDI directory (ours, temp files, anything)."""
+        """Names of every file in the CDI directory (ours, temp files, anything) but the
+        plugin's ownership lock of the directory (`kubelet_plugin.node_ownership`)."""
+        lock = cdi_owner_lock(self.cdi_root, self.driver).name
         try:
-            return sorted(p.name for p in self.cdi_root.iterdir())
+            return sorted(p.name for p in self.cdi_root.iterdir() if p.name != lock)
         except FileNotFoundError:
             return []
 
