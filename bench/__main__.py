@@ -23,6 +23,7 @@ BENCHMARKS: dict[str, str] = {
     "mig-parallel": "bench.mig_parallel",
     "republish": "bench.republish",
     "health-streams": "bench.health_streams",
+    "fuzz": "bench.fuzz",
 }
 """Benchmark name -> module; modules are imported only when their benchmark runs."""
 

@@ -1,9 +1,10 @@
-"""Make a directory refuse new and removed entries, as a read-only mount would.
+"""Make a directory read-only, as a read-only mount is: every change in it fails with EROFS.
 
-As root (the plugin's usual user) permissions do not stop writes, so the
-directory is made immutable (`chattr +i`, supported by ext4, xfs, btrfs);
-otherwise its write permission is taken away. Either way creating, renaming
-and unlinking entries in it fail with an OSError, as on a read-only mount.
+As root (the plugin's usual user, and these tests' in CI containers) the
+directory is bind-mounted read-only onto itself for the `with` block, a real
+read-only mount: even unlinking a file that does not exist fails (EROFS,
+checked before the name is looked up). Without root, write permission is
+taken away instead (EACCES), which covers everything but that last case.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ from pathlib import Path
 
 @contextmanager
 def read_only(directory: Path) -> Iterator[None]:
-    """`directory` refuses entry changes inside the `with` block."""
+    """`directory` refuses every change inside the `with` block."""
     if os.geteuid() == 0:
-        subprocess.run(["chattr", "+i", str(directory)], check=True)
+        path = str(directory)
+        subprocess.run(["mount", "--bind", path, path], check=True)
         try:
+            subprocess.run(["mount", "-o", "remount,ro,bind", path, path], check=True)
             yield
         finally:
-            subprocess.run(["chattr", "-i", str(directory)], check=True)
+            subprocess.run(["umount", path], check=True)
         return
     mode = stat.S_IMODE(directory.stat().st_mode)
     directory.chmod(0o555)
