@@ -22,7 +22,7 @@ import pytest
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.hardware.simulated.driver_root import LIBRARY_DIRS, materialize_driver_root
-from kubelet_plugin.server import dra_socket_path, registration_socket_path
+from kubelet_plugin.socket_names import dra_socket_path, registration_socket_path
 from tests.dra_driver.hardware.nvml.fake_libnvml import install_libnvml
 
 VERSION = "570.172.08"
