@@ -434,7 +434,8 @@ class _Listener:
     server: grpc.Server
     executor: ThreadPoolExecutor
     socket: Path
-    identity: tuple[int, int, int]  # _socket_identity() of the socket file we created
+    private: Path  # the hidden name it was bound under, until exposed
+    identity: tuple[int, int, int] | None = None  # of the socket file in place, once exposed
 
 
 class PluginServer:
@@ -491,8 +492,13 @@ class PluginServer:
         """Block until the kubelet reports a registration status or `timeout` passes."""
         return self._registration.wait(timeout)
 
-    def start(self) -> None:
-        """Create both sockets and serve; raise PluginError if that is impossible."""
+    def start(self, *, expose: bool = True) -> None:
+        """Create both sockets and serve; raise PluginError if that is impossible.
+
+        With `expose=False` both servers run under hidden names, so that every
+        way binding can fail has been tried while the kubelet sees nothing yet;
+        `expose()` then puts the sockets in place (the DRA socket first).
+        """
         with self._lock:
             if self._state is not _State.NEW:
                 raise PluginError(
@@ -521,6 +527,24 @@ class PluginServer:
         with self._lock:
             if self._state is _State.STARTING:
                 self._state = _State.RUNNING
+        if expose:
+            self.expose()
+
+    def expose(self) -> None:
+        """Rename the started servers' sockets into place (see `start`); PluginError if one
+        cannot be (the servers are then stopped)."""
+        with self._lock:
+            listeners = [listener for listener in self._listeners if listener.identity is None]
+        try:
+            for listener in listeners:
+                try:
+                    os.rename(listener.private, listener.socket)
+                    listener.identity = _socket_identity(listener.socket)
+                except OSError as exc:
+                    raise PluginError(f"{listener.socket}: cannot listen: {exc}") from exc
+        except BaseException:
+            self.stop(grace=0)
+            raise
         log.info(
             "serving %s: DRA API on %s, registration on %s",
             self.driver_name,
@@ -585,8 +609,9 @@ class PluginServer:
         # gRPC unlinks the path it bound when it shuts down, even if another
         # plugin instance has put its own socket there since. So bind to a hidden
         # private name (the kubelet's plugin watcher ignores dot files), start
-        # serving, then rename the socket into place: it appears already serving,
-        # and gRPC's unlink at shutdown hits the private name, long gone.
+        # serving, then rename the socket into place (`expose`): it appears
+        # already serving, and gRPC's unlink at shutdown hits the private name,
+        # long gone.
         private = socket_path.with_name(f".{secrets.token_hex(4)[:7]}")
         executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=thread_prefix)
         server = grpc.server(executor)
@@ -595,8 +620,6 @@ class PluginServer:
             if not server.add_insecure_port(f"unix:{private}"):
                 raise PluginError(f"{socket_path}: cannot listen")
             server.start()
-            os.rename(private, socket_path)
-            identity = _socket_identity(socket_path)
         except BaseException as exc:
             server.stop(0).wait()
             executor.shutdown(wait=False)
@@ -604,7 +627,7 @@ class PluginServer:
             if isinstance(exc, RuntimeError | OSError):
                 raise PluginError(f"{socket_path}: cannot listen: {exc}") from exc
             raise
-        listener = _Listener(server, executor, socket_path, identity)
+        listener = _Listener(server, executor, socket_path, private)
         with self._lock:
             self._listeners.append(listener)
             stopped = self._state is _State.STOPPED
@@ -619,7 +642,10 @@ class PluginServer:
         for listener in reversed(listeners):
             listener.server.stop(grace).wait()
             listener.executor.shutdown(wait=False)
-            _remove_own_socket(listener.socket, listener.identity)
+            if listener.identity is None:
+                listener.private.unlink(missing_ok=True)
+            else:
+                _remove_own_socket(listener.socket, listener.identity)
 
 
 def _check_socket_path_length(path: Path) -> None:

@@ -65,9 +65,7 @@ def test_a_longer_kubelet_root_gets_the_hashed_uid() -> None:
 
 
 def test_helper_length_bound() -> None:
-    name = rolling_update_registrar_socket_file(
-        REGISTRY, "gpu.dra-example-driver.sigs.k8s.io", UID
-    )
+    name = rolling_update_registrar_socket_file(REGISTRY, "gpu.dra-example-driver.sigs.k8s.io", UID)
     assert len(go_path_join(REGISTRY, name)) <= UNIX_PATH_MAX
 
 
