@@ -32,8 +32,9 @@ def print_inventory(
     layout: Layout = "v1.35",
     consumable_shares: ConsumableShares | None = None,
     driver_root: DriverRoot | None = None,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
 ) -> int:
+    out = out if out is not None else sys.stdout  # at call time: tests swap sys.stdout
     hardware = open_hardware(
         nvml, sim_state=sim_state, node_name=node_name, driver_root=driver_root
     )
