@@ -147,6 +147,8 @@ class PluginHealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc
 
     def __init__(self, probe: PluginProbe) -> None:
         self._probe = probe
+        self._lock = threading.Lock()
+        self._last: dict[str, str | None] = {}  # service -> the last answer's problem
 
     def Check(
         self, request: health_pb2.HealthCheckRequest, context: grpc.ServicerContext
@@ -154,10 +156,22 @@ class PluginHealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc
         if request.service not in KNOWN_SERVICES:
             context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
         problem = self._probe.check(request.service)
+        self._log_change(request.service, problem)
         if problem is not None:
-            log.info("health check %r: NOT_SERVING: %s", request.service, problem)
             return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.NOT_SERVING)
         return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
+
+    def _log_change(self, service: str, problem: str | None) -> None:
+        """Log an answer when it differs from the last one to that service (probes poll)."""
+        with self._lock:
+            changed = self._last.get(service, "") != problem
+            self._last[service] = problem
+        if changed:
+            name = service or "readiness"
+            if problem is None:
+                log.info("health check %s: SERVING", name)
+            else:
+                log.info("health check %s: NOT_SERVING: %s", name, problem)
 
 
 class HealthCheckServer:

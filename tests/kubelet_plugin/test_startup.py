@@ -55,11 +55,10 @@ def _flags_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def taken_port() -> Iterator[int]:
-    """A TCP port some other process listens on (all interfaces)."""
-    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as blocker:
-        blocker.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        blocker.bind(("::", 0))
-        blocker.listen()
+    """A TCP port some other process listens on (all interfaces, IPv6 too where there is)."""
+    dual_stack = socket.has_dualstack_ipv6()
+    family = socket.AF_INET6 if dual_stack else socket.AF_INET
+    with socket.create_server(("", 0), family=family, dualstack_ipv6=dual_stack) as blocker:
         yield blocker.getsockname()[1]
 
 
