@@ -8,18 +8,19 @@ listens on a port, opens a socket or publishes a slice, and raises one
 one line and exits 2). It checks:
 
 - names: the node name and driver name are DNS subdomains, the pod UID can be
-  part of a file name, `--nvml` and `--cluster` have a known form, a given
-  kubeconfig is a readable file;
+  part of a file name, `--cluster` has a known form, a given kubeconfig is a
+  readable file;
 - addresses and ports: `--metrics-address` is HOST:PORT, `--healthcheck-port`
   is a port number (whether they are free is known only by listening, which
   the plugin does next, before anything is published);
 - roots: the kubelet root's plugin data and registry directories and the CDI
-  root exist or can be created, and a file can be written in each; the
-  simulated hardware's state file has a writable directory; the driver root,
-  where given, is a directory if it exists (a missing one is a driver still
-  being installed: the plugin waits for it);
+  root exist or can be created, and a file can be written in each;
 - sockets: both socket paths (`kubelet_plugin.socket_names`) fit in a Unix
   socket address, and nothing but a stale socket sits at either.
+
+The hardware flags (`--nvml`, `--sim-state`, the driver root) belong to the
+composition root, which opens the hardware: `dra_driver.cli` checks them
+before it calls the daemon, with `check_writable_directory` from here.
 """
 
 from __future__ import annotations
@@ -46,8 +47,6 @@ from kubelet_plugin.socket_names import (
 if TYPE_CHECKING:
     from kubelet_plugin.main import PluginOptions
 
-_NVML_FORMS = "'real' or 'sim:<shape>'"
-
 
 @dataclass(frozen=True)
 class PluginPaths:
@@ -68,14 +67,11 @@ def check_options(options: PluginOptions) -> PluginPaths:
     _check_endpoints(options)
     kubelet_root = Path(os.path.abspath(options.kubelet_root))
     data_dir = plugin_data_dir(kubelet_root, options.driver_name)
-    _writable_directory(data_dir, "--kubelet-root", "the plugin data directory")
-    _writable_directory(registry_dir(kubelet_root), "--kubelet-root", "the plugin registry")
-    _writable_directory(Path(os.path.abspath(options.cdi_root)), "--cdi-root", "the CDI directory")
-    if options.sim_state is not None:
-        _writable_directory(
-            Path(os.path.abspath(options.sim_state)).parent, "--sim-state", "its directory"
-        )
-    _check_driver_root(options)
+    check_writable_directory(data_dir, "--kubelet-root", "the plugin data directory")
+    check_writable_directory(registry_dir(kubelet_root), "--kubelet-root", "the plugin registry")
+    check_writable_directory(
+        Path(os.path.abspath(options.cdi_root)), "--cdi-root", "the CDI directory"
+    )
     paths = PluginPaths(
         data_dir=data_dir,
         dra_socket=dra_socket_path(kubelet_root, options.driver_name, options.pod_uid),
@@ -104,9 +100,6 @@ def _check_names(options: PluginOptions) -> None:
         )
     if options.pod_uid:
         check_pod_uid(options.pod_uid)
-    nvml = options.nvml
-    if nvml != "real" and not (nvml.startswith("sim:") and nvml[4:].strip()):
-        raise ConfigError(f"--nvml {nvml!r}: expected {_NVML_FORMS}")
     cluster = options.cluster
     if cluster != "kube" and not (cluster.startswith("local:") and cluster[6:]):
         raise ConfigError(f"--cluster {cluster!r}: expected 'kube' or 'local:DIR'")
@@ -125,8 +118,9 @@ def _check_endpoints(options: PluginOptions) -> None:
         raise ConfigError(f"--healthcheck-port {port}: not a port number (0..65535)")
 
 
-def _writable_directory(directory: Path, flag: str, what: str) -> None:
-    """Create `directory` if missing and prove a file can be written there."""
+def check_writable_directory(directory: Path, flag: str, what: str) -> None:
+    """Create `directory` if missing and prove a file can be written there; ConfigError
+    naming `flag` if not."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".dra-gpu-write-check-"):
@@ -134,16 +128,6 @@ def _writable_directory(directory: Path, flag: str, what: str) -> None:
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise ConfigError(f"{flag}: {what} {directory} is not writable: {reason}") from None
-
-
-def _check_driver_root(options: PluginOptions) -> None:
-    root = options.driver_root
-    if root is None:
-        return
-    flag = "--container-driver-root" if root.container_path else "--nvidia-driver-root"
-    local = root.local_path  # where this process reads the driver's files
-    if local.exists() and not local.is_dir():
-        raise ConfigError(f"{flag} {local}: not a directory")
 
 
 def _nothing_but_a_socket_at(path: Path, what: str) -> None:

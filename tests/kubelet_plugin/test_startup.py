@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.cli import main
+from dra_driver.composition.hardware import open_hardware
 from dra_driver.kube.local_store import LocalCluster
 from kubelet_plugin import main as plugin_main
 from kubelet_plugin.main import PluginOptions
@@ -249,8 +250,9 @@ def test_a_start_that_fails_after_publishing_withdraws_its_slices(
     monkeypatch.setattr(threading.Thread, "start", start)
     options = PluginOptions(
         node_name="gpu-node-1",
-        nvml="sim:l4-node",
-        sim_state=work / "sim-state.json",
+        open_hardware=lambda: open_hardware(
+            "sim:l4-node", sim_state=work / "sim-state.json", node_name="gpu-node-1"
+        ),
         cluster=f"local:{work / 'cluster'}",
         kubelet_root=work / "kubelet",
         cdi_root=work / "cdi",
