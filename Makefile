@@ -34,7 +34,7 @@ unit: $(STAMP)
 kubectl:
 	command -v kubectl >/dev/null || { apt-get update -q && apt-get install -y -q kubernetes-client; }
 
-## wheel: the wheel deploy/Dockerfile installs (dist/dra_gpu-VERSION-py3-none-any.whl)
+## wheel: the wheel `make image` installs (dist/dra_gpu-VERSION-py3-none-any.whl)
 WHEEL_GLOB := dist/dra_gpu-*-py3-none-any.whl
 wheel: $(STAMP)
 	rm -rf dist build/lib build/bdist.*
