@@ -23,6 +23,7 @@ becoming U+FFFD). Behaviour that depends on Go's release:
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Final
 
@@ -39,6 +40,10 @@ ENCODE_QUERY_COMPONENT: Final = 6
 ENCODE_FRAGMENT: Final = 7
 
 MAX_QUERY_PARAMS: Final = 10000
+
+#: Go 1.26's `urlstrictcolons=1` (True) or Go 1.25's rule (False), for parses that do
+#: not say; `selector.py` sets it per evaluation from the Kubernetes release.
+STRICT_COLONS: Final[ContextVar[bool]] = ContextVar("go_url_strict_colons", default=True)
 
 _HEXDIGITS: Final = frozenset(b"0123456789abcdefABCDEF")
 _UPPERHEX: Final = b"0123456789ABCDEF"
@@ -396,8 +401,10 @@ def _error(text: bytes, message: str) -> URLError:
     return URLError(f"parse {go_quote(_decode(text))}: {message}")
 
 
-def parse(text: str, *, strict_colons: bool = True) -> URL:
+def parse(text: str, *, strict_colons: bool | None = None) -> URL:
     """`url.Parse`: any URL reference; raises URLError."""
+    if strict_colons is None:
+        strict_colons = STRICT_COLONS.get()
     raw = text.encode("utf-8", errors="surrogatepass")
     before, hash_mark, fragment = raw.partition(b"#")
     try:
@@ -413,8 +420,10 @@ def parse(text: str, *, strict_colons: bool = True) -> URL:
     return url
 
 
-def parse_request_uri(text: str, *, strict_colons: bool = True) -> URL:
+def parse_request_uri(text: str, *, strict_colons: bool | None = None) -> URL:
     """`url.ParseRequestURI`: an absolute URL or an absolute path; raises URLError."""
+    if strict_colons is None:
+        strict_colons = STRICT_COLONS.get()
     raw = text.encode("utf-8", errors="surrogatepass")
     try:
         return _parse(raw, True, strict_colons)

@@ -10,15 +10,14 @@ upstream's: `url()` one string traversal, the getters and `isURL` 1.
 
 Go 1.26 (Kubernetes 1.36 and later) refuses an http(s) host with more than one
 colon outside brackets; Go 1.25 (Kubernetes 1.34, 1.35) takes the last
-colon as the port. `STRICT_COLONS` holds which, set per evaluation by
-`selector.py` from the Kubernetes release being followed.
+colon as the port. `goneturl.STRICT_COLONS` holds which, set per evaluation
+by `selector.py` from the Kubernetes release being followed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextvars import ContextVar
-from typing import Any, Final
+from typing import Any
 
 from dra_driver.scheduling.cel import cost as costs
 from dra_driver.scheduling.cel.diagnostics import FunctionError
@@ -27,9 +26,6 @@ from dra_driver.scheduling.cel.goneturl import URL as GoURL
 from dra_driver.scheduling.cel.goneturl import URLError, parse, parse_request_uri
 from dra_driver.scheduling.cel.types import BOOL, STRING, URL, list_of, map_of
 from dra_driver.scheduling.cel.values import register_kind
-
-#: Go 1.26's `urlstrictcolons=1` (Kubernetes 1.36+); False is Go 1.25's behaviour.
-STRICT_COLONS: Final[ContextVar[bool]] = ContextVar("go_url_strict_colons", default=True)
 
 
 class URLValue:
@@ -54,19 +50,18 @@ register_kind(URLValue, "kubernetes.URL")
 
 
 def _url(text: str) -> URLValue:
-    strict = STRICT_COLONS.get()
     try:
         # ParseRequestURI decides what is a URL; Parse reads it (ParseRequestURI would
         # keep a fragment in the path or query).
-        parse_request_uri(text, strict_colons=strict)
-        return URLValue(parse(text, strict_colons=strict))
+        parse_request_uri(text)
+        return URLValue(parse(text))
     except URLError as exc:
         raise FunctionError(f"URL parse error during conversion from string: {exc}") from None
 
 
 def is_url(text: str) -> bool:
     try:
-        parse_request_uri(text, strict_colons=STRICT_COLONS.get())
+        parse_request_uri(text)
     except URLError:
         return False
     return True

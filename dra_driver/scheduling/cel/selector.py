@@ -29,8 +29,8 @@ from dra_driver.scheduling.cel.cost import (
 from dra_driver.scheduling.cel.device import DeviceView
 from dra_driver.scheduling.cel.diagnostics import CompileError, EvalError, to_cel_error
 from dra_driver.scheduling.cel.environment import strict_url_colons
+from dra_driver.scheduling.cel.goneturl import STRICT_COLONS
 from dra_driver.scheduling.cel.interpreter import Activation, Fn, Planner
-from dra_driver.scheduling.cel.lib_url import STRICT_COLONS
 from dra_driver.scheduling.cel.parser import parse
 from dra_driver.scheduling.cel.types import BOOL, DEVICE, CelType
 from dra_driver.scheduling.cel.values import kind_of

@@ -96,6 +96,10 @@ def test_url_colon_rule_follows_the_release() -> None:
     assert compile_selector(expression, release="1.35") is not compile_selector(
         expression, release="1.36"
     )
+    # format.uri() is the same parser.
+    uri = "format.uri().validate('http://a:b:80/') == optional.none()"
+    assert matches(uri, release="1.35")
+    assert not matches(uri, release="1.36")
     assert strict_url_colons(None)
     assert not strict_url_colons("1.35")
 
