@@ -710,8 +710,9 @@ class GpuDriver:
         problem = self._checkpoints.directory_problem()
         if self._state is not None and generation == self._generation and problem is None:
             return self._state
-        if self._state is not None and generation == self._generation:
-            # Nobody else wrote since we did: our copy is the truth; write it back.
+        if self._state is not None and generation in (self._generation, ""):
+            # Nobody else wrote since we did (a lock file without a token was deleted
+            # with its directory, not written by a peer): our copy is the truth.
             log.error(
                 "checkpoint directory %s %s while %d claims are prepared: rewriting them "
                 "from memory",

@@ -143,16 +143,18 @@ class MpsHostClient:
         multi_user: bool = False,
         limits: MpsLimits | None = None,
         gpu_uuid: str | None = None,
+        need_daemon: bool = True,
     ) -> DaemonStatus | None:
         """Ask for the daemon of `device_uuid` to serve `claims` (stopped when empty).
 
-        Returns the host's status (None: a stop left for a host that is not
-        running). Hold the GPU lock of the device around the call. Raises
-        `MpsError` when no host runs and a daemon is wanted, when the host
-        reports a failure, or when it does not answer within `timeout_s`.
+        Returns the host's status (None: no host runs, and the intent waits for
+        the next one). Hold the GPU lock of the device around the call. Raises
+        `MpsError` when no host runs and a daemon is wanted with `need_daemon`
+        (a Prepare; an Unprepare that leaves other users need not wait), when
+        the host reports a failure, or when it does not answer within `timeout_s`.
         """
         wanted = bool(claims)
-        if wanted and not self.host_running():
+        if wanted and need_daemon and not self.host_running():
             raise MpsError(
                 f"MPS for {device_uuid}: no MPS host runs on this node (nothing holds "
                 f"{self.root / HOST_LOCK_FILE}); {NO_HOST_HINT}"
@@ -171,8 +173,8 @@ class MpsHostClient:
             atomic.atomic_write(path, encode_intent(intent), mode=0o644)
         except OSError as exc:
             raise MpsError(f"{path}: cannot write the MPS intent: {exc.strerror or exc}") from exc
-        if not wake(self.root) and not wanted:
-            return None  # no host: the stop waits in the intent for the next one
+        if not wake(self.root) and not (wanted and need_daemon):
+            return None  # no host: the intent waits for the next one
         status = self._wait(intent)
         if status.state is DaemonState.FAILED:
             raise MpsError(f"MPS host: {status.error}")

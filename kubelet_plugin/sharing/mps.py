@@ -121,7 +121,7 @@ class MpsSharing:
 
                 users = daemon_users_by_claim(self._book.update(drop), daemon_dir)
                 failpoints.hit(RELEASE_RECORDED)
-                status = self._request(record, users)
+                status = self._request(record, users, need_daemon=False)
             if status is None or status.state is DaemonState.STOPPED:
                 log.info("%s: MPS control daemon for %s stopped", entry.ref, record.device_uuid)
             failpoints.hit(DAEMON_STOPPED)
@@ -205,6 +205,7 @@ class MpsSharing:
         users: Mapping[str, MpsRecord],
         *,
         keep: frozenset[str] = frozenset(),
+        need_daemon: bool = True,
     ) -> DaemonStatus | None:
         """Ask the host for `record`'s daemon to serve exactly `users` (and `keep`)."""
         limits = (
@@ -224,6 +225,7 @@ class MpsSharing:
             multi_user=record.multi_user,
             limits=limits,
             gpu_uuid=record.gpu_uuid,
+            need_daemon=need_daemon,
         )
 
     def _record_daemon(self, daemon_dir: str, status: DaemonStatus) -> None:

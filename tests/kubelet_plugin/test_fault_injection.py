@@ -316,3 +316,20 @@ def test_9_a_claim_name_with_newlines_cannot_forge_log_lines(plugin: PluginProce
     plugin.client.prepare([ClaimRef("default", "fa170000-0000-4000-8000-0000000000d1", forged)])
     assert "\n2026-11-27 10:00:00,000 INFO" not in plugin.log_tail(20_000)
     assert "x\\n2026-11-27" in plugin.log_tail(20_000)
+
+
+def test_8_unprepare_works_while_the_mps_host_is_down_and_the_next_host_cleans_up(
+    plugin: PluginProcess,
+) -> None:
+    other = ClaimRef("default", "fa170000-0000-4000-8000-0000000000c2", "mps-3")
+    _store(plugin, other, results=[_share("gpu-2", 8, "8Gi")], configs=[_mps("GpuConfig", 20)])
+    _ok(plugin, MPS, other)
+    assert plugin.mps_host is not None
+    plugin.mps_host.stop()  # the daemon outlives it here (no container cgroup)
+    _ok(plugin, MPS, unprepare=True)  # another claim still uses the daemon
+    _ok(plugin, other, unprepare=True)  # the last one: the stop waits for the next host
+    assert len(plugin.mps_daemons()) == 1
+    plugin.mps_host.start()
+    plugin.wait_for(lambda: plugin.mps_daemons() == {}, "the MPS daemon stopped", 15)
+    plugin.restart()  # the plugin's start-up removes what the stopped daemon left
+    _assert_nothing_left(plugin)
