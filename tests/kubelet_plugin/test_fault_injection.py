@@ -21,9 +21,11 @@ from inside (then a `GpuDriver` on simulated hardware):
 9. temp files are cleaned at start; Unprepare of an unknown claim is a
    success whatever its UID; log lines stay one line.
 
+6. 32 open health streams (the cap) leave Prepare its threads; a 33rd is
+   refused (`bench health-streams` measures the latency).
+
 Finding 3 (a failed start publishes nothing) is the start-up sequence's
-(tests/kubelet_plugin/test_main.py); 6 is covered by
-test_server.py's capped health streams and `bench health-streams`; 7 by
+(tests/kubelet_plugin/test_startup.py); 7 (memory under hostile calls) is
 test_fuzz.py and `bench fuzz`.
 """
 
@@ -32,15 +34,20 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 import pytest
 
 from dra_driver.claims.checkpoint import ClaimState
 from dra_driver.container.cdi_store import OWNER_PREFIX
 from dra_driver.files.atomic import temp_prefix_for
+from kubelet_plugin.gen.dra_health.v1alpha1 import api_pb2 as health_pb2
+from kubelet_plugin.gen.dra_health.v1alpha1 import api_pb2_grpc as health_grpc
+from kubelet_plugin.server import MAX_HEALTH_STREAMS
 from kubelet_plugin.service import ClaimRef
 from tests.fakes import PluginProcess, make_allocated_claim, make_opaque_config, plugin_sim
 from tests.fakes.mig import live_mig_instances
@@ -333,3 +340,31 @@ def test_8_unprepare_works_while_the_mps_host_is_down_and_the_next_host_cleans_u
     plugin.wait_for(lambda: plugin.mps_daemons() == {}, "the MPS daemon stopped", 15)
     plugin.restart()  # the plugin's start-up removes what the stopped daemon left
     _assert_nothing_left(plugin)
+
+
+# -- 6. bounded resources ----------------------------------------------------------------
+
+
+def test_6_twenty_open_health_streams_do_not_delay_prepare_and_more_than_32_are_refused(
+    plugin: PluginProcess,
+) -> None:
+    channel = grpc.insecure_channel(f"unix:{plugin.dra_socket}")
+    stub = health_grpc.DRAResourceHealthStub(channel)
+    streams = []
+    try:
+        for _ in range(MAX_HEALTH_STREAMS):
+            stream = stub.NodeWatchResources(health_pb2.NodeWatchResourcesRequest())
+            next(stream)  # open and answered
+            streams.append(stream)
+        started = time.monotonic()
+        _ok(plugin, WHOLE, MPS)
+        assert time.monotonic() - started < 8  # the review saw no answer within 8 s
+        extra = stub.NodeWatchResources(health_pb2.NodeWatchResourcesRequest(), timeout=10)
+        with pytest.raises(grpc.RpcError) as refused:
+            next(extra)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        _ok(plugin, WHOLE, MPS, unprepare=True)
+    finally:
+        for stream in streams:
+            stream.cancel()
+        channel.close()
