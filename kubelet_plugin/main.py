@@ -4,8 +4,9 @@ Opens the hardware and the cluster, discovers the devices, recovers the
 checkpoint, starts the gRPC servers (DRA socket first, then registration),
 keeps the node's ResourceSlices published (re-published at once when a
 watch sees them changed or deleted, or a device's health changes), watches
-device health, serves metrics and the gRPC health probe, and shuts down
-cleanly on SIGTERM/SIGINT, removing its sockets. All logic lives in the
+device health, reports each claim's status.devices, samples GPU use per
+claim, writes device metadata files, serves metrics and the gRPC health
+probe, and shuts down cleanly on SIGTERM/SIGINT, removing its sockets. All logic lives in the
 modules it wires; this file only decides the order.
 
 On a real node the NVIDIA driver may not be there yet (the GPU Operator
@@ -20,7 +21,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -29,6 +30,7 @@ from controller.publisher import SlicePublisher
 from controller.slices import build_resource_slices, choose_layout
 from dra_driver.claims.checkpoint_store import CheckpointStore
 from dra_driver.claims.mps import MPS_DIR
+from dra_driver.claims.usage import ClaimDeviceUsage
 from dra_driver.container.cdi_store import CdiStore
 from dra_driver.container.driver_root import DriverRoot
 from dra_driver.errors import (
@@ -45,7 +47,6 @@ from dra_driver.kube.objects import Obj
 from dra_driver.node.consumable_shares import ConsumableShares
 from dra_driver.node.devices import AllocatableDevice, build_devices, inventory_warnings
 from dra_driver.node.health import (
-    DEFAULT_IGNORED_XIDS,
     Fault,
     HealthPolicy,
     device_faults,
@@ -53,9 +54,11 @@ from dra_driver.node.health import (
 )
 from dra_driver.node.inventory import discover
 from kubelet_plugin.claim_events import EventingService
+from kubelet_plugin.claim_status import ClaimStatusService, ClaimStatusWriter
+from kubelet_plugin.device_metadata import DeviceMetadataService
 from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
-from kubelet_plugin.health_monitor import HealthMonitor
+from kubelet_plugin.health_monitor import DEFAULT_POLL_SECONDS, HealthMonitor
 from kubelet_plugin.health_stream import DeviceHealthServicer
 from kubelet_plugin.metrics import PluginMetrics
 from kubelet_plugin.mig_lifecycle import MigLifecycle
@@ -63,7 +66,16 @@ from kubelet_plugin.mps_daemons import MpsDaemons
 from kubelet_plugin.probe import HealthCheckServer, PluginHealthServicer
 from kubelet_plugin.rebuild import default_sources
 from kubelet_plugin.server import PluginServer
+from kubelet_plugin.service import ClaimRef
 from kubelet_plugin.sharing.gpu_policy import open_gpu_policy
+from kubelet_plugin.usage_metrics import UsageCollector
+from kubelet_plugin.usage_sampler import (
+    DEFAULT_INTERVAL_SECONDS,
+    REPORT_FILE,
+    ClaimPods,
+    UsageLoop,
+    UsageSampler,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +108,14 @@ class PluginOptions:
     driver_root: DriverRoot | None = None  # None: "/" on real hardware, a fake root in sim
     driver_retry_interval: float = 10.0
     health_checks: bool = True
-    ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
+    ignored_xids: frozenset[int] = frozenset()
+    health_poll_interval: float = DEFAULT_POLL_SECONDS
     taint_effect: str = "NoSchedule"
     metrics_address: str | None = None
     healthcheck_port: int | None = None
+    usage_interval: float = DEFAULT_INTERVAL_SECONDS  # 0: off
+    idle_claim_after: float | None = None  # seconds; None: no GPUIdle Events
+    device_metadata: bool = False
 
 
 def plugin_data_dir(kubelet_root: Path, driver_name: str) -> Path:
@@ -295,6 +311,7 @@ def _serve(
         sorted({device.gpu.uuid for device in devices}),
         policy,
         on_change=health_changed,
+        poll_interval=options.health_poll_interval,
     )
     slices = _SliceBuilder(options, devices, layout, monitor)
 
@@ -302,8 +319,38 @@ def _serve(
     # devices must never be advertised by a plugin that cannot take calls. It
     # starts serving once the slices are out, as the kubelet's first calls may
     # come as soon as the registration socket appears.
+    claim_pods = ClaimPods()
+    metadata = DeviceMetadataService(
+        driver,
+        cluster,
+        driver_name=options.driver_name,
+        pool_name=options.node_name,
+        plugin_data_dir=data_dir,
+        cdi_root=options.cdi_root,
+        prepared=driver.snapshot,
+        devices=lambda: devices,
+        enabled=options.device_metadata,
+    )
+    metadata.remove_orphans(driver.snapshot())
+    status_writer = ClaimStatusWriter(
+        cluster,
+        driver_name=options.driver_name,
+        pool_name=options.node_name,
+        claim_pods=claim_pods,
+        metrics=metrics,
+    )
     service = EventingService(
-        driver, cluster, driver_name=options.driver_name, node_name=options.node_name
+        ClaimStatusService(
+            metadata,
+            status_writer,
+            prepared=driver.snapshot,
+            devices=lambda: devices,
+            driver_name=options.driver_name,
+            node_name=options.node_name,
+        ),
+        cluster,
+        driver_name=options.driver_name,
+        node_name=options.node_name,
     )
     health_servicer = DeviceHealthServicer(
         monitor, pool_name=options.node_name, devices=lambda: devices
@@ -379,6 +426,20 @@ def _serve(
         threads.append(
             threading.Thread(target=monitor.run, args=(stop,), name="health-monitor", daemon=True)
         )
+    if options.usage_interval > 0:
+        usage = _usage_loop(
+            options,
+            hardware=hardware,
+            driver=driver,
+            devices=lambda: devices,
+            claim_pods=claim_pods,
+            cluster=cluster,
+            service=service,
+        )
+        metrics.track_usage(UsageCollector(usage.latest))
+        threads.append(
+            threading.Thread(target=usage.run, args=(stop,), name="usage-sampler", daemon=True)
+        )
     for thread in threads:
         thread.start()
     log.info("serving %s on node %s", options.driver_name, options.node_name)
@@ -389,13 +450,77 @@ def _serve(
         server.stop()
         if probe is not None:
             probe.stop()
+        for thread in threads:
+            if thread.name == "usage-sampler":
+                thread.join(timeout=5)  # it posts Events through the service closed next
         service.close()
+        status_writer.close()
         if stop_metrics is not None:
             stop_metrics()
         for thread in threads:
             thread.join(timeout=5)
     log.info("stopped")
     return 0
+
+
+def _usage_loop(
+    options: PluginOptions,
+    *,
+    hardware: Hardware,
+    driver: GpuDriver,
+    devices: Callable[[], Sequence[AllocatableDevice]],
+    claim_pods: ClaimPods,
+    cluster: Cluster,
+    service: EventingService,
+) -> UsageLoop:
+    """The usage sampler's loop (`--usage-interval`), reporting idle claims through `service`."""
+    log.info(
+        "sampling GPU use per claim every %g s%s",
+        options.usage_interval,
+        f"; claims idle for {options.idle_claim_after:g} s get a GPUIdle Event"
+        if options.idle_claim_after
+        else "",
+    )
+    sampler = UsageSampler(
+        hardware.nvml,
+        hardware.host.proc_root,
+        prepared=driver.snapshot,
+        devices=devices,
+        claim_pods=claim_pods,
+    )
+    return UsageLoop(
+        sampler,
+        interval=options.usage_interval,
+        claim_pods=claim_pods,
+        cluster=cluster,
+        report_file=plugin_data_dir(options.kubelet_root, options.driver_name) / REPORT_FILE,
+        idle_after=options.idle_claim_after,
+        on_idle=lambda usages, idle: _report_idle(service, usages, idle),
+    )
+
+
+def _report_idle(
+    service: EventingService, usages: Sequence[ClaimDeviceUsage], idle_seconds: float
+) -> None:
+    target = usages[0].target
+    devices = ", ".join(sorted(u.target.device for u in usages))
+    message = (
+        f"its GPUs ({devices}) have been idle for {_duration_text(idle_seconds)}: "
+        "no SM use (MIG: no process) since then"
+    )
+    log.warning("ResourceClaim %s/%s: %s", target.namespace, target.claim, message)
+    service.claim_idle(ClaimRef(target.namespace, target.claim_uid, target.claim), message)
+
+
+def _duration_text(seconds: float) -> str:
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
 
 
 def _mps_daemons(hardware: Hardware, data_dir: Path, *, shm_tmpfs: bool) -> MpsDaemons | None:

@@ -294,8 +294,8 @@ def read_report(path: Path) -> dict[str, Any] | None:
 class UsageLoop:
     """The sampler's thread: a pass every `interval` seconds, and what follows from it.
 
-    After each pass: `publish(report)` (the metrics collector), the report
-    file, `GPUIdle` reports through `on_idle(claim usages, idle seconds)` for
+    After each pass: `latest()` answers it (for the metrics collector), the
+    report file, `GPUIdle` reports through `on_idle(claim usages, idle seconds)` for
     a claim all of whose devices have been idle for `idle_after` seconds (once
     per idle period), and a background re-read of claims whose pods are not
     known.
@@ -308,7 +308,6 @@ class UsageLoop:
         interval: float,
         claim_pods: ClaimPods,
         cluster: Cluster | None,
-        publish: Callable[[UsageReport], None],
         report_file: Path | None = None,
         idle_after: float | None = None,
         on_idle: Callable[[Sequence[ClaimDeviceUsage], float], None] | None = None,
@@ -317,11 +316,15 @@ class UsageLoop:
         self._interval = interval
         self._claim_pods = claim_pods
         self._cluster = cluster
-        self._publish = publish
+        self._latest: UsageReport | None = None
         self._report_file = report_file
         self._idle_after = idle_after
         self._on_idle = on_idle
         self._reported_idle: set[str] = set()
+
+    def latest(self) -> UsageReport | None:
+        """The last pass (None before the first)."""
+        return self._latest
 
     def run(self, stop: threading.Event) -> None:
         """Sample until `stop` is set; a failing pass is logged and the next one runs."""
@@ -335,7 +338,7 @@ class UsageLoop:
 
     def run_once(self) -> UsageReport:
         report = self._sampler.sample()
-        self._publish(report)
+        self._latest = report
         if self._report_file is not None:
             try:
                 write_report(self._report_file, report, self._interval)

@@ -137,20 +137,26 @@ def _entry_problems(entry: Mapping[str, Any], where: str) -> list[str]:
 
 
 def drop_deallocated(claim: Obj, previous: Obj) -> None:
-    """Remove, in place, the `status.devices` entries of devices that were allocated in
-    `previous` and are not any more (`dropDeallocatedStatusDevices`)."""
+    """After a status update, in place: remove the `status.devices` entries of devices that
+    were allocated in `previous` and are not any more (`dropDeallocatedStatusDevices`), and
+    the ownership of entries that are gone."""
     gone = allocated_keys(previous) - allocated_keys(claim)
     status = claim.get("status")
-    if not gone or not isinstance(status, dict) or not isinstance(status.get("devices"), list):
-        return
-    kept = [e for e in status["devices"] if not (isinstance(e, dict) and device_key(e) in gone)]
-    if kept:
-        status["devices"] = kept
-    else:
-        del status["devices"]
+    entries = status.get("devices") if isinstance(status, dict) else None
+    if isinstance(entries, list) and gone:
+        kept = [e for e in entries if not (isinstance(e, dict) and device_key(e) in gone)]
+        if kept:
+            status["devices"] = kept  # type: ignore[index]
+        else:
+            del status["devices"]  # type: ignore[union-attr]
+    present = {
+        device_key(e)
+        for e in ((claim.get("status") or {}).get("devices") or [])
+        if isinstance(e, dict)
+    }
     owners = _owners(claim)
-    if any(key in gone for key in owners):
-        trimmed = {key: ms for key, ms in owners.items() if key not in gone}
+    if any(key not in present for key in owners):
+        trimmed = {key: ms for key, ms in owners.items() if key in present}
         _set_owners(claim, trimmed, touched=None, now="")
 
 
@@ -183,6 +189,12 @@ def apply_device_status(
     if not isinstance(wanted, list) or not all(isinstance(e, dict) for e in wanted):
         raise ClusterError(f"{what}: status.devices: Invalid value: must be a list of objects")
     wanted_keys = [device_key(e) for e in wanted]
+    duplicates = sorted({_key_text(k) for k in wanted_keys if wanted_keys.count(k) > 1})
+    if duplicates:
+        raise ClusterError(
+            f"{what}: status.devices: Duplicate value: {', '.join(duplicates)} (an apply lists "
+            "each entry once)"
+        )
     new = copy.deepcopy(stored)
     owners = _owners(new)
     conflicts = sorted(

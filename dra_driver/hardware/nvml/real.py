@@ -887,9 +887,8 @@ class RealNvml:
 class RealHealthEventSet:
     """`HealthEventSet` over one NVML event set (`nvmlEventSetWait_v2`).
 
-    NVML reports no recovery: a GPU that had a critical Xid stays reported
-    until the plugin restarts (a new registration does not see old events),
-    which is what an admin does after resetting the GPU.
+    NVML sends no event when a GPU recovers: the health monitor polls
+    `RealNvml.gpu_recovery_action` for that.
     """
 
     def __init__(self, lib: ModuleType, event_set: Any, uuids: list[str]) -> None:
