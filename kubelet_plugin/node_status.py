@@ -289,7 +289,8 @@ class ClaimsView:
 
 
 STALE_PASSES = 3
-"""A report older than this many sampling intervals is not the plugin's current view."""
+"""A report older than this many sampling intervals (and `STALE_SECONDS`) is not current."""
+STALE_SECONDS = 30.0
 
 
 def collect_claims(hardware: Hardware, *, data_dir: Path, now: float | None = None) -> ClaimsView:
@@ -300,7 +301,7 @@ def collect_claims(hardware: Hardware, *, data_dir: Path, now: float | None = No
         sampled = float(report.get("sampledAtUnix") or 0.0)
         interval = float(report.get("intervalSeconds") or 0.0)
         age = now - sampled
-        if 0 <= age <= max(STALE_PASSES * interval, 1.0):
+        if 0 <= age <= max(STALE_PASSES * interval, STALE_SECONDS):
             claims = tuple(
                 ClaimUsageStatus.from_report(entry, idle_known=True)
                 for entry in report.get("claims") or []
