@@ -177,8 +177,10 @@ class FakePynvml(ModuleType):
 
     Test hooks: `calls` counts calls per function name; `fail_next(name, code)`
     makes the next call(s) of a function raise that NVMLError (a GPU falling
-    off the bus, a missing privilege). `initialized` is true between init and
-    the matching shutdown (calls are ref-counted, like pynvml's).
+    off the bus, a missing privilege); `unsupported_fields` are field ids
+    `nvmlDeviceGetFieldValues` answers NOT_SUPPORTED for (a driver before
+    R565). `initialized` is true between init and the matching shutdown
+    (calls are ref-counted, like pynvml's).
     """
 
     def __init__(self, hw: SimHardware) -> None:
@@ -190,6 +192,7 @@ class FakePynvml(ModuleType):
         self._failures: dict[str, list[int]] = {}
         self._refcount = 0
         self._lock = threading.Lock()
+        self.unsupported_fields: set[int] = set()  # field ids answered NOT_SUPPORTED (old drivers)
         self._tokens: dict[_FakeHandle, int] = {}
         self._handles: dict[int, _FakeHandle] = {}
         for name in _PYNVML_STRUCTS:
@@ -773,7 +776,8 @@ class FakePynvml(ModuleType):
         values = (_real_pynvml.c_nvmlFieldValue_t * len(fieldIds))()
         for i, field_id in enumerate(fieldIds):
             values[i].fieldId = int(field_id)
-            if int(field_id) != nvml_codes.FI_DEV_GET_GPU_RECOVERY_ACTION:
+            known = int(field_id) == nvml_codes.FI_DEV_GET_GPU_RECOVERY_ACTION
+            if not known or int(field_id) in self.unsupported_fields:
                 values[i].nvmlReturn = nvml_codes.ERROR_NOT_SUPPORTED
                 continue
             values[i].valueType = nvml_codes.VALUE_TYPE_UNSIGNED_INT

@@ -577,8 +577,7 @@ class SimHardware:
         NOT_SUPPORTED on a MIG device and on a GPU with MIG on, as NVML says.
         """
         with self._store.read() as st:
-            uuids = _device_uuids(st, device_uuid)
-            if len(uuids) != 1 or device_uuid.startswith("MIG-"):
+            if _under_mig(st, device_uuid):
                 raise NvmlError(
                     codes.ERROR_NOT_SUPPORTED,
                     f"{device_uuid}: per-process utilization is not supported with MIG",
@@ -639,3 +638,12 @@ def _device_uuids(st: NodeState, device_uuid: str) -> set[str]:
         if any(ci.uuid == device_uuid for gi in g.gis for ci in gi.cis):
             return {device_uuid}
     raise NvmlError(codes.ERROR_NOT_FOUND, f"no GPU or MIG device with UUID {device_uuid}")
+
+
+def _under_mig(st: NodeState, device_uuid: str) -> bool:
+    """Whether `device_uuid` is a MIG device or a GPU with MIG on (NOT_FOUND if neither exists)."""
+    _device_uuids(st, device_uuid)
+    for g in st.gpus:
+        if g.uuid == device_uuid:
+            return g.model.mig_capable and g.mig_current
+    return True
