@@ -505,8 +505,8 @@ def _report_idle(
     target = usages[0].target
     devices = ", ".join(sorted(u.target.device for u in usages))
     message = (
-        f"its GPUs ({devices}) have been idle for {_duration_text(idle_seconds)}: "
-        "no SM use (MIG: no process) since then"
+        f"its GPUs ({devices}) have been idle for {_duration_text(idle_seconds)} "
+        "(no SM use; on a MIG device, no process)"
     )
     log.warning("ResourceClaim %s/%s: %s", target.namespace, target.claim, message)
     service.claim_idle(ClaimRef(target.namespace, target.claim_uid, target.claim), message)
