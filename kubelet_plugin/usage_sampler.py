@@ -153,11 +153,14 @@ class UsageSampler:
         self._pod_of_pid: dict[int, str | None] = {}
         self._last_seen_us: dict[str, int] = {}
         self._devices_cache: tuple[int, dict[str, AllocatableDevice]] | None = None
+        # The checkpoint is immutable and replaced on every change: its targets are reused
+        # while the same checkpoint and device list are current.
+        self._targets_cache: tuple[Checkpoint, int, list[UsageTarget]] | None = None
         self._failing: set[str] = set()  # "<what> <uuid>" whose failure was logged
 
     def sample(self) -> UsageReport:
         """One pass: NVML, `/proc`, attribution."""
-        targets = usage_targets(self._prepared(), self._device_map())
+        targets = self._targets()
         uuids: dict[str, bool] = {}
         for target in targets:
             uuids[target.nvml_uuid] = target.is_mig
@@ -242,6 +245,15 @@ class UsageSampler:
             seen[pid] = pod_uid_from_cgroup(text)
         self._pod_of_pid = seen
         return seen
+
+    def _targets(self) -> list[UsageTarget]:
+        checkpoint = self._prepared()
+        devices = self._device_map()
+        cached = self._targets_cache
+        if cached is None or cached[0] is not checkpoint or cached[1] != id(devices):
+            cached = (checkpoint, id(devices), usage_targets(checkpoint, devices))
+            self._targets_cache = cached
+        return cached[2]
 
     def _device_map(self) -> dict[str, AllocatableDevice]:
         devices = self._devices()

@@ -151,11 +151,7 @@ class ClaimDeviceUsage:
     @property
     def in_use(self) -> bool:
         """Whether this pass saw the claim use the device (see the module docstring)."""
-        if self.sm_percent is not None:
-            return self.sm_percent > 0
-        if self.sm_unavailable == UNAVAILABLE_MIG:
-            return any(p.processes for p in self.pods)
-        return False
+        return _in_use(self.sm_percent, self.sm_unavailable, self.pods)
 
 
 # --------------------------------------------------------------------------- targets
@@ -280,16 +276,7 @@ def attribute(
             )
             sm = _sum_or_none(p.sm_percent for p in pods)
             memory = _sum_or_none(p.memory_used_bytes for p in pods)
-            partial = ClaimDeviceUsage(
-                target=target,
-                pods=pods,
-                sm_percent=sm,
-                sm_unavailable=reading.unavailable,
-                memory_used_bytes=memory,
-                idle_seconds=0.0,
-                over_share=_over_share(target, sm, memory),
-            )
-            idle_seconds = idle.observe(target, partial.in_use, now)
+            in_use = _in_use(sm, reading.unavailable, pods)
             results.append(
                 ClaimDeviceUsage(
                     target=target,
@@ -297,8 +284,8 @@ def attribute(
                     sm_percent=sm,
                     sm_unavailable=reading.unavailable,
                     memory_used_bytes=memory,
-                    idle_seconds=idle_seconds,
-                    over_share=partial.over_share,
+                    idle_seconds=idle.observe(target, in_use, now),
+                    over_share=_over_share(target, sm, memory),
                 )
             )
     idle.forget_all_but({(t.claim_uid, t.device) for t in targets})
@@ -356,6 +343,14 @@ def _pod_usages(
             )
         )
     return tuple(usages)
+
+
+def _in_use(sm: float | None, unavailable: str | None, pods: Sequence[PodUsage]) -> bool:
+    if sm is not None:
+        return sm > 0
+    if unavailable == UNAVAILABLE_MIG:
+        return any(p.processes for p in pods)
+    return False
 
 
 def _sum_or_none(values: Iterable[float | int | None]) -> Any:
