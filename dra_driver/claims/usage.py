@@ -27,7 +27,8 @@ What "not measured" looks like, never a made-up 0:
   (NOT_SUPPORTED), the SM % is None and `sm_unavailable` says why.
 - Memory: the running-process list is complete, so a pod without a process
   uses 0 bytes; a process whose memory NVML cannot read makes its pod's and
-  claim's memory None.
+  claim's memory None. When the list itself cannot be read, neither memory
+  nor SM % is known (the samples name pids, the list says whose they are).
 
 Use, for idle time: SM % above 0; where SM % cannot be sampled on the device
 (MIG), a running process. Over share (only for shared claims: a `shareID`,
@@ -266,6 +267,9 @@ def attribute(
             if claim_uid is not None:
                 mine.setdefault(claim_uid, {}).setdefault(pod_uid, []).append(process)
         reading = utilization.get(uuid, UtilizationReading(unavailable=UNAVAILABLE_ERROR))
+        if listed is None and reading.unavailable is None:
+            # Samples name pids, but which pod runs which pid came from the process list.
+            reading = UtilizationReading(unavailable=UNAVAILABLE_ERROR)
         latest = _latest_per_pid(reading.samples)
         for target in on_device:
             pods = _pod_usages(
