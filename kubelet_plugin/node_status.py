@@ -325,7 +325,7 @@ def collect_claims(hardware: Hardware, *, data_dir: Path, now: float | None = No
         ClaimUsageStatus.from_report(usage.to_dict(), idle_known=False) for usage in own.claims
     )
     return ClaimsView(
-        claims, "sampled now (no recent pass of the plugin: idle time and pod names unknown)"
+        claims, "sampled now; no recent pass of the plugin, so idle time and pod names are unknown"
     )
 
 

@@ -162,7 +162,7 @@ def test_the_apiservers_rules_refuse_bad_entries(
     cluster: Cluster, entry: dict[str, Any], problem: str
 ) -> None:
     _allocated(cluster, [_result("gpu-0"), _result("gpu-1", SHARE)])
-    with pytest.raises(ClusterError, match="status.devices") as error:
+    with pytest.raises(ClusterError, match=r"status\.devices") as error:
         _apply(cluster, [entry])
     assert problem in str(error.value)
     assert "devices" not in (cluster.get_resource_claim("ml", "train").get("status") or {})
