@@ -23,8 +23,9 @@ from types import MappingProxyType
 
 from bench import BenchOptions, BenchResult, summarize_ns
 from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry, ClaimState, PreparedDevice
+from dra_driver.composition.hardware import open_simulated
 from dra_driver.errors import PluginError
-from dra_driver.hardware.nvml.backend import open_hardware, sim_proc_root
+from dra_driver.hardware.simulated.node_files import sim_proc_root
 from dra_driver.node.consumable_shares import ConsumableShares
 from dra_driver.node.devices import build_devices
 from dra_driver.node.inventory import discover
@@ -44,10 +45,8 @@ def run(options: BenchOptions) -> BenchResult:
     warmup = DEFAULT_WARMUP if options.warmup is None else options.warmup
     work = Path(tempfile.mkdtemp(prefix="dra-gpu-bench-usage-", dir="/tmp"))
     try:
-        hardware = open_hardware(f"sim:{SHAPE}", sim_state=work / "sim-state.json")
-        sim = hardware.sim
-        if sim is None:
-            raise PluginError("the benchmark needs a simulated node")
+        node = open_simulated(SHAPE, sim_state=work / "sim-state.json")
+        hardware, sim = node.hardware, node.sim
         devices = build_devices(
             discover(hardware.nvml), consumable_shares=ConsumableShares("unlimited")
         )

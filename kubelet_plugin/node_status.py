@@ -28,16 +28,15 @@ from typing import Any
 from dra_driver.claims.checkpoint import Checkpoint
 from dra_driver.claims.checkpoint_store import CheckpointStore
 from dra_driver.claims.mps import MPS_DIR
-from dra_driver.container.driver_root import DriverRoot
-from dra_driver.hardware.nvml.backend import Hardware, open_hardware
+from dra_driver.hardware.machine import Hardware
 from dra_driver.hardware.nvml.interface import GpuInfo
 from dra_driver.kube import yaml_io
 from dra_driver.kube.quantity import format_quantity
 from dra_driver.node.devices import build_devices
 from dra_driver.node.inventory import discover
+from dra_driver.planning.time_slices import LEVELS
 from kubelet_plugin.main import CHECKPOINT_DIR, LEGACY_CHECKPOINT_FILE, plugin_data_dir
 from kubelet_plugin.mps_daemons import MpsDaemons
-from kubelet_plugin.sharing.timeslice_plan import LEVELS
 from kubelet_plugin.usage_sampler import REPORT_FILE, ClaimPods, UsageSampler, read_report
 
 
@@ -99,16 +98,16 @@ class GpuStatus:
         }
 
 
-def _simulated_time_slices(hardware: Hardware) -> Mapping[str, str] | None:
-    """A simulated node records each GPU's `--set-timeslice` level; NVML cannot read it back
-    on a real one, so there it stays unknown."""
-    if hardware.sim is None:
-        return None
+def _time_slices(hardware: Hardware) -> Mapping[str, str]:
+    """Each GPU's time-slice interval where the GPU policy can read it back (a simulated
+    node records it; neither NVML nor nvidia-smi reports it on a real one: unknown)."""
     names = {level: str(name) for name, level in LEVELS.items()}
-    return {
-        gpu.uuid: names.get(hardware.sim.time_slice(gpu.uuid), "Default")
-        for gpu in hardware.nvml.gpus()
-    }
+    found = {}
+    for gpu in hardware.nvml.gpus():
+        level = hardware.gpu_policy.time_slice(gpu.uuid)
+        if level is not None:
+            found[gpu.uuid] = names.get(level, "Default")
+    return found
 
 
 def collect(
@@ -124,7 +123,7 @@ def collect(
     daemons = _mps_daemons(hardware, data_dir)
     nvml = hardware.nvml
     if time_slices is None:
-        time_slices = _simulated_time_slices(hardware)
+        time_slices = _time_slices(hardware)
     statuses = []
     for gpu in sorted(nvml.gpus(), key=lambda g: g.minor):
         migs = tuple(
@@ -388,20 +387,14 @@ def claims_to_dicts(claims: Sequence[ClaimUsageStatus]) -> list[dict[str, Any]]:
 
 
 def print_status(
+    hardware: Hardware,
     *,
-    nvml: str,
-    sim_state: Path | None,
-    node_name: str,
     kubelet_root: Path,
     driver_name: str,
     output: str,
-    driver_root: DriverRoot | None = None,
     claims: bool = False,
 ) -> int:
     """The `dra-gpu status` command: the GPUs, then the claims (`claims`: the claims only)."""
-    hardware = open_hardware(
-        nvml, sim_state=sim_state, node_name=node_name, driver_root=driver_root
-    )
     data_dir = plugin_data_dir(kubelet_root, driver_name)
     if claims:
         view = collect_claims(hardware, data_dir=data_dir)
