@@ -82,6 +82,35 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _seconds_or_off(text: str) -> float:
+    """An argparse type: seconds >= 0, where 0 turns the feature off."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text!r}: must be 0 (off) or more seconds")
+    return value
+
+
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _duration(text: str) -> float:
+    """An argparse type: a duration > 0, in seconds or with a unit (90s, 30m, 2h, 1d)."""
+    unit = _DURATION_UNITS.get(text[-1:]) if text else None
+    number = text[:-1] if unit is not None else text
+    try:
+        value = float(number) * (unit or 1.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration (seconds, or a number with s, m, h or d)"
+        ) from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0")
+    return value
+
+
 def _add_hardware_flags(parser: argparse.ArgumentParser, *, latency: bool = False) -> None:
     """--nvml and --sim-state; --sim-latency only where operations run (the plugin)."""
     parser.add_argument("--nvml", required=True, help=NVML_HELP)
@@ -267,7 +296,17 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
         "--additional-xids-to-ignore",
         default="",
         metavar="XIDS",
-        help="comma-separated Xids to ignore besides the application errors 13,31,43,45,68,109",
+        help="comma-separated Xids never to taint for; other Xids taint a GPU when its NVML "
+        "recovery action asks for more than none (without one, before driver R565: all Xids "
+        "but the application errors 13,31,43,45,68,109)",
+    )
+    parser.add_argument(
+        "--health-poll-interval",
+        type=_positive_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="how often each GPU's NVML recovery action is read: a reset GPU's taint is removed "
+        "without a restart, a GPU that needs recovery is tainted",
     )
     parser.add_argument(
         "--unhealthy-taint-effect",
@@ -285,6 +324,28 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="PORT",
         help="serve the gRPC health service (for liveness/readiness probes) on this port",
+    )
+    parser.add_argument(
+        "--usage-interval",
+        type=_seconds_or_off,
+        default=10.0,
+        metavar="SECONDS",
+        help="sample GPU use per claim and pod (NVML per-process data, /proc/<pid>/cgroup) this "
+        "often, for the dra_gpu_claim_* metrics and dra-gpu status; 0 turns it off",
+    )
+    parser.add_argument(
+        "--idle-claim-after",
+        type=_duration,
+        metavar="DURATION",
+        help="post a GPUIdle Warning Event on a claim whose GPUs did nothing this long "
+        "(e.g. 30m, 2h); off by default",
+    )
+    parser.add_argument(
+        "--device-metadata",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="write device metadata files (KEP-5304) per claim and request and mount them "
+        "read-only into its containers through CDI",
     )
 
 
@@ -315,7 +376,7 @@ def _check_hardware_flags(args: argparse.Namespace) -> None:
 
 def _run_plugin(args: argparse.Namespace) -> int:
     from dra_driver.hardware.simulated.latency import parse_latency
-    from dra_driver.node.health import DEFAULT_IGNORED_XIDS, parse_xid_list
+    from dra_driver.node.health import parse_xid_list
     from kubelet_plugin.main import PluginOptions, run
 
     _check_hardware_flags(args)  # the daemon checks the rest before it starts anything
@@ -337,11 +398,15 @@ def _run_plugin(args: argparse.Namespace) -> int:
             consumable_shares=parse_consumable_shares(args.consumable_shares),
             driver_retry_interval=args.driver_retry_interval,
             health_checks=args.device_health_checks,
-            ignored_xids=DEFAULT_IGNORED_XIDS | parse_xid_list(args.additional_xids_to_ignore),
+            ignored_xids=parse_xid_list(args.additional_xids_to_ignore),
+            health_poll_interval=args.health_poll_interval,
             taint_effect=args.unhealthy_taint_effect,
             metrics_address=args.metrics_address,
             healthcheck_port=args.healthcheck_port,
             pod_uid=args.pod_uid,
+            usage_interval=args.usage_interval,
+            idle_claim_after=args.idle_claim_after,
+            device_metadata=args.device_metadata,
         )
     )
 
@@ -378,6 +443,11 @@ def _status_flags(parser: argparse.ArgumentParser) -> None:
         help="the plugin's kubelet root: its checkpoint and MPS daemons are read from there",
     )
     parser.add_argument("-o", "--output", choices=("table", "yaml"), default="table")
+    parser.add_argument(
+        "--claims",
+        action="store_true",
+        help="only the per-claim view: pods, SM %%, memory used/limit, idle time, over share",
+    )
     _add_hardware_flags(parser)
     _add_driver_root_flags(parser)
 
@@ -390,6 +460,7 @@ def _run_status(args: argparse.Namespace) -> int:
         kubelet_root=args.kubelet_root,
         driver_name=args.driver_name,
         output=args.output,
+        claims=args.claims,
     )
 
 
@@ -397,6 +468,8 @@ def _run_status(args: argparse.Namespace) -> int:
 
 
 def _sim_flags(parser: argparse.ArgumentParser) -> None:
+    from dra_driver.hardware.nvml.codes import RECOVERY_ACTION_NAMES
+
     sim_commands = parser.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")
     health = sim_commands.add_parser(
         "health", help="inject a device-health event into a running plugin's simulated GPUs"
@@ -407,11 +480,53 @@ def _sim_flags(parser: argparse.ArgumentParser) -> None:
     event.add_argument("--xid", type=int, help="a critical Xid error, e.g. 79 or 48")
     event.add_argument("--double-bit-ecc", action="store_true", help="a double-bit ECC error")
     event.add_argument("--gpu-lost", action="store_true", help="the GPU fell off the bus")
-    event.add_argument("--healthy", action="store_true", help="the GPU was reset and works again")
+    event.add_argument(
+        "--healthy",
+        action="store_true",
+        help="the GPU was reset and works again: no recovery action pending (NVML sends no "
+        "event for that; the plugin's health poll notices)",
+    )
+    health.add_argument(
+        "--recovery-action",
+        choices=sorted(RECOVERY_ACTION_NAMES.values()),
+        help="the recovery action the driver asks for after the event (default: none for "
+        "application Xids 13,31,43,45,68,109, gpu-reset for any other fault)",
+    )
+    workload = sim_commands.add_parser(
+        "workload",
+        help="run (or stop) a pod's CUDA process on a simulated GPU or MIG device",
+        description="Run a simulated CUDA process of pod --pod-uid on --device of a running "
+        "plugin's simulated node: NVML lists it with its memory and SM utilization, and its "
+        "/proc/<pid>/cgroup names the pod. Again for the same device and pod: new numbers.",
+    )
+    workload.add_argument("--sim-state", type=Path, required=True, help="the node's state file")
+    workload.add_argument(
+        "--device",
+        required=True,
+        help="a GPU or MIG UUID, gpu-<minor>, or a MIG device name as the plugin publishes it",
+    )
+    workload.add_argument("--pod-uid", required=True, help="the UID of the pod the process is in")
+    workload.add_argument(
+        "--sm", type=int, default=0, metavar="PCT", help="SM utilization in percent (default 0)"
+    )
+    workload.add_argument(
+        "--memory", default="0", metavar="QTY", help="GPU memory used, e.g. 20Gi (default 0)"
+    )
+    workload.add_argument("--stop", action="store_true", help="end the pod's process there")
 
 
 def _run_sim(args: argparse.Namespace) -> int:
-    # `health` is the only sim command (argparse refuses any other).
+    if args.sim_command == "workload":
+        from dra_driver.hardware.simulated.workload_command import run_workload
+
+        return run_workload(
+            args.sim_state,
+            device=args.device,
+            pod_uid=args.pod_uid,
+            sm_percent=args.sm,
+            memory=args.memory,
+            stop=args.stop,
+        )
     from dra_driver.hardware.simulated.health_command import inject_health_event
 
     return inject_health_event(
@@ -420,6 +535,7 @@ def _run_sim(args: argparse.Namespace) -> int:
         xid=args.xid,
         double_bit_ecc=args.double_bit_ecc,
         gpu_lost=args.gpu_lost,
+        recovery_action=args.recovery_action,
     )
 
 
@@ -597,7 +713,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("kubelet-plugin", "run the node daemon", _plugin_flags, _run_plugin),
     Command(
         "status",
-        "per GPU: MIG mode, time-slice, MPS daemon and the claims it serves, MIG devices",
+        "per GPU: MIG mode, time-slice, MPS daemon and the claims it serves, MIG devices; "
+        "per claim: pods, SM %%, memory used/limit, idle time, over share",
         _status_flags,
         _run_status,
     ),

@@ -6,8 +6,10 @@ metrics ports, opens the hardware and the cluster, discovers the devices,
 recovers the checkpoint, starts the gRPC servers (DRA socket first, then
 registration), and only then publishes the node's ResourceSlices, keeping
 them published (re-published at once when a watch sees them changed or
-deleted, or a device's health changes). It watches device health and shuts
-down cleanly on SIGTERM/SIGINT, removing its own sockets and no one else's.
+deleted, or a device's health changes). It watches device health, reports
+each claim's status.devices, samples GPU use per claim, writes device
+metadata files, and shuts down cleanly on SIGTERM/SIGINT, removing its own
+sockets and no one else's.
 All logic lives in the modules it wires; this file only decides the order.
 
 Start-up is all or nothing: devices are advertised only by a plugin whose
@@ -33,7 +35,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -42,6 +44,7 @@ from controller.publisher import SlicePublisher
 from controller.slices import build_resource_slices, choose_layout
 from dra_driver.claims.checkpoint_store import CheckpointStore
 from dra_driver.claims.mps import MPS_DIR
+from dra_driver.claims.usage import ClaimDeviceUsage
 from dra_driver.container.cdi_store import CdiStore
 from dra_driver.errors import (
     DraGpuError,
@@ -57,7 +60,6 @@ from dra_driver.kube.objects import Obj
 from dra_driver.node.consumable_shares import ConsumableShares
 from dra_driver.node.devices import AllocatableDevice, build_devices, inventory_warnings
 from dra_driver.node.health import (
-    DEFAULT_IGNORED_XIDS,
     Fault,
     HealthPolicy,
     device_faults,
@@ -65,9 +67,11 @@ from dra_driver.node.health import (
 )
 from dra_driver.node.inventory import discover
 from kubelet_plugin.claim_events import EventingService
+from kubelet_plugin.claim_status import ClaimStatusService, ClaimStatusWriter
+from kubelet_plugin.device_metadata import DeviceMetadataService
 from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
-from kubelet_plugin.health_monitor import HealthMonitor
+from kubelet_plugin.health_monitor import DEFAULT_POLL_SECONDS, HealthMonitor
 from kubelet_plugin.health_stream import DeviceHealthServicer
 from kubelet_plugin.metrics import PluginMetrics
 from kubelet_plugin.mig_lifecycle import MigLifecycle
@@ -76,8 +80,17 @@ from kubelet_plugin.preflight import PluginPaths, check_options
 from kubelet_plugin.probe import HealthCheckServer, Phase, PluginHealthServicer, PluginProbe
 from kubelet_plugin.rebuild import default_sources
 from kubelet_plugin.server import PluginServer
+from kubelet_plugin.service import ClaimRef
 from kubelet_plugin.sharing import sharing_strategies
 from kubelet_plugin.socket_names import plugin_data_dir
+from kubelet_plugin.usage_metrics import UsageCollector
+from kubelet_plugin.usage_sampler import (
+    DEFAULT_INTERVAL_SECONDS,
+    REPORT_FILE,
+    ClaimPods,
+    UsageLoop,
+    UsageSampler,
+)
 
 log = logging.getLogger(__name__)
 
@@ -118,11 +131,15 @@ class PluginOptions:
     consumable_shares: ConsumableShares | None = None
     driver_retry_interval: float = 10.0
     health_checks: bool = True
-    ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
+    ignored_xids: frozenset[int] = frozenset()
+    health_poll_interval: float = DEFAULT_POLL_SECONDS
     taint_effect: str = "NoSchedule"
     metrics_address: str | None = None
     healthcheck_port: int | None = None
     pod_uid: str | None = None  # per-instance socket names for rolling upgrades
+    usage_interval: float = DEFAULT_INTERVAL_SECONDS  # 0: off
+    idle_claim_after: float | None = None  # seconds; None: no GPUIdle Events
+    device_metadata: bool = False
 
 
 __all__ = ["PluginOptions", "plugin_data_dir", "run"]
@@ -358,14 +375,45 @@ def _serve(
         sorted({device.gpu.uuid for device in devices}),
         policy,
         on_change=health_changed,
+        poll_interval=options.health_poll_interval,
     )
     slices = _SliceBuilder(options, devices, layout, monitor)
 
     # All or nothing: both sockets serve before any device is advertised (a
     # plugin that cannot take calls must never publish), and a start that
     # fails after the first publish withdraws what it published.
+    claim_pods = ClaimPods()
+    metadata = DeviceMetadataService(
+        driver,
+        cluster,
+        driver_name=options.driver_name,
+        pool_name=options.node_name,
+        plugin_data_dir=data_dir,
+        cdi_root=options.cdi_root,
+        prepared=driver.snapshot,
+        devices=lambda: devices,
+        enabled=options.device_metadata,
+    )
+    metadata.remove_orphans(driver.snapshot())
+    status_writer = ClaimStatusWriter(
+        cluster,
+        driver_name=options.driver_name,
+        pool_name=options.node_name,
+        claim_pods=claim_pods,
+        metrics=metrics,
+    )
     service = EventingService(
-        driver, cluster, driver_name=options.driver_name, node_name=options.node_name
+        ClaimStatusService(
+            metadata,
+            status_writer,
+            prepared=driver.snapshot,
+            devices=lambda: devices,
+            driver_name=options.driver_name,
+            node_name=options.node_name,
+        ),
+        cluster,
+        driver_name=options.driver_name,
+        node_name=options.node_name,
     )
     health_servicer = DeviceHealthServicer(
         monitor, pool_name=options.node_name, devices=lambda: devices
@@ -414,12 +462,27 @@ def _serve(
         threads.append(
             threading.Thread(target=monitor.run, args=(stop,), name="health-monitor", daemon=True)
         )
+    if options.usage_interval > 0:
+        usage = _usage_loop(
+            options,
+            hardware=hardware,
+            driver=driver,
+            devices=lambda: devices,
+            claim_pods=claim_pods,
+            cluster=cluster,
+            service=service,
+        )
+        metrics.track_usage(UsageCollector(usage.latest))
+        threads.append(
+            threading.Thread(target=usage.run, args=(stop,), name="usage-sampler", daemon=True)
+        )
     try:
         # Both servers run under hidden names; the kubelet sees the sockets
         # once the slices are out. PluginError here: nothing was published.
         server.start(expose=False)
     except BaseException:
         service.close()
+        status_writer.close()
         raise
     try:
         _publish_first(publisher, slices, metrics, layout, len(devices))
@@ -431,6 +494,7 @@ def _serve(
         wake.set()
         server.stop(grace=0)
         service.close()
+        status_writer.close()
         _withdraw(publisher)  # the first publish may have written some slices
         raise
     probe.serving(
@@ -451,7 +515,11 @@ def _serve(
         probe.set_phase(Phase.STOPPING)
         wake.set()
         server.stop(grace=STOP_GRACE_S)
+        for thread in threads:
+            if thread.name == "usage-sampler":
+                thread.join(timeout=THREAD_JOIN_S)  # it posts Events through the service
         service.close()
+        status_writer.close()
         for thread in threads:
             thread.join(timeout=THREAD_JOIN_S)
     log.info("stopped")
@@ -493,6 +561,66 @@ def _withdraw(publisher: SlicePublisher) -> None:
         log.error("the start failed; withdrawing its ResourceSlices failed too: %s", exc)
         return
     log.warning("the start failed: withdrew ResourceSlices %s", ", ".join(result.deleted) or "-")
+
+
+def _usage_loop(
+    options: PluginOptions,
+    *,
+    hardware: Hardware,
+    driver: GpuDriver,
+    devices: Callable[[], Sequence[AllocatableDevice]],
+    claim_pods: ClaimPods,
+    cluster: Cluster,
+    service: EventingService,
+) -> UsageLoop:
+    """The usage sampler's loop (`--usage-interval`), reporting idle claims through `service`."""
+    log.info(
+        "sampling GPU use per claim every %g s%s",
+        options.usage_interval,
+        f"; claims idle for {options.idle_claim_after:g} s get a GPUIdle Event"
+        if options.idle_claim_after
+        else "",
+    )
+    sampler = UsageSampler(
+        hardware.nvml,
+        hardware.host.proc_root,
+        prepared=driver.snapshot,
+        devices=devices,
+        claim_pods=claim_pods,
+    )
+    return UsageLoop(
+        sampler,
+        interval=options.usage_interval,
+        claim_pods=claim_pods,
+        cluster=cluster,
+        report_file=plugin_data_dir(options.kubelet_root, options.driver_name) / REPORT_FILE,
+        idle_after=options.idle_claim_after,
+        on_idle=lambda usages, idle: _report_idle(service, usages, idle),
+    )
+
+
+def _report_idle(
+    service: EventingService, usages: Sequence[ClaimDeviceUsage], idle_seconds: float
+) -> None:
+    target = usages[0].target
+    devices = ", ".join(sorted(u.target.device for u in usages))
+    message = (
+        f"its GPUs ({devices}) have been idle for {_duration_text(idle_seconds)} "
+        "(no SM use; on a MIG device, no process)"
+    )
+    log.warning("ResourceClaim %s/%s: %s", target.namespace, target.claim, message)
+    service.claim_idle(ClaimRef(target.namespace, target.claim_uid, target.claim), message)
+
+
+def _duration_text(seconds: float) -> str:
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
 
 
 def _mps_daemons(hardware: Hardware, data_dir: Path) -> MpsDaemons | None:

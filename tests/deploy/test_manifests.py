@@ -268,6 +268,8 @@ def test_the_daemonset_mounts_requests_and_rolls_with_a_surge_pod(directory: Pat
     # No host port or host network: two pods of one node would collide.
     assert not pod.get("hostNetwork")
     assert all("hostPort" not in port for port in container["ports"])
+    # GPU processes are host pids: usage per claim maps them to pods through /proc.
+    assert pod["hostPID"] is True
 
 
 def test_gpu_operator_overlay_uses_the_operators_driver_root_and_hook() -> None:
