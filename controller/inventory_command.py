@@ -8,6 +8,7 @@ or a one-line-per-device summary (`-o table`).
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -17,7 +18,12 @@ from dra_driver.hardware.nvml.backend import open_hardware
 from dra_driver.kube import yaml_io
 from dra_driver.kube.quantity import format_quantity
 from dra_driver.node.consumable_shares import ConsumableShares
-from dra_driver.node.devices import AllocatableDevice, build_devices, inventory_warnings
+from dra_driver.node.devices import (
+    AllocatableDevice,
+    build_devices,
+    gpu_device_name,
+    inventory_warnings,
+)
 from dra_driver.node.inventory import discover
 
 
@@ -32,8 +38,9 @@ def print_inventory(
     layout: Layout = "v1.35",
     consumable_shares: ConsumableShares | None = None,
     driver_root: DriverRoot | None = None,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
 ) -> int:
+    out = out or sys.stdout
     hardware = open_hardware(
         nvml, sim_state=sim_state, node_name=node_name, driver_root=driver_root
     )
@@ -45,12 +52,21 @@ def print_inventory(
     if output == "yaml":
         out.write(yaml_io.dump_all(slices, sort_keys=False))
     else:
-        out.write(render_table(devices, slice_count=len(slices)))
+        published = {device.gpu.uuid for device in devices}
+        idle = [
+            gpu_device_name(gpu.info)
+            for gpu in inventory.gpus
+            if gpu.info.mig_enabled and gpu.info.uuid not in published
+        ]
+        out.write(render_table(devices, slice_count=len(slices), idle_mig=idle))
     return 0
 
 
-def render_table(devices: list[AllocatableDevice], *, slice_count: int) -> str:
-    """One row per device: what an admin looks for first."""
+def render_table(
+    devices: list[AllocatableDevice], *, slice_count: int, idle_mig: Sequence[str] = ()
+) -> str:
+    """One row per device: what an admin looks for first. `idle_mig` names the GPUs in MIG
+    mode that publish nothing (no MIG devices, and not offered for dynamic MIG)."""
     header = ("DEVICE", "TYPE", "MODEL / PROFILE", "MEMORY", "UUID", "PCI BUS")
     rows = [header]
     for device in devices:
@@ -79,6 +95,13 @@ def render_table(devices: list[AllocatableDevice], *, slice_count: int) -> str:
         shares = {device.capacity.get("shares") for device in shared} - {None}
         per_device = f", {shares.pop()} shares each" if len(shares) == 1 else ""
         lines.append(f"{len(shared)} devices may be shared between claims{per_device}")
+    if idle_mig:
+        gpus = "1 GPU has" if len(idle_mig) == 1 else f"{len(idle_mig)} GPUs have"
+        lines.append(
+            f"{gpus} MIG mode on but no MIG devices, so nothing is published for "
+            f"{'it' if len(idle_mig) == 1 else 'them'}: {', '.join(idle_mig)} (create MIG devices, "
+            "or run the plugin with --dynamic-mig)"
+        )
     return "\n".join(lines) + "\n"
 
 

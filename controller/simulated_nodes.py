@@ -29,10 +29,10 @@ from typing import Any
 
 from controller.slices import build_resource_slices, choose_layout, resource_slice_name
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.hardware.simulated.boot import booted_node_state
 from dra_driver.hardware.simulated.hardware import SimHardware
 from dra_driver.hardware.simulated.nvml import SimNvml
 from dra_driver.hardware.simulated.shapes import NodeShape, load_shape
-from dra_driver.hardware.simulated.state import new_node_state
 from dra_driver.kube.objects import Obj
 from dra_driver.node.consumable_shares import ConsumableShares
 from dra_driver.node.devices import build_devices
@@ -117,7 +117,7 @@ def _renamed(
     """The template node's slices with this node's name and UUIDs.
 
     A node's UUIDs are those of its simulated hardware as first booted
-    (`new_node_state`), so the two nodes' states pair them up in order.
+    (`booted_node_state`), so the two nodes' states pair them up in order.
     """
     template_name, slices = template
     mapping: dict[str, str] = {template_name: name}
@@ -132,7 +132,7 @@ def _renamed(
 def _uuids(shape: NodeShape, node_name: str) -> list[str]:
     """The GPU and MIG device UUIDs of a freshly booted node, in state order."""
     uuids: list[str] = []
-    for gpu in new_node_state(shape, node_name).gpus:
+    for gpu in booted_node_state(shape, node_name).gpus:
         uuids.append(gpu.uuid)
         uuids.extend(ci.uuid for gi in gpu.gis for ci in gi.cis)
     return uuids
