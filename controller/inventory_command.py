@@ -7,12 +7,14 @@ or a one-line-per-device summary (`-o table`).
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from controller.slices import Layout, build_resource_slices
+from dra_driver import text_table
 from dra_driver.container.driver_root import DriverRoot
 from dra_driver.hardware.nvml.backend import open_hardware
 from dra_driver.kube import yaml_io
@@ -51,6 +53,9 @@ def print_inventory(
         print(f"warning: {warning}", file=sys.stderr)
     if output == "yaml":
         out.write(yaml_io.dump_all(slices, sort_keys=False))
+    elif output == "json":
+        out.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": slices}, indent=2))
+        out.write("\n")
     else:
         published = {device.gpu.uuid for device in devices}
         idle = [
@@ -58,37 +63,41 @@ def print_inventory(
             for gpu in inventory.gpus
             if gpu.info.mig_enabled and gpu.info.uuid not in published
         ]
-        out.write(render_table(devices, slice_count=len(slices), idle_mig=idle))
+        out.write(
+            render_table(devices, slice_count=len(slices), idle_mig=idle, wide=output == "wide")
+        )
     return 0
 
 
 def render_table(
-    devices: list[AllocatableDevice], *, slice_count: int, idle_mig: Sequence[str] = ()
+    devices: list[AllocatableDevice],
+    *,
+    slice_count: int,
+    idle_mig: Sequence[str] = (),
+    wide: bool = False,
 ) -> str:
-    """One row per device: what an admin looks for first. `idle_mig` names the GPUs in MIG
-    mode that publish nothing (no MIG devices, and not offered for dynamic MIG)."""
-    header = ("DEVICE", "TYPE", "MODEL / PROFILE", "MEMORY", "UUID", "PCI BUS")
-    rows = [header]
+    """One row per device: what an admin looks for first (`wide`: with UUID and PCI bus).
+    `idle_mig` names the GPUs in MIG mode that publish nothing (no MIG devices, and not
+    offered for dynamic MIG)."""
+    header = ["DEVICE", "TYPE", "MODEL / PROFILE", "MEMORY"]
+    if wide:
+        header += ["UUID", "PCI BUS"]
+    rows = []
     for device in devices:
         attrs = device.attributes
         profile = _plain(attrs.get("profile"))
         kind = "mig (dynamic)" if device.dynamic is not None else device.kind
         model = _plain(attrs.get("productName"))
-        rows.append(
-            (
-                device.name,
-                kind,
-                f"{model} {profile}".strip() if profile else model,
-                format_quantity(device.capacity.get("memory", 0)),
-                _plain(attrs.get("uuid")),
-                _plain(attrs.get("resource.kubernetes.io/pciBusID")),
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
+        row = [
+            device.name,
+            kind,
+            f"{model} {profile}".strip() if profile else model,
+            format_quantity(device.capacity.get("memory", 0)),
+        ]
+        if wide:
+            row += [_plain(attrs.get("uuid")), _plain(attrs.get("resource.kubernetes.io/pciBusID"))]
+        rows.append(row)
+    lines = text_table.render(header, rows, width=None if wide else text_table.WIDTH, shrink=(2,))
     lines.append(f"{len(devices)} devices in {slice_count} ResourceSlice(s)")
     shared = [device for device in devices if device.allow_multiple_allocations]
     if shared:

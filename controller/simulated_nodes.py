@@ -6,10 +6,10 @@ instance per node, so every node has its own GPU UUIDs),
 `dra_driver.node.inventory.discover`, `dra_driver.node.devices.build_devices` and
 `controller.slices.build_resource_slices`, the same calls the kubelet plugin
 makes, so the slices are exactly the ones our publisher would publish.
-`mig="dynamic"` (the simulator's default) is the plugin run with
-`--dynamic-mig`, where every MIG placement is a partitionable device, and
-`mig="static"` the plugin's own default (existing MIG devices only), with the
-slice layout the plugin picks for that Kubernetes release.
+`mig="static"` (the default, as for the plugin) publishes the existing MIG
+devices only, and `mig="dynamic"` is the plugin run with `--dynamic-mig`,
+where every MIG placement is a partitionable device, with the slice layout
+the plugin picks for that Kubernetes release.
 
 It lives here and not beside the simulator because building slices is the
 controller's job and the core (`dra_driver`) must not import `controller`;
@@ -50,7 +50,7 @@ def build_simulated_nodes(
     requests: Sequence[NodeRequest],
     *,
     driver: str = DEFAULT_DRIVER_NAME,
-    mig: MigMode = "dynamic",
+    mig: MigMode = "static",
     release: Release = "1.35",
     consumable_shares: ConsumableShares | None = None,
 ) -> SimulatedNodes:
@@ -83,7 +83,7 @@ def node_slices(
     node_name: str,
     *,
     driver: str = DEFAULT_DRIVER_NAME,
-    mig: MigMode = "dynamic",
+    mig: MigMode = "static",
     release: Release = "1.35",
     consumable_shares: ConsumableShares | None = None,
 ) -> list[Obj]:

@@ -11,11 +11,13 @@ plugin running needed; `to_dicts` and `render_table` are pure.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dra_driver import text_table
 from dra_driver.claims.checkpoint import Checkpoint
 from dra_driver.claims.checkpoint_store import CheckpointStore
 from dra_driver.claims.mps import MPS_DIR
@@ -142,30 +144,30 @@ def to_dicts(statuses: list[GpuStatus]) -> list[dict[str, Any]]:
     return [s.to_dict() for s in statuses]
 
 
-def render_table(statuses: list[GpuStatus]) -> str:
-    """One line per GPU and one per MIG device below it."""
-    rows = [("NAME", "UUID", "MIG", "TIMESLICE", "MPS")]
+def render_table(statuses: list[GpuStatus], *, wide: bool = False) -> str:
+    """One line per GPU and one per MIG device below it; at most 100 columns unless `wide`
+    (which adds the MPS daemons' pipe directories)."""
+    rows = []
     for gpu in statuses:
-        rows.append((gpu.name, gpu.uuid, gpu.mig_mode, gpu.time_slice or "-", _mps_cell(gpu.mps)))
+        rows.append(
+            (gpu.name, gpu.uuid, gpu.mig_mode, gpu.time_slice or "-", _mps_cell(gpu.mps, wide))
+        )
         for mig in gpu.mig_devices:
             name = f"  {mig.profile} GI{mig.gpu_instance_id}/CI{mig.compute_instance_id}"
-            rows.append((name, mig.uuid, "", "", _mps_cell(mig.mps)))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+            rows.append((name, mig.uuid, "", "", _mps_cell(mig.mps, wide)))
+    header = ("NAME", "UUID", "MIG", "TIMESLICE", "MPS")
+    width = None if wide else text_table.WIDTH
     return "".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
-        + "  "
-        + row[-1]
-        + "\n"
-        for row in rows
+        f"{line}\n" for line in text_table.render(header, rows, width=width, shrink=(4,))
     )
 
 
-def _mps_cell(mps: MpsStatus | None) -> str:
+def _mps_cell(mps: MpsStatus | None, wide: bool = True) -> str:
     if mps is None:
         return "-"
     state = f"running pid {mps.pid}" if mps.running else "NOT RUNNING"
     clients = ", ".join(mps.clients) or "no claims"
-    return f"{state} ({clients}) {mps.pipe_directory}"
+    return f"{state} ({clients}) {mps.pipe_directory}" if wide else f"{state} ({clients})"
 
 
 def _mig_mode(gpu: GpuInfo) -> str:
@@ -230,6 +232,8 @@ def print_status(
     statuses = collect(hardware, data_dir=plugin_data_dir(kubelet_root, driver_name))
     if output == "yaml":
         print(yaml_io.dump(to_dicts(statuses), sort_keys=False), end="")
+    elif output == "json":
+        print(json.dumps(to_dicts(statuses), indent=2))
     else:
-        print(render_table(statuses), end="")
+        print(render_table(statuses, wide=output == "wide"), end="")
     return 0

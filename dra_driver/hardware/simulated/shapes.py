@@ -111,7 +111,10 @@ def _layout(
     """Lay out the groups on PCI buses, roots and NUMA nodes."""
     flat = [group for group in groups for _ in range(group.count)]
     n = len(flat)
-    all_buses = list(buses) + [b for b in range(0x01, 0x100) if b not in buses]
+    # More GPUs than listed buses: the next free buses above the listed ones, so that
+    # PCI order (the order devices are published in) stays the NVML index order.
+    above = list(range(max(buses) + 1, 0x100))
+    all_buses = list(buses) + above + [b for b in range(0x01, max(buses)) if b not in buses]
     gpus = []
     for i, group in enumerate(flat):
         model = group.model

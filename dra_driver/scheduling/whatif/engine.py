@@ -41,6 +41,7 @@ from dra_driver.errors import AllocationError, ConfigError
 from dra_driver.kube.objects import Obj
 from dra_driver.scheduling.allocator import AllocatedState, Allocator, Features, Node
 from dra_driver.scheduling.allocator.nodes import selector_matches
+from dra_driver.scheduling.whatif import hints
 from dra_driver.scheduling.whatif.claims import PodClaim, claim_uid, resolve_pod_claims
 from dra_driver.scheduling.whatif.diagnosis import Diagnoser
 from dra_driver.scheduling.whatif.extended import attach_extended_resource_claim, class_mapping
@@ -209,6 +210,7 @@ class Simulation:
             share_id_factory=self._share_id,
         )
         self.diagnoser = Diagnoser(self.allocator, classes, self.state, self.features)
+        self.diagnoser.attribute_names = hints.attribute_names(slices)
         self.reservations: Counter[str] = Counter(
             {
                 key: len((claim.get("status") or {}).get("reservedFor") or [])
@@ -270,7 +272,8 @@ class Simulation:
         try:
             found = self.allocator.first_fit(candidates[start:], claims)
         except AllocationError as exc:
-            return Placement(item, "", self._outcomes(item, keys), str(exc))
+            reason = hints.did_you_mean(str(exc), self.diagnoser.attribute_names)
+            return Placement(item, "", self._outcomes(item, keys), reason)
         if found is None:
             self._cursor[signature] = len(candidates)
             reason = self._why(item, claims, candidates, signature)

@@ -81,8 +81,10 @@ def render_report(
     total = len(diagnosis.nodes)
     fitting = diagnosis.fitting
     if diagnosis.error:
+        # Not about any node (a selector that fails to evaluate, a missing class): said once.
         lines.append(f"Outcome: error: {diagnosis.error}")
-    elif fitting:
+        return "\n".join(lines) + "\n"
+    if fitting:
         first = fitting[0].node.name
         lines.append(f"Outcome: fits on {len(fitting)} of {_plural(total, 'node')}; first: {first}")
     else:
@@ -171,7 +173,14 @@ def node_text(node: NodeDiagnosis) -> str:
 
 
 def _short_text(group: RequestGroup) -> str:
-    stats = group.closest
+    if len(group.alternatives) > 1:
+        texts = "; ".join(_alternative_text(stats) for stats in group.alternatives)
+        name = group.label.removeprefix("request ")
+        return f"{name}: no alternative fits: {texts}"
+    return _alternative_text(group.alternatives[0])
+
+
+def _alternative_text(stats: RequestOnNode) -> str:
     name = stats.label.removeprefix("request ")
     if stats.errors:
         return f"{name}: {stats.errors[0]}"
