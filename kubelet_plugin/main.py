@@ -321,8 +321,26 @@ def _serve(
         node_name=options.node_name,
         owner_node_uid=_node_uid(cluster, options.node_name),
     )
+    dynamic_mig = options.dynamic_mig
+
+    def desired_slices() -> list[Obj]:
+        """The slices to publish; static MIG from the moment the API server is seen dropping
+        the counters that keep dynamic MIG devices apart (DRAPartitionableDevices off)."""
+        nonlocal devices, slices, dynamic_mig
+        if dynamic_mig and PARTITIONABLE_GATE in publisher.dropped_gates:
+            log.error(DYNAMIC_MIG_REFUSED)
+            dynamic_mig = False
+            devices = build_devices(
+                inventory, owned_instances=owned, consumable_shares=options.consumable_shares
+            )
+            driver.set_devices(devices)
+            slices = _SliceBuilder(options, devices, layout, monitor)
+        return slices()
+
     try:
-        result = publisher.publish(slices())
+        result = publisher.publish(desired_slices())
+        if dynamic_mig and PARTITIONABLE_GATE in publisher.dropped_gates:
+            result = publisher.publish(desired_slices())  # withdraw the unprotected devices
     except DraGpuError as exc:
         # Serve anyway: Unprepare needs no API server, and the loop below retries.
         metrics.publishes.labels("error").inc()
@@ -352,7 +370,7 @@ def _serve(
     threads = [
         threading.Thread(  # the first round above is done: wait for a reason
             target=publisher.run_forever,
-            args=(slices, stop, options.publish_interval),
+            args=(desired_slices, stop, options.publish_interval),
             kwargs={
                 "immediately": False,
                 "wake": wake,
@@ -396,6 +414,17 @@ def _serve(
             thread.join(timeout=5)
     log.info("stopped")
     return 0
+
+
+PARTITIONABLE_GATE = "DRAPartitionableDevices"
+DYNAMIC_MIG_REFUSED = (
+    "the API server dropped the shared counters of the dynamic MIG devices (feature gate "
+    f"{PARTITIONABLE_GATE} is off; it is alpha and off by default on Kubernetes 1.34 and "
+    "1.35): refusing --dynamic-mig, since without counters the scheduler could hand out "
+    "overlapping MIG devices; publishing the existing MIG devices only (static MIG). Turn the "
+    "gate on in kube-apiserver, kube-scheduler and kube-controller-manager, or run without "
+    "--dynamic-mig"
+)
 
 
 def _mps_daemons(hardware: Hardware, data_dir: Path, *, shm_tmpfs: bool) -> MpsDaemons | None:
