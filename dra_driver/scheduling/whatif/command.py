@@ -23,8 +23,15 @@ from dra_driver.node.device_classes import default_device_classes
 from dra_driver.scheduling.allocator import Features, Node, Release
 from dra_driver.scheduling.whatif.admission import check_objects
 from dra_driver.scheduling.whatif.claims import PodClaim
+from dra_driver.scheduling.whatif.diagnosis import Diagnosis
 from dra_driver.scheduling.whatif.documents import read_documents
-from dra_driver.scheduling.whatif.engine import Simulation, WorkItem, Workload, build_workload
+from dra_driver.scheduling.whatif.engine import (
+    NodeChecks,
+    Simulation,
+    WorkItem,
+    Workload,
+    build_workload,
+)
 from dra_driver.scheduling.whatif.explain import AllocatedClaim, render_report
 from dra_driver.scheduling.whatif.extended import attach_extended_resource_claim, class_mapping
 from dra_driver.scheduling.whatif.inputs import SimulationInputs, collect_inputs
@@ -56,6 +63,7 @@ class Scenario:
     nodes: list[Node] = field(default_factory=list)
     slices: list[Obj] = field(default_factory=list)
     classes: list[Obj] = field(default_factory=list)
+    node_checks: NodeChecks | None = None
 
 
 PARTITIONABLE_GATE: Final = "DRAPartitionableDevices"
@@ -235,6 +243,7 @@ def _simulation(scenario: Scenario, workload: Workload, features: Features) -> S
         nodes=scenario.nodes,
         claims=workload.claims,
         features=features,
+        node_checks=scenario.node_checks,
     )
 
 
@@ -400,6 +409,7 @@ def _explain(
     if pending and not problem:
         labels = {claim.claim: claim.name for claim in item.claims}
         diagnosis = simulation.diagnoser.diagnose(pending, nodes, labels=labels)
+    refused = _refused(simulation, keys, pending, diagnosis)
     out.write(
         render_report(
             subject=subject,
@@ -409,11 +419,36 @@ def _explain(
             diagnoser=simulation.diagnoser,
             verbose=verbose,
             problem=problem,
+            refused=refused,
         )
     )
-    if problem or (diagnosis is not None and not diagnosis.fitting):
+    if problem or refused or (diagnosis is not None and not diagnosis.fitting):
         return 1
     return 0
+
+
+def _refused(
+    simulation: Simulation,
+    keys: Sequence[str],
+    pending: Sequence[Obj],
+    diagnosis: Diagnosis | None,
+) -> tuple[str, str] | None:
+    """(node, the plugin's error) when the node the subject lands on would refuse a claim:
+    one refused already, or one of the allocations that fit on the first fitting node."""
+    for key in keys:
+        found = simulation.refused(key)
+        if found is not None:
+            return found
+    checks = simulation.node_checks
+    if checks is None or diagnosis is None or not diagnosis.fitting:
+        return None
+    first = diagnosis.fitting[0]
+    for claim, allocation in zip(pending, first.results or [], strict=False):
+        allocated = {**claim, "status": {**(claim.get("status") or {}), "allocation": allocation}}
+        error = checks.refusal(first.node.name, allocated, commit=False)
+        if error is not None:
+            return first.node.name, error
+    return None
 
 
 def _subject(item: WorkItem) -> str:

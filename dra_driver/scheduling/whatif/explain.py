@@ -61,9 +61,11 @@ def render_report(
     diagnoser: Diagnoser,
     verbose: bool = False,
     problem: str = "",
+    refused: tuple[str, str] | None = None,
 ) -> str:
     """The whole report (see the module docstring). `diagnosis` is None when every
-    claim is allocated; `problem` is set when the subject cannot be scheduled at all."""
+    claim is allocated; `problem` is set when the subject cannot be scheduled at all;
+    `refused` is (node, error) when the node's kubelet plugin would refuse a claim."""
     lines = [subject]
     for done in allocated:
         lines.append(
@@ -74,6 +76,14 @@ def render_report(
     lines.append("")
     if problem:
         lines.append(f"Outcome: cannot be scheduled: {problem}")
+        return "\n".join(lines) + "\n"
+    if refused is not None:
+        refused_on, error = refused
+        lines.append(
+            f"Outcome: the scheduler allocates it on {refused_on}, but the node's kubelet plugin "
+            "refuses to prepare it"
+        )
+        lines.append(f"Why: {error}")
         return "\n".join(lines) + "\n"
     if diagnosis is None:
         lines.append("Outcome: every claim is allocated already")
