@@ -4,19 +4,22 @@ Every command that prints a table (`inventory`, `simulate`, `status`) shows
 the essential columns in at most `WIDTH` characters, so it reads in a
 terminal and in a pull-request comment, and everything with `-o wide`.
 `render` pads the columns; when a row would be wider than `width`, the
-cells of the shrinkable columns are cut with an ellipsis, widest first,
-never below their header. Wrapping stays with the caller: a cell may hold
-several lines (the extra lines continue in the same column).
+cells of the `wrap` columns are wrapped at spaces, and then those of the
+`shrink` columns cut with an ellipsis, widest first, never below their
+header. A cell may also hold several lines of its own (the extra lines
+continue in the same column).
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Collection, Sequence
 from typing import Final
 
 WIDTH: Final = 100
 GAP: Final = "  "
 ELLIPSIS: Final = "…"
+_MIN_WRAP: Final = 20
 
 
 def render(
@@ -25,13 +28,19 @@ def render(
     *,
     width: int | None = WIDTH,
     shrink: Collection[int] = (),
+    wrap: Collection[int] = (),
 ) -> list[str]:
     """The lines of the table (no trailing newline); `width` None: no limit."""
     table = [list(header), *(list(row) for row in rows)]
     count = len(header)
     widths = [max(_longest(row[i]) for row in table) for i in range(count)]
     if width is not None:
-        widths = _fit(widths, [len(h) for h in header], width, shrink)
+        minimums = [len(h) for h in header]
+        widths = _fit(widths, [max(m, _MIN_WRAP) for m in minimums], width, wrap)
+        for row in table[1:]:
+            for i in wrap:
+                row[i] = "\n".join(textwrap.wrap(row[i], widths[i], break_on_hyphens=False) or [""])
+        widths = _fit(widths, minimums, width, shrink)
     lines: list[str] = []
     for row in table:
         cells = [row[i].split("\n") for i in range(count)]

@@ -156,9 +156,8 @@ def render_table(statuses: list[GpuStatus], *, wide: bool = False) -> str:
             rows.append((name, mig.uuid, "", "", _mps_cell(mig.mps, wide)))
     header = ("NAME", "UUID", "MIG", "TIMESLICE", "MPS")
     width = None if wide else text_table.WIDTH
-    return "".join(
-        f"{line}\n" for line in text_table.render(header, rows, width=width, shrink=(4,))
-    )
+    lines = text_table.render(header, rows, width=width, wrap=(4,))
+    return "".join(f"{line}\n" for line in lines)
 
 
 def _mps_cell(mps: MpsStatus | None, wide: bool = True) -> str:

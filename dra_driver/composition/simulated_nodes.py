@@ -24,6 +24,7 @@ renaming (the test suite checks that this equals a full build).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,7 +36,7 @@ from dra_driver.hardware.simulated.nvml import SimNvml
 from dra_driver.hardware.simulated.shapes import NodeShape, load_shape
 from dra_driver.kube.objects import Obj
 from dra_driver.node.consumable_shares import ConsumableShares
-from dra_driver.node.devices import build_devices
+from dra_driver.node.devices import AllocatableDevice, build_devices
 from dra_driver.node.inventory import NodeInventory, discover
 from dra_driver.scheduling.allocator import Node, Release
 from dra_driver.scheduling.whatif.nodes import (
@@ -75,7 +76,29 @@ def build_simulated_nodes(
                 slices = _renamed(template, name, shape, driver)
             built.nodes.append(Node(name, {HOSTNAME_LABEL: name}))
             built.slices.extend(slices)
+            built.devices[name] = functools.partial(
+                node_devices,
+                shape,
+                name,
+                mig=mig,
+                consumable_shares=consumable_shares,
+            )
     return built
+
+
+def node_devices(
+    shape: NodeShape,
+    node_name: str,
+    *,
+    mig: MigMode = "static",
+    consumable_shares: ConsumableShares | None = None,
+) -> list[AllocatableDevice]:
+    """The devices the kubelet plugin of a freshly booted node of `shape` publishes."""
+    return build_devices(
+        _inventory(shape, node_name),
+        dynamic_mig=mig == "dynamic",
+        consumable_shares=consumable_shares,
+    )
 
 
 def node_slices(

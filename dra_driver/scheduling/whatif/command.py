@@ -35,6 +35,7 @@ from dra_driver.scheduling.whatif.engine import (
 from dra_driver.scheduling.whatif.explain import AllocatedClaim, render_report
 from dra_driver.scheduling.whatif.extended import attach_extended_resource_claim, class_mapping
 from dra_driver.scheduling.whatif.inputs import SimulationInputs, collect_inputs
+from dra_driver.scheduling.whatif.node_checks import PluginChecks
 from dra_driver.scheduling.whatif.nodes import (
     MigMode,
     NodeBuilder,
@@ -166,6 +167,7 @@ def load_scenario(options: ScenarioOptions, err: TextIO | None = None) -> Scenar
             consumable_shares=options.consumable_shares,
         )
         scenario.nodes, scenario.slices = built.nodes, built.slices
+        scenario.node_checks = PluginChecks(built.devices)
     scenario.slices = scenario.slices + inputs.slices
     by_name = {node.name: node for node in scenario.nodes}
     for node in nodes_from_objects(inputs.nodes, inputs.slices):
