@@ -24,8 +24,10 @@ renaming (the test suite checks that this equals a full build).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from controller.slices import build_resource_slices, choose_layout, resource_slice_name
@@ -60,6 +62,9 @@ def build_simulated_nodes(
     for request in requests:
         shape = load_shape(request.shape)
         template: tuple[str, list[Obj]] | None = None
+        devices = _ShapeDevices(
+            shape, f"{request.prefix}-0", mig=mig, consumable_shares=consumable_shares
+        )
         for index in range(request.count):
             name = f"{request.prefix}-{index}"
             if template is None:
@@ -76,14 +81,40 @@ def build_simulated_nodes(
                 slices = _renamed(template, name, shape, driver)
             built.nodes.append(Node(name, {HOSTNAME_LABEL: name}))
             built.slices.extend(slices)
-            built.devices[name] = functools.partial(
-                node_devices,
-                shape,
-                name,
-                mig=mig,
-                consumable_shares=consumable_shares,
-            )
+            built.devices[name] = functools.partial(devices.of, name)
     return built
+
+
+class _ShapeDevices:
+    """The devices of the nodes of one shape: the first node's built from its simulated
+    hardware, the others' derived from them with their own UUIDs (as their slices are)."""
+
+    def __init__(
+        self,
+        shape: NodeShape,
+        template: str,
+        *,
+        mig: MigMode,
+        consumable_shares: ConsumableShares | None,
+    ) -> None:
+        self._shape = shape
+        self._template = template
+        self._mig = mig
+        self._shares = consumable_shares
+        self._built: list[AllocatableDevice] | None = None
+        self._template_uuids: tuple[str, ...] = ()
+
+    def of(self, node_name: str) -> list[AllocatableDevice]:
+        if self._built is None:
+            self._built = node_devices(
+                self._shape, self._template, mig=self._mig, consumable_shares=self._shares
+            )
+            self._template_uuids = _uuids(self._shape, self._template)
+        if node_name == self._template:
+            return self._built
+        mapping = dict(zip(self._template_uuids, _uuids(self._shape, node_name), strict=True))
+        memo: dict[int, Any] = {}
+        return [_replace_in(device, mapping, memo) for device in self._built]
 
 
 def node_devices(
@@ -152,13 +183,49 @@ def _renamed(
     return [_replace_strings(s, mapping) for s in slices]
 
 
-def _uuids(shape: NodeShape, node_name: str) -> list[str]:
+@functools.lru_cache(maxsize=4096)  # asked for by a node's slices and again by its devices
+def _uuids(shape: NodeShape, node_name: str) -> tuple[str, ...]:
     """The GPU and MIG device UUIDs of a freshly booted node, in state order."""
     uuids: list[str] = []
     for gpu in booted_node_state(shape, node_name).gpus:
         uuids.append(gpu.uuid)
         uuids.extend(ci.uuid for gi in gpu.gis for ci in gi.cis)
-    return uuids
+    return tuple(uuids)
+
+
+def _replace_in(value: Any, mapping: Mapping[str, str], memo: dict[int, Any]) -> Any:
+    """`value` (a frozen device record, its attributes, ...) with the strings of `mapping`
+    replaced, rebuilt only where something changed; `memo` maps the ids of the records
+    already done (the devices of one GPU share its records, GPUs of a model their profiles)."""
+    if isinstance(value, str):
+        return mapping.get(value, value)
+    if isinstance(value, int | float | bool) or value is None:
+        return value
+    done = memo.get(id(value))
+    if done is not None:
+        return done[1]
+    new: Any = value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for item in dataclasses.fields(value):
+            old = getattr(value, item.name)
+            replaced = _replace_in(old, mapping, memo)
+            if replaced is not old:
+                changes[item.name] = replaced
+        new = dataclasses.replace(value, **changes) if changes else value
+    elif isinstance(value, tuple):
+        items = tuple(_replace_in(item, mapping, memo) for item in value)
+        new = value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    elif isinstance(value, Mapping):
+        replaced_items = {key: _replace_in(item, mapping, memo) for key, item in value.items()}
+        if any(replaced_items[key] is not item for key, item in value.items()):
+            new = (
+                MappingProxyType(replaced_items)
+                if isinstance(value, MappingProxyType)
+                else replaced_items
+            )
+    memo[id(value)] = (value, new)  # the original is kept alive so its id stays unique
+    return new
 
 
 def _replace_strings(value: Any, mapping: Mapping[str, str]) -> Any:
