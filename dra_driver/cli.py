@@ -32,11 +32,45 @@ if TYPE_CHECKING:
     from dra_driver.hardware.machine import Hardware
     from dra_driver.scheduling.whatif.command import ScenarioOptions
 
+SHAPES = (
+    "dgx-a100-40gb, dgx-a100-80gb, dgx-h100, dgx-h200, dgx-b200, gb200-node, gh200-node, "
+    "a30-node, l4-node, h100-pcie-node"
+)  # dra_driver.hardware.simulated.shapes.BUILTIN_SHAPES (a test keeps them equal)
 NVML_HELP = (
     "'real' for the GPUs of this machine through NVML, or 'sim:<shape>' for a simulated node "
-    "(shapes: dgx-a100-40gb, dgx-a100-80gb, dgx-h100, dgx-h200, a30-node, l4-node, "
-    "h100-pcie-node, or a path to a YAML shape file)"
+    f"(shapes: {SHAPES}, or a path to a YAML shape file)"
 )
+OUTPUT_HELP = (
+    "table: for people, at most 100 columns; wide: every column, nothing shortened; "
+    "yaml or json: for tools"
+)
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's help with each flag's default, as kubectl's help shows them."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" in text
+            or not action.option_strings
+            or default is None
+            or default is argparse.SUPPRESS
+            or isinstance(default, bool)
+            or default in ("", [])
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dra-gpu")
+    except PackageNotFoundError:  # run from a source tree without installing
+        return "unknown"
 
 
 @dataclass(frozen=True)
@@ -197,7 +231,13 @@ def _hardware(args: argparse.Namespace, latency: Mapping[str, float] | None = No
 def _inventory_flags(parser: argparse.ArgumentParser) -> None:
     _add_node_name_flag(parser, help="the node's name: the slices' pool and node")
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
-    parser.add_argument("-o", "--output", choices=("yaml", "table"), default="table")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "wide", "yaml", "json"),
+        default="table",
+        help=OUTPUT_HELP,
+    )
     parser.add_argument(
         "--dynamic-mig",
         action=argparse.BooleanOptionalAction,
@@ -442,7 +482,13 @@ def _status_flags(parser: argparse.ArgumentParser) -> None:
         default=Path("/var/lib/kubelet"),
         help="the plugin's kubelet root: its checkpoint and MPS daemons are read from there",
     )
-    parser.add_argument("-o", "--output", choices=("table", "yaml"), default="table")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "wide", "yaml", "json"),
+        default="table",
+        help=OUTPUT_HELP,
+    )
     parser.add_argument(
         "--claims",
         action="store_true",
@@ -580,10 +626,10 @@ def _simulate_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o",
         "--output",
-        choices=("table", "yaml"),
+        choices=("table", "wide", "yaml", "json"),
         default="table",
-        help="table for people; yaml for tools: one list of {pod, placed, node, reason, "
-        "claims: [{claim, results: [{request, driver, pool, device}], config}]}",
+        help=f"{OUTPUT_HELP}: one list of {{pod, placed, node, reason, claims: [{{claim, "
+        "results: [{request, driver, pool, device}], config}]}",
     )
 
 
@@ -601,6 +647,7 @@ def _scenario(args: argparse.Namespace) -> ScenarioOptions:
         mig=args.mig,
         feature_gates=args.feature_gates,
         consumable_shares=parse_consumable_shares(args.consumable_shares),
+        recursive=args.recursive,
     )
 
 
@@ -651,15 +698,21 @@ def _add_scenario_flags(parser: argparse.ArgumentParser, *, files_required: bool
         required=files_required,
         default=[],
         metavar="FILE",
-        help="YAML with Pods, workloads, ResourceClaims(Templates), DeviceClasses, "
-        "ResourceSlices, Nodes ('-' for stdin); repeatable",
+        help="Pods, workloads, ResourceClaims(Templates), DeviceClasses, ResourceSlices, Nodes, "
+        "Namespaces, as for kubectl apply -f: a YAML or JSON file, a directory, a glob, "
+        "a comma-separated list, or '-' for stdin; repeatable",
+    )
+    parser.add_argument(
+        "-R",
+        "--recursive",
+        action="store_true",
+        help="read the directories given with -f and their subdirectories",
     )
     parser.add_argument(
         "--nodes",
         metavar="SPEC",
         help="simulated nodes built with our inventory code, e.g. dgx-h100=2,dgx-a100-40gb=1 "
-        "(shapes: dgx-a100-40gb, dgx-a100-80gb, dgx-h100, dgx-h200, a30-node, l4-node, "
-        "h100-pcie-node, or a YAML shape file); default: the nodes the files name",
+        f"(shapes: {SHAPES}, or a YAML shape file); without it: the nodes the files name",
     )
     parser.add_argument(
         "-n", "--namespace", default="default", help="namespace of objects that name none"
@@ -674,16 +727,18 @@ def _add_scenario_flags(parser: argparse.ArgumentParser, *, files_required: bool
             "1.37",
         ),  # dra_driver.scheduling.allocator.features.RELEASES
         default="1.35",
-        help="Kubernetes release whose allocator, scheduler feature-gate defaults and slice "
-        "layout to follow (default 1.35, the oldest release still supported; "
+        help="Kubernetes release whose API validation, allocator, feature-gate defaults and "
+        "slice layout to follow (1.35 is the oldest release still supported; "
         "docs/kubernetes-versions.md)",
     )
     parser.add_argument(
         "--mig",
-        choices=("dynamic", "static"),
-        default="dynamic",
-        help="how --nodes publish MIG-capable GPUs: dynamic (the default) = the kubelet plugin "
-        "with --dynamic-mig (every MIG placement, partitionable); static = without it",
+        choices=("static", "dynamic"),
+        default="static",
+        help="how --nodes publish MIG-capable GPUs, as the kubelet plugin does: static = its "
+        "default (the MIG devices that exist); dynamic = with --dynamic-mig (every MIG "
+        "placement, created at Prepare; needs DRAPartitionableDevices, off by default on "
+        "1.34/1.35)",
     )
     parser.add_argument(
         "--feature-gates",
@@ -761,8 +816,11 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="dra-gpu", description="DRA driver for NVIDIA GPUs: node plugin and tools"
+        prog="dra-gpu",
+        description="DRA driver for NVIDIA GPUs: node plugin and tools",
+        formatter_class=_HelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"dra-gpu {_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument(
         "--log-format",
@@ -772,10 +830,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
-        sub = commands.add_parser(command.name, help=command.help, description=command.description)
+        sub = commands.add_parser(
+            command.name,
+            help=command.help,
+            description=command.description,
+            formatter_class=_HelpFormatter,
+        )
         command.add_flags(sub)
         sub.set_defaults(run=command.run)
+    _show_defaults(parser)
     return parser
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Every sub-command's parser, nested ones (`mig status`) included, shows defaults."""
+    parser.formatter_class = _HelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _show_defaults(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -378,6 +378,21 @@ def _serve(
         poll_interval=options.health_poll_interval,
     )
     slices = _SliceBuilder(options, devices, layout, monitor)
+    dynamic_mig = options.dynamic_mig
+
+    def desired_slices() -> list[Obj]:
+        """The slices to publish; static MIG from the moment the API server is seen dropping
+        the counters that keep dynamic MIG devices apart (DRAPartitionableDevices off)."""
+        nonlocal devices, slices, dynamic_mig
+        if dynamic_mig and PARTITIONABLE_GATE in publisher.dropped_gates:
+            log.error(DYNAMIC_MIG_REFUSED)
+            dynamic_mig = False
+            devices = build_devices(
+                inventory, owned_instances=owned, consumable_shares=options.consumable_shares
+            )
+            driver.set_devices(devices)
+            slices = _SliceBuilder(options, devices, layout, monitor)
+        return slices()
 
     # All or nothing: both sockets serve before any device is advertised (a
     # plugin that cannot take calls must never publish), and a start that
@@ -435,7 +450,7 @@ def _serve(
     threads = [
         threading.Thread(  # the first round is done before they start: wait for a reason
             target=publisher.run_forever,
-            args=(slices, stop, options.publish_interval),
+            args=(desired_slices, stop, options.publish_interval),
             kwargs={
                 "immediately": False,
                 "wake": wake,
@@ -485,7 +500,7 @@ def _serve(
         status_writer.close()
         raise
     try:
-        _publish_first(publisher, slices, metrics, layout, len(devices))
+        _publish_first(publisher, desired_slices, metrics, layout, lambda: len(devices))
         server.expose()
         for thread in threads:
             thread.start()
@@ -528,14 +543,21 @@ def _serve(
 
 def _publish_first(
     publisher: SlicePublisher,
-    slices: _SliceBuilder,
+    slices: Callable[[], list[Obj]],
     metrics: PluginMetrics,
     layout: str,
-    device_count: int,
+    device_count: Callable[[], int],
 ) -> None:
-    """The first publish; a failure is logged and left to the background loop."""
+    """The first publish; a failure is logged and left to the background loop.
+
+    When the API server drops a feature gate's fields from what was written,
+    `slices` may change its answer (dynamic MIG falls back to static MIG): the
+    second publish withdraws the devices it cannot protect (a no-op otherwise).
+    """
     try:
         result = publisher.publish(slices())
+        if PARTITIONABLE_GATE in publisher.dropped_gates:
+            result = publisher.publish(slices())
     except DraGpuError as exc:
         # Serve anyway: Unprepare needs no API server, and the loop retries.
         metrics.publishes.labels("error").inc()
@@ -544,7 +566,7 @@ def _publish_first(
     metrics.publishes.labels("success").inc()
     log.info(
         "published %d devices, layout %s (created %s, updated %s, deleted %s)",
-        device_count,
+        device_count(),
         layout,
         result.created,
         result.updated,
@@ -682,3 +704,14 @@ def _node_uid(cluster: Cluster, node_name: str) -> str | None:
         log.warning("cannot read Node %s (slices published without an owner): %s", node_name, exc)
         return None
     return str(uid) if uid else None
+
+
+PARTITIONABLE_GATE = "DRAPartitionableDevices"
+DYNAMIC_MIG_REFUSED = (
+    "the API server dropped the shared counters of the dynamic MIG devices (feature gate "
+    f"{PARTITIONABLE_GATE} is off; it is alpha and off by default on Kubernetes 1.34 and "
+    "1.35): refusing --dynamic-mig, since without counters the scheduler could hand out "
+    "overlapping MIG devices; publishing the existing MIG devices only (static MIG). Turn the "
+    "gate on in kube-apiserver, kube-scheduler and kube-controller-manager, or run without "
+    "--dynamic-mig"
+)

@@ -19,12 +19,14 @@ idle time and pod names are unknown.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dra_driver import text_table
 from dra_driver.claims.checkpoint import Checkpoint
 from dra_driver.claims.checkpoint_store import CheckpointStore
 from dra_driver.claims.mps import MPS_DIR
@@ -154,30 +156,29 @@ def to_dicts(statuses: list[GpuStatus]) -> list[dict[str, Any]]:
     return [s.to_dict() for s in statuses]
 
 
-def render_table(statuses: list[GpuStatus]) -> str:
-    """One line per GPU and one per MIG device below it."""
-    rows = [("NAME", "UUID", "MIG", "TIMESLICE", "MPS")]
+def render_table(statuses: list[GpuStatus], *, wide: bool = False) -> str:
+    """One line per GPU and one per MIG device below it; at most 100 columns unless `wide`
+    (which adds the MPS daemons' pipe directories)."""
+    rows = []
     for gpu in statuses:
-        rows.append((gpu.name, gpu.uuid, gpu.mig_mode, gpu.time_slice or "-", _mps_cell(gpu.mps)))
+        rows.append(
+            (gpu.name, gpu.uuid, gpu.mig_mode, gpu.time_slice or "-", _mps_cell(gpu.mps, wide))
+        )
         for mig in gpu.mig_devices:
             name = f"  {mig.profile} GI{mig.gpu_instance_id}/CI{mig.compute_instance_id}"
-            rows.append((name, mig.uuid, "", "", _mps_cell(mig.mps)))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    return "".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
-        + "  "
-        + row[-1]
-        + "\n"
-        for row in rows
-    )
+            rows.append((name, mig.uuid, "", "", _mps_cell(mig.mps, wide)))
+    header = ("NAME", "UUID", "MIG", "TIMESLICE", "MPS")
+    width = None if wide else text_table.WIDTH
+    lines = text_table.render(header, rows, width=width, wrap=(4,))
+    return "".join(f"{line}\n" for line in lines)
 
 
-def _mps_cell(mps: MpsStatus | None) -> str:
+def _mps_cell(mps: MpsStatus | None, wide: bool = True) -> str:
     if mps is None:
         return "-"
     state = f"running pid {mps.pid}" if mps.running else "NOT RUNNING"
     clients = ", ".join(mps.clients) or "no claims"
-    return f"{state} ({clients}) {mps.pipe_directory}"
+    return f"{state} ({clients}) {mps.pipe_directory}" if wide else f"{state} ({clients})"
 
 
 def _mig_mode(gpu: GpuInfo) -> str:
@@ -400,14 +401,18 @@ def print_status(
         view = collect_claims(hardware, data_dir=data_dir)
         if output == "yaml":
             print(yaml_io.dump(claims_to_dicts(view.claims), sort_keys=False), end="")
+        elif output == "json":
+            print(json.dumps(claims_to_dicts(view.claims), indent=2))
         else:
             print(render_claims(view), end="")
         return 0
     statuses = collect(hardware, data_dir=data_dir)
     if output == "yaml":
         print(yaml_io.dump(to_dicts(statuses), sort_keys=False), end="")
+    elif output == "json":
+        print(json.dumps(to_dicts(statuses), indent=2))
     else:
-        print(render_table(statuses), end="")
+        print(render_table(statuses, wide=output == "wide"), end="")
         print()
         print(render_claims(collect_claims(hardware, data_dir=data_dir)), end="")
     return 0

@@ -430,7 +430,7 @@ def _show_node_status(p: _Printer, plugin: PluginProcess, title: str) -> None:
         data_dir=plugin_data_dir(plugin.kubelet_root, plugin.driver),
     )
     p.line(title + ":")
-    table = node_status.render_table([s for s in statuses if s.name == f"gpu-{MPS_GPU}"])
+    table = node_status.render_table([s for s in statuses if s.name == f"gpu-{MPS_GPU}"], wide=True)
     p.line(table.rstrip().replace(str(plugin.work), "<work>"), indent=5)
 
 

@@ -381,7 +381,17 @@ def test_a_device_plugin_mig_pod_places_through_the_overlays_classes(
         "      resources:\n        limits:\n          nvidia.com/mig-3g.40gb: 2\n"
     )
     classes = ROOT / "deploy/components/extended-resources/mig-classes.yaml"
-    argv = ["simulate", "-f", str(classes), "-f", str(pod), "--nodes", "dgx-h100=1"]
+    argv = [
+        "simulate",
+        "-f",
+        str(classes),
+        "-f",
+        str(pod),
+        "--nodes",
+        "dgx-h100=1",
+        "--mig",
+        "dynamic",
+    ]
     code = main([*argv, "--kubernetes", "1.37", "-o", "yaml"])
 
     (record,) = yaml.safe_load(capsys.readouterr().out)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -62,13 +62,19 @@ class FakeApiServer:
     status only through `/status`. Errors are `Status` objects worded like the
     apiserver's, and list items carry no `apiVersion`/`kind`, as on a real
     apiserver. `requests` records `(method, path?query)` of every request.
+    `disabled_gates` (e.g. `{"DRAPartitionableDevices"}`, as on a default 1.34/1.35
+    cluster) drops their ResourceSlice fields on write, as the apiserver does
+    (`apiserver_rules.drop_disabled_fields`).
 
         with FakeApiServer() as server:
             cluster = KubeCluster(server.api_client())
     """
 
-    def __init__(self, *, version: tuple[str, str] = ("1", "34")) -> None:
+    def __init__(
+        self, *, version: tuple[str, str] = ("1", "34"), disabled_gates: Collection[str] = ()
+    ) -> None:
         self.version = version
+        self.disabled_gates = frozenset(disabled_gates)
         self.requests: list[tuple[str, str]] = []
         self._objects: dict[tuple[str, str | None, str], dict[str, Any]] = {}
         self._resource_version = 0
@@ -386,6 +392,8 @@ class FakeApiServer:
     ) -> dict[str, Any]:
         try:
             ns, name = cluster_rules.object_key(kind, body, namespace)
+            if kind is cluster_rules.RESOURCE_SLICE:
+                body = cluster_rules.drop_disabled_fields(body, self.disabled_gates)
             if (kind.plural, ns, name) in self._objects:
                 raise _ApiFailure(
                     409, "AlreadyExists", f'{kind.plural}.resource.k8s.io "{name}" already exists'
@@ -410,6 +418,8 @@ class FakeApiServer:
         stored = self._get(kind, namespace, name)
         try:
             body_ns, body_name = cluster_rules.object_key(kind, body, namespace)
+            if kind is cluster_rules.RESOURCE_SLICE:
+                body = cluster_rules.drop_disabled_fields(body, self.disabled_gates)
             if body_name != name:
                 raise ClusterError(
                     f"the name of the object ({body_name}) does not match the name on the URL "

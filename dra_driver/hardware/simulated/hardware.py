@@ -81,6 +81,7 @@ from dra_driver.errors import ConfigError, NvmlError
 from dra_driver.hardware.nvml import codes
 from dra_driver.hardware.nvml.interface import Placement
 from dra_driver.hardware.simulated import lookup, rules, views
+from dra_driver.hardware.simulated.boot import booted_node_state
 from dra_driver.hardware.simulated.latency import LATENCY_KEYS, check_latency, parse_latency
 from dra_driver.hardware.simulated.lookup import GpuRef
 from dra_driver.hardware.simulated.models import CiProfileSpec, GiProfileSpec
@@ -96,7 +97,6 @@ from dra_driver.hardware.simulated.state import (
     WorkloadState,
     mig_uuid,
     new_boot_id,
-    new_node_state,
 )
 from dra_driver.hardware.simulated.store import StateStore
 from dra_driver.hardware.simulated.views import (
@@ -139,7 +139,7 @@ class SimHardware:
                 raise ConfigError(
                     f"simulated hardware: {where} and no node shape was given to create it from"
                 )
-            return new_node_state(shape, node_name)
+            return booted_node_state(shape, node_name)
 
         def check(state: NodeState) -> None:
             held = tuple(g.model_key for g in state.gpus)

@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dra_driver.errors import ConfigError
 from dra_driver.hardware.simulated.models import MODELS, GpuModel
-from dra_driver.hardware.simulated.shapes import NodeShape
+
+if TYPE_CHECKING:
+    from dra_driver.hardware.simulated.shapes import NodeShape
 
 STATE_VERSION = 1
 _UUID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/dra-gpu/sim")
