@@ -258,7 +258,9 @@ def test_socket_path_too_long_is_refused_clearly(service: FakeDraService) -> Non
     assert not root.exists()
 
 
-@pytest.mark.parametrize("name", ["", "GPU.nvidia.com", "gpu/nvidia", "-gpu"])
+# The rule of a ResourceSlice's spec.driver (`dra_driver.kube.names.driver_name_errors`):
+# a DNS subdomain once lower-cased, at most 63 characters.
+@pytest.mark.parametrize("name", ["", "x" * 60 + ".com", "gpu/nvidia", "-gpu"])
 def test_driver_name_must_be_a_dns_subdomain(
     service: FakeDraService, kubelet_root: Path, name: str
 ) -> None:
