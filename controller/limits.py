@@ -267,7 +267,7 @@ def _quantity(value: Any) -> Fraction | None:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         return None
     try:
-        return parse_quantity(str(value))
+        return parse_quantity(str(value)).value
     except ConfigError:
         return None
 

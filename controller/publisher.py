@@ -435,7 +435,7 @@ def _same(a: Any, b: Any, key: str | None = None) -> bool:
 
 def _quantity(text: str) -> Fraction | None:
     try:
-        return parse_quantity(text)
+        return parse_quantity(text).value
     except ConfigError:
         return None
 

@@ -66,7 +66,7 @@ class MpsConfig(_Strict):
     @field_validator("default_pinned_device_memory_limit")
     @classmethod
     def _limit(cls, value: str | None) -> str | None:
-        if value is not None and parse_quantity(value) < 2**20:
+        if value is not None and parse_quantity(value).value < 2**20:
             raise ValueError("must be at least 1Mi")
         return value
 
@@ -74,7 +74,7 @@ class MpsConfig(_Strict):
     @classmethod
     def _limits(cls, value: dict[str, str] | None) -> dict[str, str] | None:
         for device, limit in (value or {}).items():
-            if parse_quantity(limit) < 2**20:
+            if parse_quantity(limit).value < 2**20:
                 raise ValueError(f"limit of {device!r} must be at least 1Mi")
         return value
 

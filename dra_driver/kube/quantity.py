@@ -4,8 +4,8 @@ Device capacities (`memory`, `multiprocessors`, counters), claim requests,
 CEL's `quantity()` and the slice publisher all deal in quantity strings, and
 all of them use this module:
 
-* `parse_quantity` / `Quantity.parse` read a string to an exact value (a
-  Fraction) and the format apimachinery gives it (BinarySI for `Gi`-style
+* `parse_quantity`, the one parser, reads a string to a `Quantity`: an exact
+  value (a Fraction, `.value`) and the format apimachinery gives it (BinarySI for `Gi`-style
   suffixes, DecimalSI for `k`/`m`/plain numbers, DecimalExponent for `1e3`).
   The syntax is checked here (apimachinery's grammar is stricter than the
   Python client's), then the number is computed by the kubernetes client's
@@ -86,13 +86,6 @@ class Quantity:
     value: Fraction
     fmt: Format = field(default="DecimalSI", compare=False)
 
-    @staticmethod
-    def parse(text: str) -> Quantity:
-        """The quantity a string means; QuantityError naming the string if it is none."""
-        if not isinstance(text, str):
-            raise QuantityError(f"quantity {text!r}: must be a string", problem="format")
-        return _parse(text)
-
     def compare(self, other: Quantity) -> int:
         """-1, 0 or 1, as `Quantity.Cmp`."""
         return (self.value > other.value) - (self.value < other.value)
@@ -121,8 +114,8 @@ class Quantity:
         return format_canonical(self.value, self.fmt)
 
 
-def parse_quantity(text: str) -> Fraction:
-    """The exact value of a Kubernetes quantity string.
+def parse_quantity(text: str) -> Quantity:
+    """The quantity a Kubernetes quantity string means (its exact value is `.value`).
 
     Accepts what apimachinery's `ParseQuantity` accepts: an optional sign,
     digits with an optional fraction, and one suffix out of Ki Mi Gi Ti Pi Ei
@@ -131,9 +124,12 @@ def parse_quantity(text: str) -> Fraction:
     take gigabytes). Stricter than apimachinery in one way: a number needs at
     least one digit ("", "-", "." are errors, not zero).
 
-    Raises QuantityError (a ConfigError) naming the string when it is not a quantity.
+    Raises QuantityError (a ConfigError) naming the string when it is not a
+    quantity; its `problem` says which rule broke.
     """
-    return Quantity.parse(text).value
+    if not isinstance(text, str):
+        raise QuantityError(f"quantity {text!r}: must be a string", problem="format")
+    return _parse(text)
 
 
 def quantity_format(text: str) -> Format:

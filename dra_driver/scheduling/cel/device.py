@@ -24,7 +24,7 @@ from typing import Any
 
 from dra_driver.errors import QuantityError
 from dra_driver.scheduling.cel.diagnostics import EvalError
-from dra_driver.scheduling.cel.quantity import parse_quantity
+from dra_driver.scheduling.cel.quantity import cel_quantity
 from dra_driver.scheduling.cel.semver import SemverError, parse_semver
 from dra_driver.scheduling.cel.values import DefaultingMap, register_kind
 
@@ -171,6 +171,6 @@ def _capacity_value(raw: Mapping[str, Any]) -> Any:
     if not isinstance(value, str):
         raise ValueError("capacity has no quantity value")
     try:
-        return parse_quantity(value)
+        return cel_quantity(value)
     except QuantityError as exc:
         raise ValueError(str(exc)) from exc
