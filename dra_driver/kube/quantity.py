@@ -30,7 +30,6 @@ The canonical printing is written here: the Python client has none (its
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from typing import Final, Literal
 from kubernetes.utils import quantity as _client
 
 from dra_driver.errors import ConfigError, QuantityError
+from dra_driver.memo import memoized
 
 Format = Literal["BinarySI", "DecimalSI", "DecimalExponent"]
 
@@ -142,7 +142,7 @@ def quantity_format(text: str) -> Format:
     return "DecimalSI"
 
 
-@functools.lru_cache(maxsize=4096)
+@memoized(4096)
 def _parse(text: str) -> Quantity:
     match = _QUANTITY_RE.fullmatch(text)
     if match is None:

@@ -18,6 +18,7 @@ text), so a view evaluated against many selectors pays for it once.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,19 +46,16 @@ class DeviceView:
     allow_multiple_allocations: bool = False
 
     def cel_value(self) -> DeviceValue:
-        """The run-time value of `device` for this view (built once, then cached).
+        """The run-time value of `device` for this view (built once, then kept).
 
-        The cache lives outside the dataclass fields, so equality, repr and
+        It is kept outside the dataclass fields, so equality, repr and
         `dataclasses.replace` see only the four fields above.
         """
-        value: DeviceValue | None = self.__dict__.get(_CACHE_ATTRIBUTE)
-        if value is None:
-            value = DeviceValue(self)
-            object.__setattr__(self, _CACHE_ATTRIBUTE, value)
-        return value
+        return self._cel_value
 
-
-_CACHE_ATTRIBUTE = "_cel_value"
+    @functools.cached_property
+    def _cel_value(self) -> DeviceValue:
+        return DeviceValue(self)
 
 
 class DeviceValue:
