@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.hardware.simulated.driver_root import LIBRARY_DIRS, materialize_driver_root
 from kubelet_plugin.server import dra_socket_path, registration_socket_path
 from tests.dra_driver.hardware.nvml.fake_libnvml import install_libnvml
+from tests.fakes import wait_until
 
 VERSION = "570.172.08"
 
@@ -36,11 +36,7 @@ def work() -> Iterator[Path]:
 
 
 def _wait(check: Callable[[], bool], what: str, log: Path, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; log:\n{log.read_text()[-3000:]}")
-        time.sleep(0.1)
+    wait_until(check, what, timeout=timeout, details=lambda: f"log:\n{log.read_text()[-3000:]}")
 
 
 def test_plugin_waits_for_the_driver_then_serves(work: Path) -> None:
@@ -52,6 +48,7 @@ def test_plugin_waits_for_the_driver_then_serves(work: Path) -> None:
         sys.executable,
         "-m",
         "dra_driver.cli",
+        "-v",  # a debug line per attempt
         "kubelet-plugin",
         "--node-name=gpu-node-1",
         "--nvml=real",
@@ -66,7 +63,7 @@ def test_plugin_waits_for_the_driver_then_serves(work: Path) -> None:
         process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
     try:
         _wait(lambda: "NVIDIA driver not ready" in log.read_text(), "the not-ready line", log)
-        time.sleep(1.0)  # several retries
+        _wait(lambda: "after attempt 3:" in log.read_text(), "several retries", log)
         text = log.read_text()
         assert process.poll() is None, text
         assert "no libnvidia-ml.so.1 in the library directories of driver root " in text
