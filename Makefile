@@ -27,8 +27,10 @@ imports: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy $(PACKAGES) tests/fakes
 
+## unit: pytest on every core (pytest-xdist; worksteal evens out the long process tests);
+## the 10 slowest tests are printed at the end (--durations in pyproject.toml)
 unit: $(STAMP)
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n auto --dist worksteal
 
 ## kubectl: tests/deploy renders deploy/ with `kubectl kustomize` (Debian's kubernetes-client)
 kubectl:
