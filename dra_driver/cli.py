@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.errors import DraGpuError
@@ -50,6 +50,27 @@ class Command:
     description: str | None = None
 
 
+NODE_NAME_ENV = "NODE_NAME"
+POD_UID_ENV = "POD_UID"
+
+
+def _add_node_name_flag(
+    parser: argparse.ArgumentParser, *, fallback: str | None = None, help: str | None = None
+) -> None:
+    """--node-name, from NODE_NAME when absent (the DaemonSet sets it from spec.nodeName);
+    required where there is no `fallback`."""
+    default = os.environ.get(NODE_NAME_ENV) or fallback
+    parser.add_argument(
+        "--node-name",
+        default=default,
+        required=default is None,
+        help=(help or "the node's name")
+        + f" (env {NODE_NAME_ENV}"
+        + (f", else {fallback}" if fallback else "")
+        + ")",
+    )
+
+
 def _positive_seconds(text: str) -> float:
     """An argparse type: seconds > 0 (0 or less would re-sync in a busy loop)."""
     try:
@@ -58,6 +79,35 @@ def _positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not value > 0:  # also refuses nan
         raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 seconds")
+    return value
+
+
+def _seconds_or_off(text: str) -> float:
+    """An argparse type: seconds >= 0, where 0 turns the feature off."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text!r}: must be 0 (off) or more seconds")
+    return value
+
+
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _duration(text: str) -> float:
+    """An argparse type: a duration > 0, in seconds or with a unit (90s, 30m, 2h, 1d)."""
+    unit = _DURATION_UNITS.get(text[-1:]) if text else None
+    number = text[:-1] if unit is not None else text
+    try:
+        value = float(number) * (unit or 1.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration (seconds, or a number with s, m, h or d)"
+        ) from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0")
     return value
 
 
@@ -145,7 +195,7 @@ def _hardware(args: argparse.Namespace, latency: Mapping[str, float] | None = No
 
 
 def _inventory_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--node-name", required=True)
+    _add_node_name_flag(parser, help="the node's name: the slices' pool and node")
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
     parser.add_argument("-o", "--output", choices=("yaml", "table"), default="table")
     parser.add_argument(
@@ -178,8 +228,15 @@ def _run_inventory(args: argparse.Namespace) -> int:
 
 
 def _plugin_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--node-name", required=True)
+    _add_node_name_flag(parser, help="the node this plugin serves")
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
+    parser.add_argument(
+        "--pod-uid",
+        default=os.environ.get(POD_UID_ENV) or None,
+        help="this plugin pod's UID: names the sockets per instance so that an old and a new "
+        "plugin pod serve side by side during a rolling upgrade (kubelet 1.33+; the DaemonSet "
+        f"passes metadata.uid; env {POD_UID_ENV}; default: the classic socket names)",
+    )
     parser.add_argument(
         "--cluster",
         default="kube",
@@ -239,7 +296,17 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
         "--additional-xids-to-ignore",
         default="",
         metavar="XIDS",
-        help="comma-separated Xids to ignore besides the application errors 13,31,43,45,68,109",
+        help="comma-separated Xids never to taint for; other Xids taint a GPU when its NVML "
+        "recovery action asks for more than none (without one, before driver R565: all Xids "
+        "but the application errors 13,31,43,45,68,109)",
+    )
+    parser.add_argument(
+        "--health-poll-interval",
+        type=_positive_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="how often each GPU's NVML recovery action is read: a reset GPU's taint is removed "
+        "without a restart, a GPU that needs recovery is tainted",
     )
     parser.add_argument(
         "--unhealthy-taint-effect",
@@ -258,13 +325,61 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="serve the gRPC health service (for liveness/readiness probes) on this port",
     )
+    parser.add_argument(
+        "--usage-interval",
+        type=_seconds_or_off,
+        default=10.0,
+        metavar="SECONDS",
+        help="sample GPU use per claim and pod (NVML per-process data, /proc/<pid>/cgroup) this "
+        "often, for the dra_gpu_claim_* metrics and dra-gpu status; 0 turns it off",
+    )
+    parser.add_argument(
+        "--idle-claim-after",
+        type=_duration,
+        metavar="DURATION",
+        help="post a GPUIdle Warning Event on a claim whose GPUs did nothing this long "
+        "(e.g. 30m, 2h); off by default",
+    )
+    parser.add_argument(
+        "--device-metadata",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="write device metadata files (KEP-5304) per claim and request and mount them "
+        "read-only into its containers through CDI",
+    )
+
+
+def _check_hardware_flags(args: argparse.Namespace) -> None:
+    """The daemon's hardware flags, checked before it starts anything (ConfigError): the
+    --nvml form and shape, the --sim-state directory, and a driver root that is a directory
+    where it exists (a missing one is a driver still being installed: the plugin waits)."""
+    from dra_driver.composition.hardware import REAL_SPEC, SIM_PREFIX, SPEC_FORMS
+    from dra_driver.errors import ConfigError
+    from kubelet_plugin.preflight import check_writable_directory
+
+    spec = args.nvml
+    if spec != REAL_SPEC:
+        shape = spec[len(SIM_PREFIX) :].strip() if spec.startswith(SIM_PREFIX) else ""
+        if not shape:
+            raise ConfigError(f"--nvml {spec!r}: expected {SPEC_FORMS}")
+        from dra_driver.hardware.simulated.shapes import load_shape
+
+        load_shape(shape)
+    if args.sim_state is not None:
+        directory = Path(os.path.abspath(args.sim_state)).parent
+        check_writable_directory(directory, "--sim-state", "its directory")
+    root = _driver_root(args)
+    if root is not None and root.local_path.exists() and not root.local_path.is_dir():
+        flag = "--container-driver-root" if root.container_path else "--nvidia-driver-root"
+        raise ConfigError(f"{flag} {root.local_path}: not a directory")
 
 
 def _run_plugin(args: argparse.Namespace) -> int:
     from dra_driver.hardware.simulated.latency import parse_latency
-    from dra_driver.node.health import DEFAULT_IGNORED_XIDS, parse_xid_list
+    from dra_driver.node.health import parse_xid_list
     from kubelet_plugin.main import PluginOptions, run
 
+    _check_hardware_flags(args)  # the daemon checks the rest before it starts anything
     latency = parse_latency(args.sim_latency) if args.sim_latency else None
     return run(
         PluginOptions(
@@ -283,10 +398,15 @@ def _run_plugin(args: argparse.Namespace) -> int:
             consumable_shares=parse_consumable_shares(args.consumable_shares),
             driver_retry_interval=args.driver_retry_interval,
             health_checks=args.device_health_checks,
-            ignored_xids=DEFAULT_IGNORED_XIDS | parse_xid_list(args.additional_xids_to_ignore),
+            ignored_xids=parse_xid_list(args.additional_xids_to_ignore),
+            health_poll_interval=args.health_poll_interval,
             taint_effect=args.unhealthy_taint_effect,
             metrics_address=args.metrics_address,
             healthcheck_port=args.healthcheck_port,
+            pod_uid=args.pod_uid,
+            usage_interval=args.usage_interval,
+            idle_claim_after=args.idle_claim_after,
+            device_metadata=args.device_metadata,
         )
     )
 
@@ -297,7 +417,7 @@ def _run_plugin(args: argparse.Namespace) -> int:
 def _mig_flags(parser: argparse.ArgumentParser) -> None:
     mig_commands = parser.add_subparsers(dest="mig_command", required=True, metavar="MIG_COMMAND")
     status = mig_commands.add_parser("status", help="print the live MIG layout of every GPU")
-    status.add_argument("--node-name", default="sim-node", help="node name (simulated UUIDs)")
+    _add_node_name_flag(status, fallback="sim-node", help="node name (simulated UUIDs)")
     _add_hardware_flags(status)
     _add_driver_root_flags(status)
 
@@ -314,7 +434,7 @@ def _run_mig(args: argparse.Namespace) -> int:
 
 
 def _status_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--node-name", default="sim-node", help="node name (simulated UUIDs)")
+    _add_node_name_flag(parser, fallback="sim-node", help="node name (simulated UUIDs)")
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
     parser.add_argument(
         "--kubelet-root",
@@ -323,6 +443,11 @@ def _status_flags(parser: argparse.ArgumentParser) -> None:
         help="the plugin's kubelet root: its checkpoint and MPS daemons are read from there",
     )
     parser.add_argument("-o", "--output", choices=("table", "yaml"), default="table")
+    parser.add_argument(
+        "--claims",
+        action="store_true",
+        help="only the per-claim view: pods, SM %%, memory used/limit, idle time, over share",
+    )
     _add_hardware_flags(parser)
     _add_driver_root_flags(parser)
 
@@ -335,6 +460,7 @@ def _run_status(args: argparse.Namespace) -> int:
         kubelet_root=args.kubelet_root,
         driver_name=args.driver_name,
         output=args.output,
+        claims=args.claims,
     )
 
 
@@ -342,6 +468,8 @@ def _run_status(args: argparse.Namespace) -> int:
 
 
 def _sim_flags(parser: argparse.ArgumentParser) -> None:
+    from dra_driver.hardware.nvml.codes import RECOVERY_ACTION_NAMES
+
     sim_commands = parser.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")
     health = sim_commands.add_parser(
         "health", help="inject a device-health event into a running plugin's simulated GPUs"
@@ -352,11 +480,53 @@ def _sim_flags(parser: argparse.ArgumentParser) -> None:
     event.add_argument("--xid", type=int, help="a critical Xid error, e.g. 79 or 48")
     event.add_argument("--double-bit-ecc", action="store_true", help="a double-bit ECC error")
     event.add_argument("--gpu-lost", action="store_true", help="the GPU fell off the bus")
-    event.add_argument("--healthy", action="store_true", help="the GPU was reset and works again")
+    event.add_argument(
+        "--healthy",
+        action="store_true",
+        help="the GPU was reset and works again: no recovery action pending (NVML sends no "
+        "event for that; the plugin's health poll notices)",
+    )
+    health.add_argument(
+        "--recovery-action",
+        choices=sorted(RECOVERY_ACTION_NAMES.values()),
+        help="the recovery action the driver asks for after the event (default: none for "
+        "application Xids 13,31,43,45,68,109, gpu-reset for any other fault)",
+    )
+    workload = sim_commands.add_parser(
+        "workload",
+        help="run (or stop) a pod's CUDA process on a simulated GPU or MIG device",
+        description="Run a simulated CUDA process of pod --pod-uid on --device of a running "
+        "plugin's simulated node: NVML lists it with its memory and SM utilization, and its "
+        "/proc/<pid>/cgroup names the pod. Again for the same device and pod: new numbers.",
+    )
+    workload.add_argument("--sim-state", type=Path, required=True, help="the node's state file")
+    workload.add_argument(
+        "--device",
+        required=True,
+        help="a GPU or MIG UUID, gpu-<minor>, or a MIG device name as the plugin publishes it",
+    )
+    workload.add_argument("--pod-uid", required=True, help="the UID of the pod the process is in")
+    workload.add_argument(
+        "--sm", type=int, default=0, metavar="PCT", help="SM utilization in percent (default 0)"
+    )
+    workload.add_argument(
+        "--memory", default="0", metavar="QTY", help="GPU memory used, e.g. 20Gi (default 0)"
+    )
+    workload.add_argument("--stop", action="store_true", help="end the pod's process there")
 
 
 def _run_sim(args: argparse.Namespace) -> int:
-    # `health` is the only sim command (argparse refuses any other).
+    if args.sim_command == "workload":
+        from dra_driver.hardware.simulated.workload_command import run_workload
+
+        return run_workload(
+            args.sim_state,
+            device=args.device,
+            pod_uid=args.pod_uid,
+            sm_percent=args.sm,
+            memory=args.memory,
+            stop=args.stop,
+        )
     from dra_driver.hardware.simulated.health_command import inject_health_event
 
     return inject_health_event(
@@ -365,6 +535,7 @@ def _run_sim(args: argparse.Namespace) -> int:
         xid=args.xid,
         double_bit_ecc=args.double_bit_ecc,
         gpu_lost=args.gpu_lost,
+        recovery_action=args.recovery_action,
     )
 
 
@@ -376,7 +547,7 @@ def _cdi_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sim-state", type=Path, help="state file of the simulated hardware (with --nvml sim:)"
     )
-    parser.add_argument("--node-name", default="sim-node", help="node name (simulated UUIDs)")
+    _add_node_name_flag(parser, fallback="sim-node", help="node name (simulated UUIDs)")
     parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     _add_driver_root_flags(parser)
 
@@ -542,7 +713,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("kubelet-plugin", "run the node daemon", _plugin_flags, _run_plugin),
     Command(
         "status",
-        "per GPU: MIG mode, time-slice, MPS daemon and the claims it serves, MIG devices",
+        "per GPU: MIG mode, time-slice, MPS daemon and the claims it serves, MIG devices; "
+        "per claim: pods, SM %%, memory used/limit, idle time, over share",
         _status_flags,
         _run_status,
     ),
@@ -580,8 +752,15 @@ COMMANDS: tuple[Command, ...] = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad flag reported in one line (no usage block) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dra-gpu", description="DRA driver for NVIDIA GPUs: node plugin and tools"
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")

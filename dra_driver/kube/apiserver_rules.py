@@ -5,8 +5,9 @@ must treat writes the way kube-apiserver does, or code tested against them
 would break on a real cluster: system metadata (`uid`, `creationTimestamp`,
 `generation`, `resourceVersion`) is owned by the server, updates carry
 optimistic-concurrency preconditions, `status` of a ResourceClaim is written
-only through `/status`, and an update that changes nothing changes nothing
-(no new resourceVersion). Keeping those rules here, apart from any I/O, gives
+only through `/status` (its `devices` checked and pruned by
+`dra_driver.kube.device_status`), and an update that changes nothing changes
+nothing (no new resourceVersion). Keeping those rules here, apart from any I/O, gives
 both stores one definition to follow.
 """
 
@@ -19,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from dra_driver.errors import ClusterError, NotFoundError
+from dra_driver.kube import device_status
 from dra_driver.kube.cluster import API_VERSION, AlreadyExistsError, ConflictError
 from dra_driver.kube.names import DNS_SUBDOMAIN_MAX_LENGTH, is_dns_label, is_dns_subdomain
 from dra_driver.kube.objects import Obj
@@ -223,6 +225,9 @@ def prepare_update(
             new["status"] = copy.deepcopy(obj["status"])
         else:
             new.pop("status", None)
+        if kind == RESOURCE_CLAIM:
+            device_status.drop_deallocated(new, stored)
+            device_status.validate_device_statuses(new, what)
     else:
         new = copy.deepcopy(obj)
         new["apiVersion"] = kind.api_version

@@ -1,11 +1,11 @@
 """Kubernetes name rules, all in one place: every name the code checks is checked here.
 
 Object names, namespaces, device, request, driver and pool names, attribute
-and capacity names (qualified names), label keys and values, claim UIDs:
+and capacity names (qualified names), label keys and values, UIDs:
 the apiserver checks each against one of a few formats from apimachinery's
 `pkg/util/validation` (and resource.k8s.io's own limits), and so do we
 before we publish a slice, accept a claim's allocation, store an object,
-serve a driver name or name a file after a claim. The `is_*` functions
+serve a driver name or name a file or socket after a claim or a pod. The `is_*` functions
 answer yes or no; the `*_errors` functions say why not, one message per
 broken rule. The Python kubernetes client ships no such validators, so they
 are written here, regexes copied from apimachinery.
@@ -31,7 +31,7 @@ _DNS_SUBDOMAIN_RE: Final = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
 _C_IDENTIFIER_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LABEL_NAME_RE: Final = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _LABEL_VALUE_RE: Final = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-_CLAIM_UID_RE: Final = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?")
+_UID_RE: Final = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,126}[A-Za-z0-9])?")
 
 
 def is_dns_label(name: str) -> bool:
@@ -59,14 +59,15 @@ def is_label_value(value: str) -> bool:
     return len(value) <= LABEL_MAX_LENGTH and _LABEL_VALUE_RE.fullmatch(value) is not None
 
 
-def is_claim_uid(uid: str) -> bool:
-    """A claim UID the node can name files and CDI devices after.
+def is_uid(uid: str) -> bool:
+    """An object UID (a claim's, a pod's) the node can name files, sockets and CDI devices
+    after.
 
-    The apiserver makes UIDs as RFC 4122 UUIDs; this takes any UID made of
-    letters, digits, '_', '-' and '.', starting and ending with a letter or
-    digit, which is what both a file name and a CDI device name allow.
+    The apiserver makes UIDs as RFC 4122 UUIDs; this takes any UID of at most
+    128 letters, digits, '_', '-' and '.', starting and ending with a letter
+    or digit, which is what a file name and a CDI device name both allow.
     """
-    return _CLAIM_UID_RE.fullmatch(uid) is not None
+    return _UID_RE.fullmatch(uid) is not None
 
 
 def driver_name_errors(name: str) -> list[str]:

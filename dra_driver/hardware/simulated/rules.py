@@ -172,3 +172,21 @@ def ci_remaining_capacity(
             return added
         used.append((start, ci_profile.slice_count, ci_profile.id))
         added += 1
+
+
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+"""Xids an application causes (NVIDIA's Xid catalogue): the driver asks for no recovery."""
+
+
+def recovery_action_of(kind: str, xid: int | None) -> int:
+    """The recovery action the driver reports after a health event of `kind`.
+
+    The simulator's choice, from NVIDIA's Xid catalogue: application Xids
+    need nothing; every other Xid, a double-bit ECC error and a lost GPU need
+    a GPU reset.
+    """
+    if kind == "xid" and xid in APPLICATION_XIDS:
+        return codes.RECOVERY_ACTION_NONE
+    if kind in ("xid", "double-bit-ecc", "gpu-lost"):
+        return codes.RECOVERY_ACTION_GPU_RESET
+    return codes.RECOVERY_ACTION_NONE

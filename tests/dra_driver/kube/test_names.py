@@ -7,11 +7,11 @@ import pytest
 from dra_driver.kube.names import (
     driver_name_errors,
     is_c_identifier,
-    is_claim_uid,
     is_dns_label,
     is_dns_subdomain,
     is_label_name,
     is_label_value,
+    is_uid,
     label_key_errors,
     qualified_name_errors,
 )
@@ -109,7 +109,9 @@ def test_driver_names(name: str, errors: list[str]) -> None:
         ("a:b", False),
         ("../x", False),
         ("a/b", False),
+        ("a" * 128, True),
+        ("a" * 129, False),
     ],
 )
-def test_claim_uids(uid: str, ok: bool) -> None:
-    assert is_claim_uid(uid) is ok
+def test_uids(uid: str, ok: bool) -> None:
+    assert is_uid(uid) is ok
