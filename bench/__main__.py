@@ -24,6 +24,7 @@ BENCHMARKS: dict[str, str] = {
     "republish": "bench.republish",
     "health-streams": "bench.health_streams",
     "fuzz": "bench.fuzz",
+    "usage-sampling": "bench.usage_sampling",
 }
 """Benchmark name -> module; modules are imported only when their benchmark runs."""
 

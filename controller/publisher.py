@@ -37,9 +37,10 @@ How a publish works (per pool; the driver publishes one pool per node):
   retries once.
 * The apiserver silently drops fields of disabled feature gates. When a
   written slice comes back without fields that were sent, that is logged
-  with the likely gate. The server's version is then remembered as
-  equivalent to the desired one, so the publisher does not rewrite it on
-  every round.
+  with the likely gate, and the gate is remembered (`dropped_gates`: the
+  kubelet plugin refuses dynamic MIG once DRAPartitionableDevices shows up
+  there). The server's version is then remembered as equivalent to the
+  desired one, so the publisher does not rewrite it on every round.
 
 Slice names are deterministic (`controller.slices`), so matching is by name.
 """
@@ -134,6 +135,12 @@ class SlicePublisher:
         self._owner_node_uid = owner_node_uid
         # slice name -> (spec we sent, spec the apiserver stored), when they differ
         self._server_form: dict[str, tuple[str, str]] = {}
+        self._dropped_gates: set[str] = set()
+
+    @property
+    def dropped_gates(self) -> frozenset[str]:
+        """The feature gates whose ResourceSlice fields the apiserver was seen dropping."""
+        return frozenset(self._dropped_gates)
 
     def publish(self, desired: Sequence[Obj]) -> PublishResult:
         """Make this node's slices for this driver equal `desired`; see the module doc.
@@ -377,6 +384,7 @@ class SlicePublisher:
                 if path.rsplit(".", 1)[-1].split("[")[0] == key
             }
         )
+        self._dropped_gates.update(gates)
         log.warning(
             "ResourceSlice %s: the apiserver did not store %s%s; publishing what it accepts",
             name,
@@ -422,12 +430,15 @@ def _generation(obj: Obj) -> int:
 
 
 def _spec_without_generation(obj: Obj, slice_count: int | None) -> Obj:
-    spec = copy.deepcopy(obj.get("spec") or {})
+    """The spec to compare: `pool` copied without its generation; the rest is shared with
+    `obj`, read only (a deep copy of 200 devices cost more than the whole comparison)."""
+    spec = dict(obj.get("spec") or {})
     pool = spec.get("pool")
     if isinstance(pool, dict):
-        pool.pop("generation", None)
+        pool = {key: value for key, value in pool.items() if key != "generation"}
         if slice_count is not None:
             pool["resourceSliceCount"] = slice_count
+        spec["pool"] = pool
     return spec
 
 
@@ -444,7 +455,7 @@ def _same(a: Any, b: Any, key: str | None = None) -> bool:
 
 def _quantity(text: str) -> Fraction | None:
     try:
-        return parse_quantity(text)
+        return parse_quantity(text).value
     except ConfigError:
         return None
 

@@ -20,6 +20,7 @@ the apiserver's message.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -68,12 +69,25 @@ _WATCH_ERRORS: Final = (
 )
 
 
+def _interrupt(watch: kubernetes.watch.Watch) -> None:
+    """End `watch`'s blocked read from another thread: shut its response's socket down
+    (urllib3's `HTTPResponse.shutdown`, made for this); the watch's own loop then
+    closes the response."""
+    watch.stop()  # type: ignore[no-untyped-call]
+    response = getattr(watch, "_resp", None)
+    if response is not None:
+        with contextlib.suppress(ValueError, RuntimeError, OSError):
+            response.shutdown()
+
+
 def _api_path(api_version: str) -> str:
     """`/apis/<group>/<version>`, or `/api/v1` for the core group."""
     return f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
 
 
 _LIST_PAGE_SIZE: Final = 500
+APPLY_PATCH: Final = "application/apply-patch+yaml"
+"""Content-Type of a server-side apply."""
 
 
 def load_api_client(kubeconfig: str | None = None) -> kubernetes.client.ApiClient:
@@ -159,6 +173,22 @@ class KubeCluster:
         namespace, name = rules.object_key(RESOURCE_CLAIM, obj)
         return self._send(RESOURCE_CLAIM, "PUT", namespace, name, obj, subresource="status")
 
+    def apply_resource_claim_status(
+        self, obj: Obj, *, field_manager: str, force: bool = True
+    ) -> Obj:
+        namespace, name = rules.object_key(RESOURCE_CLAIM, obj)
+        query = [("fieldManager", field_manager), ("force", "true" if force else "false")]
+        return self._send(
+            RESOURCE_CLAIM,
+            "PATCH",
+            namespace,
+            name,
+            obj,
+            subresource="status",
+            query=query,
+            content_type=APPLY_PATCH,
+        )
+
     def delete_resource_claim(self, namespace: str, name: str) -> None:
         rules.check_name(RESOURCE_CLAIM, namespace, name)
         what = rules.describe(RESOURCE_CLAIM, namespace, name)
@@ -214,50 +244,58 @@ class KubeCluster:
     ) -> None:
         selector = f"spec.driver={driver},spec.nodeName={node_name}"
         failures = 0
-        current: list[Any] = []  # the running Watch, for the closer
+        current: list[kubernetes.watch.Watch] = []  # the running Watch, for the closer
+        finished = threading.Event()
 
         def close_on_stop() -> None:
-            # A watch blocks reading until the next event; closing its response
-            # ends the read at once instead of at the server's timeout.
+            # A watch blocks reading until the next event or the server's timeout
+            # (WATCH_SECONDS). Shutting the response's socket down ends the read at
+            # once; until the loop has seen the stop, a watch that starts meanwhile
+            # is ended the same way.
             stop.wait()
-            for running in list(current):
-                running.stop()
-                response = getattr(running, "_resp", None)
-                if response is not None:
-                    response.close()
+            while not finished.is_set():
+                for running in list(current):
+                    _interrupt(running)
+                finished.wait(0.05)
 
         threading.Thread(target=close_on_stop, name="slice-watch-closer", daemon=True).start()
-        while not stop.is_set():
-            watch = kubernetes.watch.Watch()  # type: ignore[no-untyped-call]
-            current[:] = [watch]
-            try:
-                for event in watch.stream(  # type: ignore[no-untyped-call]
-                    self._resources.list_resource_slice,
-                    field_selector=selector,
-                    timeout_seconds=WATCH_SECONDS,
-                    _request_timeout=WATCH_SECONDS + self._timeout,
-                    deserialize=False,
-                ):
-                    if isinstance(event, dict) and event.get("type") == "ERROR":
-                        raise ClusterError(f"watch answered {event.get('raw_object')!r}")
-                    failures = 0
-                    on_change()
+        try:
+            while not stop.is_set():
+                watch = kubernetes.watch.Watch()  # type: ignore[no-untyped-call]
+                current[:] = [watch]
+                try:
+                    for event in watch.stream(  # type: ignore[no-untyped-call]
+                        self._resources.list_resource_slice,
+                        field_selector=selector,
+                        timeout_seconds=WATCH_SECONDS,
+                        _request_timeout=WATCH_SECONDS + self._timeout,
+                        deserialize=False,
+                    ):
+                        if isinstance(event, dict) and event.get("type") == "ERROR":
+                            raise ClusterError(f"watch answered {event.get('raw_object')!r}")
+                        failures = 0
+                        on_change()
+                        if stop.is_set():
+                            break
+                except Exception as exc:
                     if stop.is_set():
-                        break
-            except Exception as exc:
-                if stop.is_set():
-                    return  # the closer ended the read; how urllib3 fails then varies
-                if not isinstance(exc, _WATCH_ERRORS):
-                    raise
-                failures += 1
-                delay = backoff_delay(failures)
-                log.warning(
-                    "watching ResourceSlices (%s) failed, again in %.1f s: %s", selector, delay, exc
-                )
-                on_change()  # a change may have been missed: let the caller look
-                stop.wait(delay)
-            finally:
-                watch.stop()  # type: ignore[no-untyped-call]
+                        return  # the closer ended the read; how urllib3 fails then varies
+                    if not isinstance(exc, _WATCH_ERRORS):
+                        raise
+                    failures += 1
+                    delay = backoff_delay(failures)
+                    log.warning(
+                        "watching ResourceSlices (%s) failed, again in %.1f s: %s",
+                        selector,
+                        delay,
+                        exc,
+                    )
+                    on_change()  # a change may have been missed: let the caller look
+                    stop.wait(delay)
+                finally:
+                    watch.stop()  # type: ignore[no-untyped-call]
+        finally:
+            finished.set()
 
     # Nodes and Events
 
@@ -361,8 +399,15 @@ class KubeCluster:
         body: Obj,
         *,
         subresource: str | None = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
     ) -> Obj:
-        """POST to the collection or PUT to the object (or its subresource), JSON in and out."""
+        """POST to the collection, or PUT or PATCH the object (or its subresource); JSON out.
+
+        A server-side apply is a PATCH with `content_type` APPLY_PATCH (the
+        client serialises the body as JSON, which is YAML) and the field
+        manager in `query`.
+        """
         path = _api_path(kind.api_version)
         if kind.namespaced:
             path += f"/namespaces/{quote(str(namespace), safe='')}"
@@ -372,7 +417,7 @@ class KubeCluster:
         if subresource:
             path += f"/{subresource}"
         what = rules.describe(kind, namespace, name)
-        verb = {"POST": "create", "PUT": "update"}.get(method, method.lower())
+        verb = {"POST": "create", "PUT": "update", "PATCH": "apply"}.get(method, method.lower())
         if subresource:
             verb += f" {subresource}"
 
@@ -380,7 +425,8 @@ class KubeCluster:
             serialized = self._client.param_serialize(
                 method=method,
                 resource_path=path,
-                header_params={"Content-Type": "application/json", "Accept": "application/json"},
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                query_params=query,
                 body=body,
                 auth_settings=["BearerToken"],
             )

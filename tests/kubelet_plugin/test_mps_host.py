@@ -16,7 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -30,6 +30,7 @@ from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mps_daemons import MpsDaemons, process_start_ticks
 from kubelet_plugin.mps_host import MpsHost, serve
 from kubelet_plugin.mps_intents import MpsHostClient
+from tests.fakes import wait_until
 
 SIM_CONTROL = (sys.executable, "-m", "dra_driver.hardware.simulated.mps_control")
 GPU = "GPU-a2b56268-9156-5930-a747-ffec552f8b3a"
@@ -77,15 +78,6 @@ def _kill_daemons(root: Path) -> None:
         found = daemons.find(paths)
         if found is not None:
             os.kill(found.pid, signal.SIGKILL)
-
-
-def _wait(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def _pid(client: MpsHostClient, uuid: str = GPU) -> int | None:
@@ -181,7 +173,7 @@ def test_a_daemon_that_dies_comes_back_while_claims_use_it(root: Path, host: Hos
         back = client.status(GPU)
         return back is not None and back.pid not in (None, status.pid)
 
-    assert _wait(restarted)
+    wait_until(restarted)
     back = client.status(GPU)
     assert back is not None
     assert back.state is DaemonState.RUNNING
@@ -209,8 +201,8 @@ def test_without_a_host_a_start_fails_clearly_and_a_stop_waits_for_the_next_host
     try:
         assert status.pid is not None
         pid = status.pid
-        assert _wait(lambda: process_start_ticks(pid) is None)
-        assert _wait(lambda: not client.paths(GPU).root.exists())
+        wait_until(lambda: process_start_ticks(pid) is None)
+        wait_until(lambda: not client.paths(GPU).root.exists())
     finally:
         later.stop()
 
@@ -222,7 +214,7 @@ def test_a_corrupt_intent_fails_its_device_only(root: Path, host: HostThread) ->
     status = client.request(GPU, claims={"a"})
     assert status is not None
     assert status.state is DaemonState.RUNNING
-    assert _wait((root / status_file_name(OTHER_GPU)).exists)
+    wait_until((root / status_file_name(OTHER_GPU)).exists)
     other = client.status(OTHER_GPU)
     assert other is not None
     assert other.state is DaemonState.FAILED

@@ -8,7 +8,10 @@ files may come out, with hostPaths under the host's driver root.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -76,8 +79,17 @@ def test_a_root_of_another_version_is_refused_with_the_reason(tmp_path: Path) ->
         discover_driver_files(RootFs(root.container_root), "580.65.06")
 
 
-def test_sockets_that_exist_are_mounted_once_and_missing_ones_never(tmp_path: Path) -> None:
-    root = build_root(tmp_path, "ubuntu").container_root
+@pytest.fixture
+def short_tmp_path() -> Iterator[Path]:
+    """A temporary directory with a short path: a Unix socket path may hold 107 bytes, and
+    pytest's tmp_path (longer under pytest-xdist) does not leave room for the root's."""
+    path = Path(tempfile.mkdtemp(prefix="dra-gpu-root-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_sockets_that_exist_are_mounted_once_and_missing_ones_never(short_tmp_path: Path) -> None:
+    root = build_root(short_tmp_path, "ubuntu").container_root
     (root / "run/nvidia-persistenced").mkdir(parents=True)
     (root / "var").mkdir()
     os.symlink("/run", root / "var/run")  # absolute: resolved inside the root
