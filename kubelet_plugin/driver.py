@@ -141,6 +141,7 @@ class GpuDriver:
         rebuild_sources: Sequence[RebuildSource] = (),
         gpu_policy: GpuPolicy | None = None,
         mps: MpsDaemons | None = None,
+        cdi_hooks: cdi.CdiHooks | None = None,
     ) -> None:
         """`driver_edits` gives the mounts (and hooks) of the driver's user space
         for the current driver version (`DriverUserSpace.edits`, cached); None
@@ -149,7 +150,8 @@ class GpuDriver:
         `gpu_policy` sets time-slice intervals (`kubelet_plugin.sharing.gpu_policy`);
         None makes a claim that asks for one fail clearly.
         `mps` starts the MPS control daemons; None refuses MPS claims (no
-        control binary)."""
+        control binary). `cdi_hooks` makes the per-device hooks (DRM by-path
+        links); None leaves them out."""
         self._driver_name = driver_name
         self._pool_name = pool_name
         self._cluster = cluster
@@ -161,6 +163,7 @@ class GpuDriver:
         self._gpu_locks = gpu_locks
         self._driver_edits = driver_edits
         self._mps = mps
+        self._cdi_hooks = cdi_hooks
         self._thread_lock = threading.Lock()
         self._claim_locks = _KeyedLocks()
         self._state: Checkpoint | None = None
@@ -841,8 +844,11 @@ class GpuDriver:
             if name in devices:
                 continue
             mig = created[device.name] if device.dynamic is not None else device.mig
+            bus_id, hooks = device.gpu.pci_bus_id, self._cdi_hooks  # its DRM nodes
             if mig is None:
-                edits = cdi.gpu_edits(device.gpu.minor)
+                edits = cdi.gpu_edits(
+                    device.gpu.minor, pci_bus_id=bus_id, host=self._host, hooks=hooks
+                )
             else:
                 edits = cdi.mig_edits(
                     mig.parent_minor,
@@ -851,6 +857,10 @@ class GpuDriver:
                     ci_cap=self._host.mig_cap(
                         mig.parent_minor, mig.gpu_instance_id, mig.compute_instance_id
                     ),
+                    graphics=cdi.has_graphics(mig.gi_profile.name),
+                    pci_bus_id=bus_id,
+                    host=self._host,
+                    hooks=hooks,
                 )
             if item.mps is not None:
                 uuid = device.gpu.uuid if mig is None else mig.uuid

@@ -61,6 +61,11 @@ def sim_proc_root(sim_state: Path) -> Path:
     return sim_state.with_name(sim_state.name + ".proc")
 
 
+def sim_sys_root(sim_state: Path) -> Path:
+    """Where the fake `/sys` (DRM nodes) of a simulated node with state file `sim_state` lives."""
+    return sim_state.with_name(sim_state.name + ".sys")
+
+
 def sim_driver_root(sim_state: Path) -> Path:
     """Where the fake driver root of a simulated node with state file `sim_state` lives."""
     return sim_state.with_name(sim_state.name + ".driver-root")
@@ -100,6 +105,7 @@ def open_hardware(
     from dra_driver.hardware.simulated.driver_root import materialize_driver_root
     from dra_driver.hardware.simulated.nvml import SimNvml
     from dra_driver.hardware.simulated.shapes import load_shape
+    from dra_driver.hardware.simulated.sysfs import materialize_sysfs
 
     shape = load_shape(spec[len(SIM_PREFIX) :].strip())
     if sim_state is not None:
@@ -130,6 +136,14 @@ def open_hardware(
         )
         user_space = DriverUserSpace(root, setup=write_fake_root)
     sim_nvml = SimNvml(hw)
+    sys_root = sim_sys_root(Path(sim_state) if sim_state is not None else proc_root)
+    if sim_state is None:
+        weakref.finalize(hw, shutil.rmtree, sys_root, ignore_errors=True)
+    materialize_sysfs(sys_root, [gpu.pci_bus_id for gpu in sim_nvml.gpus()])
     return Hardware(
-        nvml=sim_nvml, host=HostInfo(proc_root), driver=user_space, sim=hw, health=sim_nvml
+        nvml=sim_nvml,
+        host=HostInfo(proc_root, sys_root=sys_root),
+        driver=user_space,
+        sim=hw,
+        health=sim_nvml,
     )

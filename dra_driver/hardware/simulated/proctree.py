@@ -2,7 +2,8 @@
 
 The kubelet plugin reads three things from procfs that NVML does not tell it:
 the dynamic majors in `/proc/devices`, the MIG capability minors under
-`/proc/driver/nvidia/capabilities/`, and the boot id. `dra_driver.node.host`
+`/proc/driver/nvidia/capabilities/` (and the static table of every possible
+one in `/proc/driver/nvidia-caps/mig-minors`), and the boot id. `dra_driver.node.host`
 reads them below a configurable root, so the simulator writes the same files,
 in the same formats as the kernel module, below its own root and keeps them in
 step with the instances that exist (files appear on create and disappear on
@@ -62,6 +63,27 @@ def render_devices() -> str:
     return "\n".join(lines) + "\n"
 
 
+MAX_GPUS = 32  # mig-minors lists gpu0..gpu31, gi0..gi14, ci0..ci7 whatever is installed
+MAX_GIS = 15
+MAX_CIS = 8
+
+
+def render_mig_minors() -> str:
+    """`/proc/driver/nvidia-caps/mig-minors` as the nvidia-caps module prints it."""
+    lines = [f"config {CONFIG_CAP[0]}", f"monitor {MONITOR_CAP[0]}"]
+    for gpu in range(MAX_GPUS):
+        for gi in range(MAX_GIS):
+            lines.append(f"gpu{gpu}/gi{gi}/access {rules.gi_cap_minor(gpu, gi)}")
+            lines += [
+                f"gpu{gpu}/gi{gi}/ci{ci}/access {rules.ci_cap_minor(gpu, gi, ci)}"
+                for ci in range(MAX_CIS)
+            ]
+    return "\n".join(lines) + "\n"
+
+
+_MIG_MINORS = render_mig_minors()
+
+
 def render_cap(minor: int, mode: int) -> str:
     """A capability `access` file of the nvidia kernel module."""
     return f"DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n"
@@ -79,6 +101,7 @@ class ProcTree:
             self.root / "devices": render_devices(),
             self.caps / "mig" / "config": render_cap(*CONFIG_CAP),
             self.caps / "mig" / "monitor": render_cap(*MONITOR_CAP),
+            self.root / "driver" / "nvidia-caps" / "mig-minors": _MIG_MINORS,
             self.root / "sys" / "kernel" / "random" / "boot_id": state.boot_id + "\n",
         }
         for gpu in state.gpus:
