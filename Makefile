@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PACKAGES := dra_driver kubelet_plugin controller
 
-.PHONY: test lint imports typecheck unit demo bench proto clean wheel wheel-check kubectl
+.PHONY: test lint imports typecheck unit gpu-test demo bench proto clean wheel wheel-check kubectl
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,12 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q
+
+## gpu-test: tests/gpu on a node with an NVIDIA GPU (driver root / or GPU_TEST_DRIVER_ROOT);
+## they only read GPU settings (no MIG mode, compute mode, time-slice, clock change or reset)
+## and skip, saying why, where NVML does not load from the driver root
+gpu-test: $(STAMP)
+	$(VENV)/bin/pytest -m gpu tests/gpu -v -rs -p no:cacheprovider
 
 ## kubectl: tests/deploy renders deploy/ with `kubectl kustomize` (Debian's kubernetes-client)
 kubectl:

@@ -160,7 +160,11 @@ def test_traps_stay_out(tmp_path: Path, case: str) -> None:
     assert not [p for p in paths if "libz" in p or "libssl" in p]  # other packages' libraries
     assert not [p for p in paths if "libnvidia-api" in p]  # nvcdi's opt-in explicit libraries
     assert not [p for p in paths if "nvidia-mps" in p]  # the host's MPS pipe directory
-    lib32 = {"ubuntu": "/usr/lib/i386-linux-gnu/", "rhel": "/usr/lib/", "gpu-operator": "/usr/lib32/"}
+    lib32 = {
+        "ubuntu": "/usr/lib/i386-linux-gnu/",
+        "rhel": "/usr/lib/",
+        "gpu-operator": "/usr/lib32/",
+    }
     if case in lib32:
         # No 32-bit library, no link to one and no ldcache folder of them.
         assert not [p for p in paths if posixpath.dirname(p) + "/" == lib32[case]]
