@@ -35,6 +35,7 @@ class HostInfo:
     def __init__(self, proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys")) -> None:
         self.proc_root = Path(proc_root)
         self.sys_root = Path(sys_root)
+        self._mig_minors: dict[str, int] = {}  # the table is fixed once the module is loaded
 
     # -- /proc/devices -------------------------------------------------------
 
@@ -99,7 +100,10 @@ class HostInfo:
 
         Lines are `config 1`, `monitor 2`, `gpu<m>/gi<g>/access <n>` and
         `gpu<m>/gi<g>/ci<c>/access <n>`; others are skipped, as nvcdi does.
+        Read once: the nvidia-caps module writes the whole table when it loads.
         """
+        if self._mig_minors:
+            return self._mig_minors
         path = self.proc_root / "driver" / "nvidia-caps" / "mig-minors"
         try:
             text = path.read_text(encoding="utf-8")
@@ -112,6 +116,7 @@ class HostInfo:
             cap, sep, number = line.strip().partition(" ")
             if sep and number.isdigit():
                 minors[cap] = int(number)
+        self._mig_minors = minors
         return minors
 
     def mig_cap(self, gpu_minor: int, gi: int, ci: int | None = None) -> tuple[int, int]:

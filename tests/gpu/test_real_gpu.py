@@ -138,9 +138,9 @@ def test_usage_sampling_sees_a_real_cuda_process(real: Hardware) -> None:
     gpu = whole_gpu(real)
     running = getattr(real.nvml, "running_compute_processes", None)
     utilization = getattr(real.nvml, "process_utilization", None)
-    assert running is not None and utilization is not None, (
-        "Nvml.running_compute_processes / process_utilization are missing (issue 18)"
-    )
+    missing = "Nvml.running_compute_processes / process_utilization are missing (issue 18)"
+    assert running is not None, missing
+    assert utilization is not None, missing
     files = real.driver.files(real.driver_version())
     libcuda = files.library("libcuda.so.1")
     assert libcuda is not None
@@ -151,7 +151,8 @@ def test_usage_sampling_sees_a_real_cuda_process(real: Hardware) -> None:
         text=True,
     )  # fmt: skip
     try:
-        assert load.stdout is not None and load.stdout.readline().strip() == "ready"
+        assert load.stdout is not None
+        assert load.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 10
         while True:
             seen = {p.pid: p for p in running(gpu.uuid)}

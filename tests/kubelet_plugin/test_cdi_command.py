@@ -105,6 +105,7 @@ def test_driver_root_flags_exist_where_nvidia_has_them(command: list[str]) -> No
             "--nvidia-driver-root=/run/nvidia/driver",
             "--container-driver-root=/driver-root",
             "--nvidia-cdi-hook-path=/opt/nvidia-cdi-hook",
+            "--disable-cdi-hook=update-application-profile",
         ]
     )
     assert (args.nvidia_driver_root, args.container_driver_root, args.nvidia_cdi_hook_path) == (
@@ -112,6 +113,7 @@ def test_driver_root_flags_exist_where_nvidia_has_them(command: list[str]) -> No
         "/driver-root",
         "/opt/nvidia-cdi-hook",
     )
+    assert args.disable_cdi_hook == ["update-application-profile"]
 
 
 def test_demo_shows_the_mounts_a_claim_gets() -> None:

@@ -106,7 +106,17 @@ def test_claim_spec_carries_driver_mounts(
     nodes = [n["path"] for n in device["containerEdits"]["deviceNodes"]]
     assert nodes[0].startswith("/dev/nvidia")
     assert any("nvidia-caps" in n for n in nodes) == mig  # MIG keeps its capability nodes
-    if not mig:  # the first GPU of the node: card1 and renderD128 in the simulated sysfs
+    if mig:  # nvcdi's rule: the parent's node, then the GI and CI caps of mig-minors
+        minors = HostInfo(tmp_path / "proc").mig_minors()
+        caps = tmp_path / "proc/driver/nvidia/capabilities/gpu1/mig"
+        # The 3g.20gb at 4:4 on GPU 1 (an A100 names it GI 1 or 2), and its first CI.
+        gi, ci = next(g for g in (1, 2) if (caps / f"gi{g}").exists()), 0
+        assert nodes == [
+            "/dev/nvidia1",
+            f"/dev/nvidia-caps/nvidia-cap{minors[f'gpu1/gi{gi}/access']}",
+            f"/dev/nvidia-caps/nvidia-cap{minors[f'gpu1/gi{gi}/ci{ci}/access']}",
+        ]
+    else:  # the first GPU of the node: card1 and renderD128 in the simulated sysfs
         assert nodes[1:] == ["/dev/dri/card1", "/dev/dri/renderD128"]
         links = device["containerEdits"].get("hooks", [])
         assert [h["args"][1] for h in links] == (["create-symlinks"] if hook else [])

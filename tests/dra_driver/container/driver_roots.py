@@ -130,7 +130,13 @@ def _link(root: Path, path: str, to: str) -> None:
 
 
 def _library(
-    root: Path, folder: str, file_name: str, soname: str, links: tuple[str, ...], bits: int = 64
+    root: Path,
+    folder: str,
+    file_name: str,
+    soname: str,
+    links: tuple[str, ...],
+    *,
+    bits: int = 64,
 ) -> None:
     _write(root, f"{folder}/{file_name}", shared_object(soname, bits=bits), 0o755)
     if soname != file_name:
@@ -142,9 +148,10 @@ def _library(
 def _install(root: Path, lib_dir: str, version: str, *, bits: int = 64) -> None:
     for stem, soname, links in NVC_LIBRARIES:
         file_name = f"{stem}.so.{version}"
-        _library(root, lib_dir, file_name, file_name if soname == SELF else soname, links, bits)
+        actual = file_name if soname == SELF else soname
+        _library(root, lib_dir, file_name, actual, links, bits=bits)
     stem, soname = VDPAU
-    _library(root, f"{lib_dir}/vdpau", f"{stem}.so.{version}", soname, (), bits)
+    _library(root, f"{lib_dir}/vdpau", f"{stem}.so.{version}", soname, (), bits=bits)
 
 
 LAYOUTS = {

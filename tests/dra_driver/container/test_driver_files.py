@@ -222,7 +222,7 @@ def test_each_hook_can_be_disabled_by_its_nvidia_name(tmp_path: Path) -> None:
         "update-ldcache",
     ]
     assert edits.hooks[0].path == "/usr/bin/nvidia-cdi-hook"  # nvcdi's default path
-    with pytest.raises(ConfigError, match="--disable-cdi-hook 'chmod'.*update-ldcache"):
+    with pytest.raises(ConfigError, match=r"--disable-cdi-hook 'chmod'.*update-ldcache"):
         cdi.CdiHooks(disabled=frozenset({"chmod"}))
 
 
@@ -312,7 +312,8 @@ def test_a_missing_hook_binary_inside_the_root_is_reported(tmp_path: Path) -> No
     )
     (warning,) = [w for w in space.files(VERSION).warnings if "CDI hook" in w]
     assert "/usr/bin/nvidia-cdi-hook is not installed" in warning
-    assert ">= 1.20.0" in warning and "--disable-cdi-hook all" in warning
+    assert ">= 1.20.0" in warning
+    assert "--disable-cdi-hook all" in warning
     hook = root.container_root / "usr/bin/nvidia-cdi-hook"
     hook.write_bytes(b"#!/bin/sh\n")
     hook.chmod(0o755)
