@@ -86,7 +86,7 @@ def test_plugin_waits_for_the_driver_then_serves(work: Path) -> None:
         _wait(registration.exists, "the registration socket", log)
         text = log.read_text()
         assert f"NVIDIA driver {VERSION} at driver root /run/nvidia/driver" in text
-        assert "no CDI hooks" in text
+        assert "CDI hooks create-symlinks, enable-cuda-compat, update-ldcache" in text
     finally:
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=15)
