@@ -473,7 +473,6 @@ NO_HOOKS: Final = CdiHooks(disabled=frozenset({ALL_HOOKS}))
 
 
 FILE_MOUNT_OPTIONS: Final = ("ro", "nosuid", "nodev", "bind")
-DIR_MOUNT_OPTIONS: Final = ("ro", "nosuid", "nodev", "rbind")
 IPC_MOUNT_OPTIONS: Final = ("nosuid", "nodev", "rbind", "rprivate", "noexec")  # nvcdi's
 
 

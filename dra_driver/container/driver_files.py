@@ -143,7 +143,6 @@ IPC_PATHS: Final = (
     ("/run/nvidia-persistenced/socket", "/var/run/nvidia-persistenced/socket"),
     ("/run/nvidia-fabricmanager/socket", "/var/run/nvidia-fabricmanager/socket"),
 )
-MPS_PIPE_DIR: Final = "/tmp/nvidia-mps"  # the host's default MPS pipe dir: never mounted
 
 _ELF_CLASS_32: Final = 32
 
