@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bench import BenchOptions, BenchResult
-from controller.simulated_nodes import build_simulated_nodes
+from dra_driver.composition.simulated_nodes import build_simulated_nodes
 from dra_driver.errors import AllocationError
 from dra_driver.node.device_classes import default_device_classes
 from dra_driver.scheduling.allocator import AllocatedState, Allocator

@@ -61,7 +61,7 @@ from typing import Any, Final, Literal
 from bench import BenchOptions, BenchResult
 from controller.slices import build_resource_slices
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.hardware.nvml.backend import open_hardware
+from dra_driver.composition.hardware import open_hardware
 from dra_driver.kube.quantity import parse_quantity
 from dra_driver.node.devices import build_devices
 from dra_driver.node.inventory import discover

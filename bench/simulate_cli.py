@@ -41,7 +41,7 @@ from bench.allocator import (
     _scenario,
     _warm_up_cel,
 )
-from controller.simulated_nodes import build_simulated_nodes
+from dra_driver.composition.simulated_nodes import build_simulated_nodes
 from dra_driver.kube import yaml_io
 from dra_driver.scheduling.whatif.nodes import NodeRequest
 

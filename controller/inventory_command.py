@@ -8,12 +8,10 @@ or a one-line-per-device summary (`-o table`).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any, TextIO
 
 from controller.slices import Layout, build_resource_slices
-from dra_driver.container.driver_root import DriverRoot
-from dra_driver.hardware.nvml.backend import open_hardware
+from dra_driver.hardware.machine import Hardware
 from dra_driver.kube import yaml_io
 from dra_driver.kube.quantity import format_quantity
 from dra_driver.node.consumable_shares import ConsumableShares
@@ -22,21 +20,16 @@ from dra_driver.node.inventory import discover
 
 
 def print_inventory(
+    hardware: Hardware,
     *,
     node_name: str,
     driver_name: str,
-    nvml: str,
-    sim_state: Path | None,
     output: str,
     dynamic_mig: bool = False,
     layout: Layout = "v1.35",
     consumable_shares: ConsumableShares | None = None,
-    driver_root: DriverRoot | None = None,
     out: TextIO = sys.stdout,
 ) -> int:
-    hardware = open_hardware(
-        nvml, sim_state=sim_state, node_name=node_name, driver_root=driver_root
-    )
     inventory = discover(hardware.nvml)
     devices = build_devices(inventory, dynamic_mig=dynamic_mig, consumable_shares=consumable_shares)
     slices = build_resource_slices(devices, driver=driver_name, node_name=node_name, layout=layout)

@@ -18,7 +18,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +29,7 @@ from dra_driver.node.consumable_shares import FLAG_HELP, parse_consumable_shares
 
 if TYPE_CHECKING:
     from dra_driver.container.driver_root import DriverRoot
+    from dra_driver.hardware.machine import Hardware
     from dra_driver.scheduling.whatif.command import ScenarioOptions
 
 NVML_HELP = (
@@ -143,6 +144,19 @@ def _driver_root(args: argparse.Namespace) -> DriverRoot | None:
     )
 
 
+def _hardware(args: argparse.Namespace, latency: Mapping[str, float] | None = None) -> Hardware:
+    """The hardware --nvml names (real or simulated: decided here, and only here)."""
+    from dra_driver.composition.hardware import open_hardware
+
+    return open_hardware(
+        args.nvml,
+        sim_state=args.sim_state,
+        node_name=args.node_name,
+        latency=latency,
+        driver_root=_driver_root(args),
+    )
+
+
 # ---------------------------------------------------------------- inventory
 
 
@@ -166,15 +180,13 @@ def _run_inventory(args: argparse.Namespace) -> int:
     from controller.inventory_command import print_inventory
 
     return print_inventory(
+        _hardware(args),
         node_name=args.node_name,
         driver_name=args.driver_name,
-        nvml=args.nvml,
-        sim_state=args.sim_state,
         output=args.output,
         dynamic_mig=args.dynamic_mig,
         layout=args.partitionable_layout,
         consumable_shares=parse_consumable_shares(args.consumable_shares),
-        driver_root=_driver_root(args),
     )
 
 
@@ -265,20 +277,19 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_plugin(args: argparse.Namespace) -> int:
-    from dra_driver.hardware.simulated.hardware import parse_latency
+    from dra_driver.hardware.simulated.latency import parse_latency
     from dra_driver.node.health import DEFAULT_IGNORED_XIDS, parse_xid_list
     from kubelet_plugin.main import PluginOptions, run
 
+    latency = parse_latency(args.sim_latency) if args.sim_latency else None
     return run(
         PluginOptions(
             node_name=args.node_name,
-            nvml=args.nvml,
+            open_hardware=lambda: _hardware(args, latency),
             cluster=args.cluster,
             kubelet_root=args.kubelet_root,
             cdi_root=args.cdi_root,
             driver_name=args.driver_name,
-            sim_state=args.sim_state,
-            sim_latency=parse_latency(args.sim_latency) if args.sim_latency else None,
             kubeconfig=args.kubeconfig,
             publish_interval=args.publish_interval,
             dynamic_mig=args.dynamic_mig,
@@ -286,7 +297,6 @@ def _run_plugin(args: argparse.Namespace) -> int:
             mig_reclaim_unknown=args.mig_reclaim_unknown,
             keep_mig_enabled=args.keep_mig_enabled,
             consumable_shares=parse_consumable_shares(args.consumable_shares),
-            driver_root=_driver_root(args),
             driver_retry_interval=args.driver_retry_interval,
             health_checks=args.device_health_checks,
             ignored_xids=DEFAULT_IGNORED_XIDS | parse_xid_list(args.additional_xids_to_ignore),
@@ -310,16 +320,9 @@ def _mig_flags(parser: argparse.ArgumentParser) -> None:
 
 def _run_mig(args: argparse.Namespace) -> int:
     # `status` is the only MIG command (argparse refuses any other).
-    from dra_driver.hardware.nvml.backend import open_hardware
     from dra_driver.node import mig_status
 
-    hardware = open_hardware(
-        args.nvml,
-        sim_state=args.sim_state,
-        node_name=args.node_name,
-        driver_root=_driver_root(args),
-    )
-    print(mig_status.render(mig_status.collect(hardware.nvml)), end="")
+    print(mig_status.render(mig_status.collect(_hardware(args).nvml)), end="")
     return 0
 
 
@@ -344,12 +347,9 @@ def _run_status(args: argparse.Namespace) -> int:
     from kubelet_plugin.node_status import print_status
 
     return print_status(
-        nvml=args.nvml,
-        sim_state=args.sim_state,
-        node_name=args.node_name,
+        _hardware(args),
         kubelet_root=args.kubelet_root,
         driver_name=args.driver_name,
-        driver_root=_driver_root(args),
         output=args.output,
     )
 
@@ -400,13 +400,7 @@ def _cdi_flags(parser: argparse.ArgumentParser) -> None:
 def _run_cdi(args: argparse.Namespace) -> int:
     from kubelet_plugin.cdi_command import print_common_edits
 
-    return print_common_edits(
-        nvml=args.nvml,
-        sim_state=args.sim_state,
-        node_name=args.node_name,
-        driver_root=_driver_root(args),
-        output=args.output,
-    )
+    return print_common_edits(_hardware(args), output=args.output)
 
 
 # ---------------------------------------------------------------- demo
@@ -417,8 +411,8 @@ def _demo_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    from dra_driver.composition.demo import run_demo
     from dra_driver.scheduling.whatif.node_allocation import allocate_on_node
-    from kubelet_plugin.demo import run_demo
 
     return run_demo(allocate=allocate_on_node, keep=args.keep)
 
@@ -440,7 +434,7 @@ def _simulate_flags(parser: argparse.ArgumentParser) -> None:
 
 def _scenario(args: argparse.Namespace) -> ScenarioOptions:
     """The files, `--nodes` and defaults of `simulate` and `explain`, with our node builder."""
-    from controller.simulated_nodes import build_simulated_nodes
+    from dra_driver.composition.simulated_nodes import build_simulated_nodes
     from dra_driver.scheduling.whatif.command import ScenarioOptions
 
     return ScenarioOptions(

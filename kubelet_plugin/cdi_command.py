@@ -15,28 +15,15 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import TextIO
 
 from dra_driver.container import cdi
-from dra_driver.container.driver_root import DriverRoot
-from dra_driver.hardware.nvml.backend import open_hardware
+from dra_driver.hardware.machine import Hardware
 from dra_driver.kube import yaml_io
 
 
-def print_common_edits(
-    *,
-    nvml: str,
-    sim_state: Path | None,
-    node_name: str,
-    driver_root: DriverRoot | None,
-    output: str,
-    out: TextIO | None = None,
-) -> int:
+def print_common_edits(hardware: Hardware, *, output: str, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    hardware = open_hardware(
-        nvml, sim_state=sim_state, node_name=node_name, driver_root=driver_root
-    )
     version = hardware.driver_version()
     files = hardware.driver.files(version)
     for warning in files.warnings:

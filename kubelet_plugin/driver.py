@@ -1,26 +1,27 @@
 """The node's DRA service: Prepare and Unprepare of ResourceClaims.
 
-`GpuDriver` implements `kubelet_plugin.service.DraService`. Each claim goes
-through one transaction, recorded in the checkpoint so that a crash at any
-point is finished or rolled back later:
+`GpuDriver` implements `kubelet_plugin.service.DraService`. It coordinates;
+the work is done by the modules it drives. Each claim goes through one
+transaction, recorded in the checkpoint so that a crash at any point is
+finished or rolled back later:
 
-    Prepare:   fetch the claim -> plan it (pure: our devices? held by another
-               claim? shares within capacity? sharing settings that agree?)
-               -> checkpoint PrepareStarted (MIG devices as "planned", the
-               wanted time-slice intervals) -> create dynamic MIG devices,
-               checkpointing each GI/CI id
-               -> MPS: checkpoint the daemon intent, start the device's
-               control daemon unless it runs, checkpoint its pid, set its limits
-               -> apply time-slice intervals
-               -> write the CDI spec -> checkpoint PrepareCompleted -> answer
-    Unprepare: remove the CDI spec -> stop the MPS daemon if no other claim
-               uses it -> destroy the MIG devices we created
-               -> release time-slice intervals no other claim wants
+    Prepare:   fetch the claim -> plan it (pure, `dra_driver.planning`: our
+               devices? held by another claim? shares within capacity?
+               sharing settings that agree?) -> checkpoint PrepareStarted
+               (MIG devices as "planned", each sharing strategy's intent)
+               -> create dynamic MIG devices, checkpointing each GI/CI id
+               -> apply each sharing strategy (MPS: the device's control
+               daemon; time-slicing: the GPU's interval)
+               -> write the CDI spec (`dra_driver.container.claim_spec`, from
+               the plan) -> checkpoint PrepareCompleted -> answer
+    Unprepare: remove the CDI spec -> release each sharing strategy (stop an
+               MPS daemon no other claim uses, restore a time-slice no other
+               claim wants) -> destroy the MIG devices we created
                -> drop the checkpoint entry -> answer
 
-MPS daemons (`mps_daemons`) outlive the plugin process: at start-up the
-daemons of checkpointed claims are adopted (or restarted if they died) and
-any other daemon is stopped.
+Sharing mechanisms plug in as `SharingStrategy` objects
+(`kubelet_plugin.sharing`: MPS, time-slicing), each with its own plan,
+apply, release and start-up recovery; the driver knows none of them.
 
 A repeated Prepare of a completed claim returns the recorded devices without
 side effects. A Prepare that finds the claim PrepareStarted (a crash or an
@@ -37,13 +38,12 @@ back under it). Claims are fetched from the API before any lock is taken.
 
 Overlap guard: a dynamic MIG device whose memory slices overlap another
 prepared (or half-prepared) claim's, or a whole GPU and a MIG device of it,
-are refused before anything is touched; the scheduler's counters should have
-prevented such an allocation, so it names both devices and claims.
+are refused before anything is touched (`dra_driver.planning.devices`).
 
 Sharing: each share of a multi-allocatable device (a result with a
 `shareID`) gets its own CDI device, `<claimUID>-<device>-<shareID>`, and
-the kubelet learns its `share_id`; `kubelet_plugin.sharing.shares` refuses
-overcommit. Sharing mechanisms plug in as `SharingStrategy` objects.
+the kubelet learns its `share_id`; `dra_driver.planning.shares` refuses
+overcommit.
 """
 
 from __future__ import annotations
@@ -54,8 +54,6 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TypeVar
 
 from dra_driver import failpoints
@@ -65,35 +63,25 @@ from dra_driver.claims.checkpoint import (
     ClaimEntry,
     ClaimState,
     MigRecord,
-    MpsRecord,
     PreparedDevice,
     to_spec_record,
 )
 from dra_driver.claims.checkpoint_store import CheckpointStore
-from dra_driver.claims.device_config import effective_configs
-from dra_driver.claims.mps import (
-    DaemonPaths,
-    MpsLimits,
-    container_edits,
-    control_commands,
-    daemon_ceiling,
-)
 from dra_driver.container import cdi
 from dra_driver.container.cdi_store import CdiStore
+from dra_driver.container.claim_spec import build_claim_spec
 from dra_driver.errors import ClaimError, DraGpuError, NotFoundError
-from dra_driver.hardware.nvml.interface import MigDeviceInfo
 from dra_driver.kube.cluster import Cluster
 from dra_driver.node.devices import AllocatableDevice
 from dra_driver.node.host import HostInfo
+from dra_driver.planning import ClaimPlan, plan_claim
+from dra_driver.planning.plan import MigTarget, mig_target
 from kubelet_plugin.gpu_locks import GpuLocks
-from kubelet_plugin.mig_lifecycle import MigLifecycle, MigTarget, mig_target
-from kubelet_plugin.mps_daemons import DaemonProcess, MpsDaemons
-from kubelet_plugin.prepare_plan import PlannedDevice, cdi_device, plan_claim, prepared_device
+from kubelet_plugin.mig_lifecycle import MigLifecycle
 from kubelet_plugin.rebuild import RebuildSource
+from kubelet_plugin.recovery_report import RecoveryReport
 from kubelet_plugin.service import ClaimRef, PrepareResult, ResultDevice, UnprepareResult
-from kubelet_plugin.sharing import SharingStrategy
-from kubelet_plugin.sharing.gpu_policy import GpuPolicy, UnavailableGpuPolicy
-from kubelet_plugin.sharing.timeslicing import TimeSlicing
+from kubelet_plugin.sharing import SharingFactory, SharingStrategy, sharing_strategies
 
 log = logging.getLogger(__name__)
 
@@ -101,25 +89,6 @@ MAX_PARALLEL_CLAIMS = 16
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
-
-
-@dataclass
-class RecoveryReport:
-    """What `GpuDriver.recover` found and did at start-up."""
-
-    discarded_after_reboot: int = 0
-    quarantined: list[str] = field(default_factory=list)
-    rebuilt: list[str] = field(default_factory=list)
-    orphan_cdi_specs_removed: list[str] = field(default_factory=list)
-    rolled_back: list[str] = field(default_factory=list)
-    unprepare_finished: list[str] = field(default_factory=list)
-    missing_mig_devices: list[str] = field(default_factory=list)
-    rollback_failed: list[str] = field(default_factory=list)
-    sharing_problems: list[str] = field(default_factory=list)
-    mps_adopted: list[str] = field(default_factory=list)
-    mps_restarted: list[str] = field(default_factory=list)
-    mps_orphans_stopped: list[str] = field(default_factory=list)
-    mps_failed: list[str] = field(default_factory=list)
 
 
 class GpuDriver:
@@ -139,19 +108,17 @@ class GpuDriver:
         gpu_locks: GpuLocks,
         driver_edits: Callable[[], cdi.ContainerEdits] | None = None,
         rebuild_sources: Sequence[RebuildSource] = (),
-        gpu_policy: GpuPolicy | None = None,
-        mps: MpsDaemons | None = None,
+        sharing: SharingFactory | None = None,
         cdi_hooks: cdi.CdiHooks | None = None,
     ) -> None:
         """`driver_edits` gives the mounts (and hooks) of the driver's user space
         for the current driver version (`DriverUserSpace.edits`, cached); None
         leaves them out (tests of device handling only). `rebuild_sources`
         rebuild a lost checkpoint (`kubelet_plugin.rebuild`); none: start empty.
-        `gpu_policy` sets time-slice intervals (`kubelet_plugin.sharing.gpu_policy`);
-        None makes a claim that asks for one fail clearly.
-        `mps` starts the MPS control daemons; None refuses MPS claims (no
-        control binary). `cdi_hooks` makes the per-device hooks (DRM by-path
-        links); None leaves them out."""
+        `sharing` builds the sharing strategies, given this driver's checkpoint
+        (`kubelet_plugin.sharing.sharing_strategies`); None: none can be applied,
+        so claims asking for MPS or a time-slice fail clearly. `cdi_hooks` makes the
+        per-device hooks (DRM by-path links); None leaves them out."""
         self._driver_name = driver_name
         self._pool_name = pool_name
         self._cluster = cluster
@@ -162,15 +129,13 @@ class GpuDriver:
         self._mig = mig
         self._gpu_locks = gpu_locks
         self._driver_edits = driver_edits
-        self._mps = mps
         self._cdi_hooks = cdi_hooks
         self._thread_lock = threading.Lock()
         self._claim_locks = _KeyedLocks()
         self._state: Checkpoint | None = None
         self._rebuild_sources = tuple(rebuild_sources)
-        self._sharing: tuple[SharingStrategy, ...] = (
-            TimeSlicing(gpu_policy or UnavailableGpuPolicy(), gpu_locks, self.snapshot),
-        )
+        build = sharing or sharing_strategies(gpu_locks=gpu_locks)
+        self._sharing: tuple[SharingStrategy, ...] = build(self)
 
     def set_devices(self, devices: Sequence[AllocatableDevice]) -> None:
         """Replace the devices Prepare accepts (after a re-discovery)."""
@@ -229,8 +194,6 @@ class GpuDriver:
                 log.warning("%s has no CDI spec: finishing its interrupted Unprepare", entry.ref)
                 if self._recover_roll_back(entry, report):
                     report.unprepare_finished.append(entry.uid)
-        for strategy in self._sharing:
-            report.sharing_problems.extend(strategy.reconcile(self.snapshot()))
 
         def remove_orphans(checkpoint: Checkpoint) -> Checkpoint:
             for temp in self._cdi.remove_temp_files():
@@ -254,62 +217,9 @@ class GpuDriver:
             return checkpoint
 
         self.update(remove_orphans)
-        self._recover_mps(report)
+        for strategy in self._sharing:
+            strategy.recover(self.snapshot(), report)
         return report
-
-    def _recover_mps(self, report: RecoveryReport) -> None:
-        """Adopt the MPS daemons of checkpointed claims (restart dead ones), stop the rest.
-
-        A daemon is adopted when its pid file names a live process; the
-        checkpoint is updated if its pid or start time changed. A failure
-        is reported and logged, never fatal: the claims' next Unprepare
-        cleans up.
-        """
-        if self._mps is None:
-            return
-        owned: dict[str, list[MpsRecord]] = {}
-        for entry in self.snapshot().claims.values():
-            for device in entry.devices:
-                if device.mps is not None:
-                    owned.setdefault(device.mps.daemon_dir, []).append(device.mps)
-        for daemon_dir, records in sorted(owned.items()):
-            paths = DaemonPaths(Path(daemon_dir))
-            try:
-                with self._gpu_locks.hold([records[0].gpu_uuid]):
-                    running = self._mps.find(paths)
-                    if running is None:
-                        log.warning(
-                            "MPS control daemon for %s (used by %d claims) is gone: restarting it",
-                            paths.device_uuid,
-                            len(records),
-                        )
-                        running = self._mps.start(paths, multi_user=records[0].multi_user)
-                        self._set_ceiling(paths, records)
-                        report.mps_restarted.append(paths.device_uuid)
-                    else:
-                        log.info(
-                            "adopted MPS control daemon pid %d for %s",
-                            running.pid,
-                            paths.device_uuid,
-                        )
-                        report.mps_adopted.append(paths.device_uuid)
-                    self._record_daemon(paths, running)
-            except DraGpuError as exc:
-                log.error("MPS control daemon for %s: %s", paths.device_uuid, exc)
-                report.mps_failed.append(paths.device_uuid)
-        for paths in self._mps.daemon_dirs():
-            if str(paths.root) in owned:
-                continue
-            try:
-                self._mps.stop(paths)
-            except DraGpuError as exc:
-                log.error(
-                    "stopping the MPS daemon for %s no claim owns: %s", paths.device_uuid, exc
-                )
-                report.mps_failed.append(paths.device_uuid)
-                continue
-            log.warning("stopped MPS control daemon for %s: no claim uses it", paths.device_uuid)
-            report.mps_orphans_stopped.append(paths.device_uuid)
 
     def _rebuild(self, checkpoint: Checkpoint, report: RecoveryReport) -> Checkpoint:
         """Ask each rebuild source what it vouches for (see `kubelet_plugin.rebuild`)."""
@@ -474,53 +384,45 @@ class GpuDriver:
             log.info("%s was left half-prepared; rolling back first", existing.ref)
             self._roll_back(existing)
 
-        planned: list[PlannedDevice] = []
+        plans: list[ClaimPlan] = []
 
         def start(checkpoint: Checkpoint) -> Checkpoint:
             entry = checkpoint.claims.get(claim.uid)
             if entry is not None:
                 raise ClaimError(f"{entry.ref} is being prepared by another call; retry")
-            planned.extend(
+            plans.append(
                 plan_claim(
-                    claim, pool_name=self._pool_name, devices=self._devices, checkpoint=checkpoint
+                    claim,
+                    pool_name=self._pool_name,
+                    devices=self._devices,
+                    placed=checkpoint,
+                    sharing=[strategy.plan for strategy in self._sharing],
                 )
             )
-            prepared = [
-                self._with_mps_intent(item, prepared_device(claim.uid, item.result, item.device))
-                for item in planned
-            ]
-            configs = effective_configs(
-                claim, {item.device.name: item.device.kind for item in planned}
-            )
-            for strategy in self._sharing:
-                prepared = strategy.plan(claim, configs, prepared, self._devices, checkpoint)
-            return checkpoint.start(
-                ClaimEntry(
-                    uid=claim.uid,
-                    namespace=claim.namespace,
-                    name=claim.name,
-                    devices=tuple(prepared),
-                )
-            )
+            return checkpoint.start(plans[0].entry())
 
         # Persisted only if something must be undone after a crash (see `_undo_needs_record`).
         self.update(start, durable=_undo_needs_record(claim, self._devices))
+        (plan,) = plans
         failpoints.hit("prepare-after-checkpoint-started")
 
         try:
-            created = self._create_mig_devices(claim.uid, planned)
-            self._start_mps(claim.uid, planned, created)
-            started = self.snapshot().claims[claim.uid]
+            self._create_mig_devices(claim.uid, plan)
             for strategy in self._sharing:
-                strategy.apply(started)
+                strategy.apply(plan, self.snapshot().claims[claim.uid])
+            spec = build_claim_spec(
+                plan,
+                self.snapshot().claims[claim.uid],
+                host=self._host,
+                driver_edits=None if self._driver_edits is None else self._driver_edits(),
+                hooks=self._cdi_hooks,
+            )
 
             def complete(checkpoint: Checkpoint) -> Checkpoint:
                 entry = checkpoint.claims[claim.uid]
                 done = checkpoint.complete(claim.uid, entry.devices)
                 record = to_spec_record(self._checkpoints.boot_id, done.claims[claim.uid])
-                self._cdi.write(
-                    claim.uid, self._cdi_spec(claim.uid, planned, created), record=record
-                )
+                self._cdi.write(claim.uid, spec, record=record)
                 failpoints.hit("prepare-after-cdi-written")
                 return done
 
@@ -544,23 +446,19 @@ class GpuDriver:
         )
         return _result_devices(completed)
 
-    def _create_mig_devices(
-        self,
-        uid: str,
-        planned: Sequence[PlannedDevice],
-    ) -> dict[str, MigDeviceInfo]:
-        """Create the dynamic MIG devices of a started claim, GPU by GPU in parallel."""
+    def _create_mig_devices(self, uid: str, plan: ClaimPlan) -> None:
+        """Create the dynamic MIG devices of a started claim, GPU by GPU in parallel; each
+        GI and CI id is checkpointed as soon as NVML returns it."""
         targets = [
             (index, target)
-            for index, item in enumerate(planned)
+            for index, item in enumerate(plan.devices)
             if (target := mig_target(item.device)) is not None
         ]
         full_gpus = {
             item.device.gpu.uuid
-            for item in planned
+            for item in plan.devices
             if item.device.kind == "gpu" and item.device.gpu.mig_capable
         }
-        created: dict[str, MigDeviceInfo] = {}
         for uuid in sorted(full_gpus):  # a whole GPU must not be left in MIG mode
             with self._gpu_locks.hold([uuid]):
                 self._mig.ensure_mig_mode(uuid, enabled=False, where=f"GPU {uuid}")
@@ -575,133 +473,9 @@ class GpuDriver:
                     def progress(record: MigRecord, index: int = index) -> None:
                         self._record_progress(uid, index, record)
 
-                    _record, mig = self._mig.create(target, progress)
-                    created[target.device_name] = mig
+                    self._mig.create(target, progress)
 
         _run_all(on_gpu, list(by_gpu.values()))
-        return created
-
-    def _start_mps(
-        self, uid: str, planned: Sequence[PlannedDevice], created: Mapping[str, MigDeviceInfo]
-    ) -> None:
-        """Make sure each MPS device of a started claim has its daemon, with limits for all."""
-        for index, item in enumerate(planned):
-            if item.mps is None:
-                continue
-            assert self._mps is not None  # _with_mps_intent refused the claim otherwise
-            record = self._mps_record(item, created)
-            paths = DaemonPaths(Path(record.daemon_dir))
-            with self._gpu_locks.hold([record.gpu_uuid]):
-
-                def intent(
-                    checkpoint: Checkpoint, index: int = index, record: MpsRecord = record
-                ) -> Checkpoint:
-                    devices = list(checkpoint.claims[uid].devices)
-                    devices[index] = dataclasses.replace(devices[index], mps=record)
-                    return checkpoint.update_devices(uid, devices)
-
-                others = _daemon_users(self.update(intent), paths, exclude_uid=uid)
-                conflicting = [o for o in others if o.multi_user != record.multi_user]
-                if conflicting:
-                    mode = "multi-user" if conflicting[0].multi_user else "single-user"
-                    raise ClaimError(
-                        f"{item.device.name}: its MPS control daemon runs in {mode} mode for "
-                        "other claims; multiUser must match theirs"
-                    )
-                running = self._mps.find(paths)
-                if running is None:
-                    running = self._mps.start(paths, multi_user=record.multi_user)
-                    failpoints.hit("mps-after-daemon-started")
-                self._record_daemon(paths, running)
-                failpoints.hit("mps-after-daemon-recorded")
-                self._set_ceiling(paths, [record, *others])
-                failpoints.hit("mps-after-limits-set")
-
-    def _with_mps_intent(self, item: PlannedDevice, prepared: PreparedDevice) -> PreparedDevice:
-        """Record which daemon an MPS device will use before anything is started (a
-        dynamic MIG device's is known only once it exists: `_start_mps` records it)."""
-        if item.mps is None:
-            return prepared
-        if self._mps is None:
-            raise ClaimError(
-                f"{item.device.name}: MPS was asked for, but this node has no MPS control "
-                "binary (nvidia-cuda-mps-control in the driver root)"
-            )
-        if item.device.dynamic is not None:
-            return prepared
-        return dataclasses.replace(prepared, mps=self._mps_record(item, {}))
-
-    def _mps_record(self, item: PlannedDevice, created: Mapping[str, MigDeviceInfo]) -> MpsRecord:
-        """The daemon intent of an MPS device: which daemon, the claim's own limits."""
-        assert self._mps is not None
-        assert item.mps is not None
-        device = item.device
-        mig = created.get(device.name) if device.dynamic is not None else device.mig
-        uuid = device.gpu.uuid if mig is None else mig.uuid
-        return MpsRecord(
-            device_uuid=uuid,
-            gpu_uuid=device.gpu.uuid,
-            daemon_dir=str(self._mps.paths(uuid).root),
-            device_memory_mib=device.capacity.get("memory", 0) // 2**20,
-            multi_user=item.multi_user,
-            active_thread_percentage=item.mps.active_thread_percentage,
-            pinned_memory_mib=item.mps.pinned_memory_mib,
-        )
-
-    def _record_daemon(self, paths: DaemonPaths, running: DaemonProcess) -> None:
-        """Write the daemon's pid and start time into every record of it."""
-
-        def record(loaded: Checkpoint) -> Checkpoint:
-            checkpoint = loaded
-            for entry in list(loaded.claims.values()):
-                devices = [
-                    dataclasses.replace(
-                        d,
-                        mps=dataclasses.replace(
-                            d.mps, pid=running.pid, start_ticks=running.start_ticks
-                        ),
-                    )
-                    if d.mps is not None and d.mps.daemon_dir == str(paths.root)
-                    else d
-                    for d in entry.devices
-                ]
-                if tuple(devices) != entry.devices:
-                    checkpoint = checkpoint.replace_devices(entry.uid, devices)
-            return checkpoint
-
-        self.update(record)
-
-    def _set_ceiling(self, paths: DaemonPaths, records: Sequence[MpsRecord]) -> None:
-        """Set the daemon's defaults to the most any of its claims may use."""
-        assert self._mps is not None
-        ceiling = daemon_ceiling(
-            [MpsLimits(r.active_thread_percentage, r.pinned_memory_mib) for r in records],
-            records[0].device_memory_mib,
-        )
-        self._mps.send(paths, control_commands(ceiling, paths.device_uuid))
-
-    def _release_mps(self, uid: str) -> None:
-        """Stop the MPS daemons only this claim used; lower the others' limits."""
-        entry = self.snapshot().claims.get(uid)
-        if entry is None:
-            return
-        for device in entry.devices:
-            record = device.mps
-            if record is None:
-                continue
-            if self._mps is None:
-                raise ClaimError(
-                    f"{entry.ref}: uses an MPS daemon, but this plugin was started without MPS"
-                )
-            paths = DaemonPaths(Path(record.daemon_dir))
-            with self._gpu_locks.hold([record.gpu_uuid]):
-                others = _daemon_users(self.snapshot(), paths, exclude_uid=uid)
-                if others:
-                    if self._mps.find(paths) is not None:
-                        self._set_ceiling(paths, others)
-                    continue
-                self._mps.stop(paths)
-            failpoints.hit("mps-after-daemon-stopped")
 
     def _record_progress(self, uid: str, index: int, record: MigRecord) -> None:
 
@@ -726,10 +500,9 @@ class GpuDriver:
         admin's made after the devices were published, which is why creating
         ours failed. It must survive the rollback.
         """
-        self._release_mps(entry.uid)
-        self._destroy_mig_devices(entry, search_unrecorded=search_unrecorded)
         for strategy in self._sharing:
             strategy.release(entry)
+        self._destroy_mig_devices(entry, search_unrecorded=search_unrecorded)
 
         def forget(checkpoint: Checkpoint) -> Checkpoint:
             self._cdi.remove(entry.uid)
@@ -749,10 +522,9 @@ class GpuDriver:
             return
         self._cdi.remove(uid)
         failpoints.hit("unprepare-after-cdi-removed")
-        self._release_mps(uid)
-        self._destroy_mig_devices(entry)
         for strategy in self._sharing:
             strategy.release(entry)
+        self._destroy_mig_devices(entry)
         self.update(lambda checkpoint: checkpoint.remove(uid))
         failpoints.hit("unprepare-after-checkpoint-removed")
         log.info("unprepared %s", entry.ref)
@@ -829,61 +601,6 @@ class GpuDriver:
         if self._state is None:
             self._state = self._checkpoints.load()
         return self._state
-
-    def _cdi_spec(
-        self,
-        claim_uid: str,
-        planned: Sequence[PlannedDevice],
-        created: Mapping[str, MigDeviceInfo],
-    ) -> dict[str, object]:
-        uvm_major = self._host.char_major("nvidia-uvm")
-        devices: dict[str, cdi.CdiDevice] = {}
-        for item in planned:
-            device = item.device
-            name = cdi_device(item.result)
-            if name in devices:
-                continue
-            mig = created[device.name] if device.dynamic is not None else device.mig
-            bus_id, hooks = device.gpu.pci_bus_id, self._cdi_hooks  # its DRM nodes
-            if mig is None:
-                edits = cdi.gpu_edits(
-                    device.gpu.minor, pci_bus_id=bus_id, host=self._host, hooks=hooks
-                )
-            else:
-                edits = cdi.mig_edits(
-                    mig.parent_minor,
-                    caps_major=self._host.char_major("nvidia-caps"),
-                    gi_cap=self._host.mig_cap(mig.parent_minor, mig.gpu_instance_id),
-                    ci_cap=self._host.mig_cap(
-                        mig.parent_minor, mig.gpu_instance_id, mig.compute_instance_id
-                    ),
-                    graphics=cdi.has_graphics(mig.gi_profile.name),
-                    pci_bus_id=bus_id,
-                    host=self._host,
-                    hooks=hooks,
-                )
-            if item.mps is not None:
-                uuid = device.gpu.uuid if mig is None else mig.uuid
-                assert self._mps is not None  # _with_mps_intent refused the claim otherwise
-                edits = edits.merged(container_edits(self._mps.paths(uuid), item.mps))
-            devices[name] = cdi.CdiDevice(name=name, edits=edits)
-        common = cdi.common_edits(uvm_major)
-        if self._driver_edits is not None:
-            common = common.merged(self._driver_edits())
-        return cdi.claim_spec(claim_uid, list(devices.values()), common)
-
-
-def _daemon_users(
-    checkpoint: Checkpoint, paths: DaemonPaths, *, exclude_uid: str
-) -> list[MpsRecord]:
-    """The MPS records of claims other than `exclude_uid` served by the daemon at `paths`."""
-    return [
-        device.mps
-        for entry in checkpoint.claims.values()
-        if entry.uid != exclude_uid
-        for device in entry.devices
-        if device.mps is not None and device.mps.daemon_dir == str(paths.root)
-    ]
 
 
 def _undo_needs_record(claim: AllocatedClaim, devices: Mapping[str, AllocatableDevice]) -> bool:

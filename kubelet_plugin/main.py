@@ -20,7 +20,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -30,7 +30,6 @@ from controller.slices import build_resource_slices, choose_layout
 from dra_driver.claims.checkpoint_store import CheckpointStore
 from dra_driver.claims.mps import MPS_DIR
 from dra_driver.container.cdi_store import CdiStore
-from dra_driver.container.driver_root import DriverRoot
 from dra_driver.errors import (
     DraGpuError,
     DriverRootError,
@@ -39,7 +38,7 @@ from dra_driver.errors import (
     PluginError,
 )
 from dra_driver.files.flock import file_lock
-from dra_driver.hardware.nvml.backend import Hardware, open_hardware
+from dra_driver.hardware.machine import Hardware
 from dra_driver.kube.access import Cluster, open_cluster
 from dra_driver.kube.objects import Obj
 from dra_driver.node.consumable_shares import ConsumableShares
@@ -63,7 +62,7 @@ from kubelet_plugin.mps_daemons import MpsDaemons
 from kubelet_plugin.probe import HealthCheckServer, PluginHealthServicer
 from kubelet_plugin.rebuild import default_sources
 from kubelet_plugin.server import PluginServer
-from kubelet_plugin.sharing.gpu_policy import open_gpu_policy
+from kubelet_plugin.sharing import sharing_strategies
 
 log = logging.getLogger(__name__)
 
@@ -76,16 +75,19 @@ INSTANCE_LOCK_FILE = "plugin.lock"
 
 @dataclass(frozen=True)
 class PluginOptions:
-    """The daemon's flags, already parsed."""
+    """The daemon's flags, already parsed.
+
+    `open_hardware` opens the node's hardware (real or simulated: the
+    composition root decides, from `--nvml` and the driver-root flags); it is
+    called again while the driver is not ready.
+    """
 
     node_name: str
-    nvml: str
+    open_hardware: Callable[[], Hardware]
     cluster: str
     kubelet_root: Path
     cdi_root: Path
     driver_name: str
-    sim_state: Path | None = None
-    sim_latency: Mapping[str, float] | None = None
     kubeconfig: str | None = None
     publish_interval: float = 30.0
     dynamic_mig: bool = False
@@ -93,7 +95,6 @@ class PluginOptions:
     mig_reclaim_unknown: bool = False
     keep_mig_enabled: bool = False
     consumable_shares: ConsumableShares | None = None
-    driver_root: DriverRoot | None = None  # None: "/" on real hardware, a fake root in sim
     driver_retry_interval: float = 10.0
     health_checks: bool = True
     ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
@@ -156,13 +157,7 @@ def _wait_for_driver(options: PluginOptions, stop: threading.Event) -> Hardware 
     while True:
         hardware: Hardware | None = None
         try:
-            hardware = open_hardware(
-                options.nvml,
-                sim_state=options.sim_state,
-                node_name=options.node_name,
-                latency=options.sim_latency,
-                driver_root=options.driver_root,
-            )
+            hardware = options.open_hardware()
             version = hardware.driver_version()
             files = hardware.driver.files(version)
         except (DriverRootError, NvmlError) as exc:
@@ -221,7 +216,8 @@ def _serve(
         inventory = discover(hardware.nvml)
         return build_devices(inventory, dynamic_mig=options.dynamic_mig, owned_instances=existing)
 
-    mps = _mps_daemons(hardware, data_dir, shm_tmpfs=options.nvml == "real")
+    mps = _mps_daemons(hardware, data_dir)
+    gpu_locks = GpuLocks(data_dir / "locks")
     driver = GpuDriver(
         driver_name=options.driver_name,
         pool_name=options.node_name,
@@ -235,7 +231,7 @@ def _serve(
         ),
         cdi_store=cdi_store,
         mig=mig,
-        gpu_locks=GpuLocks(data_dir / "locks"),
+        gpu_locks=gpu_locks,
         driver_edits=lambda: hardware.driver.edits(hardware.driver_version()),
         cdi_hooks=hardware.driver.root.hooks,
         rebuild_sources=default_sources(
@@ -246,8 +242,7 @@ def _serve(
             pool_name=options.node_name,
             devices=every_instance_as_dynamic,
         ),
-        gpu_policy=open_gpu_policy(hardware),
-        mps=mps,
+        sharing=sharing_strategies(gpu_locks=gpu_locks, gpu_policy=hardware.gpu_policy, mps=mps),
     )
     metrics.track_prepared(driver.prepared_counts)
     if mps is not None:
@@ -403,7 +398,7 @@ def _serve(
     return 0
 
 
-def _mps_daemons(hardware: Hardware, data_dir: Path, *, shm_tmpfs: bool) -> MpsDaemons | None:
+def _mps_daemons(hardware: Hardware, data_dir: Path) -> MpsDaemons | None:
     """The MPS control daemons, run with the driver root's `nvidia-cuda-mps-control` (a
     simulated node's fake root holds one that starts the simulated daemon); None without it."""
     binaries = hardware.driver_binaries()
@@ -413,7 +408,7 @@ def _mps_daemons(hardware: Hardware, data_dir: Path, *, shm_tmpfs: bool) -> MpsD
     return MpsDaemons(
         data_dir / MPS_DIR,
         (str(binaries.nvidia_cuda_mps_control),),
-        shm_tmpfs=shm_tmpfs,
+        shm_tmpfs=hardware.mps_shm_tmpfs,
         env={**os.environ, **binaries.env},
     )
 

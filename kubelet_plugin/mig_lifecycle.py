@@ -19,55 +19,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 
 from dra_driver import failpoints
 from dra_driver.claims.checkpoint import MigRecord
 from dra_driver.errors import ClaimError, NvmlError
 from dra_driver.hardware.nvml import codes
 from dra_driver.hardware.nvml.interface import MigDeviceInfo, Nvml, Placement
-from dra_driver.node.devices import AllocatableDevice
+from dra_driver.planning.plan import MigTarget
 from kubelet_plugin.metrics import PluginMetrics
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class MigTarget:
-    """What Prepare must create for one allocated dynamic MIG device."""
-
-    device_name: str
-    parent_uuid: str
-    parent_minor: int
-    gi_profile_id: int
-    ci_profile_id: int
-    placement: Placement
-    profile_name: str
-
-    def planned_record(self) -> MigRecord:
-        return MigRecord(
-            parent_uuid=self.parent_uuid,
-            profile_id=self.gi_profile_id,
-            placement_start=self.placement.start,
-            placement_size=self.placement.size,
-            created_by_us=True,
-        )
-
-
-def mig_target(device: AllocatableDevice) -> MigTarget | None:
-    """What must be created for a dynamic MIG device; None for anything else."""
-    spec = device.dynamic
-    if spec is None:
-        return None
-    return MigTarget(
-        device_name=device.name,
-        parent_uuid=spec.parent_uuid,
-        parent_minor=spec.parent_minor,
-        gi_profile_id=spec.gi_profile.id,
-        ci_profile_id=spec.ci_profile_id,
-        placement=spec.placement,
-        profile_name=spec.profile_name,
-    )
 
 
 class MigLifecycle:

@@ -19,13 +19,12 @@ from typing import Any
 from dra_driver.claims.checkpoint import Checkpoint
 from dra_driver.claims.checkpoint_store import CheckpointStore
 from dra_driver.claims.mps import MPS_DIR
-from dra_driver.container.driver_root import DriverRoot
-from dra_driver.hardware.nvml.backend import Hardware, open_hardware
+from dra_driver.hardware.machine import Hardware
 from dra_driver.hardware.nvml.interface import GpuInfo
 from dra_driver.kube import yaml_io
+from dra_driver.planning.time_slices import LEVELS
 from kubelet_plugin.main import CHECKPOINT_DIR, LEGACY_CHECKPOINT_FILE, plugin_data_dir
 from kubelet_plugin.mps_daemons import MpsDaemons
-from kubelet_plugin.sharing.timeslice_plan import LEVELS
 
 
 @dataclass(frozen=True)
@@ -86,16 +85,16 @@ class GpuStatus:
         }
 
 
-def _simulated_time_slices(hardware: Hardware) -> Mapping[str, str] | None:
-    """A simulated node records each GPU's `--set-timeslice` level; NVML cannot read it back
-    on a real one, so there it stays unknown."""
-    if hardware.sim is None:
-        return None
+def _time_slices(hardware: Hardware) -> Mapping[str, str]:
+    """Each GPU's time-slice interval where the GPU policy can read it back (a simulated
+    node records it; neither NVML nor nvidia-smi reports it on a real one: unknown)."""
     names = {level: str(name) for name, level in LEVELS.items()}
-    return {
-        gpu.uuid: names.get(hardware.sim.time_slice(gpu.uuid), "Default")
-        for gpu in hardware.nvml.gpus()
-    }
+    found = {}
+    for gpu in hardware.nvml.gpus():
+        level = hardware.gpu_policy.time_slice(gpu.uuid)
+        if level is not None:
+            found[gpu.uuid] = names.get(level, "Default")
+    return found
 
 
 def collect(
@@ -111,7 +110,7 @@ def collect(
     daemons = _mps_daemons(hardware, data_dir)
     nvml = hardware.nvml
     if time_slices is None:
-        time_slices = _simulated_time_slices(hardware)
+        time_slices = _time_slices(hardware)
     statuses = []
     for gpu in sorted(nvml.gpus(), key=lambda g: g.minor):
         migs = tuple(
@@ -213,20 +212,8 @@ def _clients(checkpoint: Checkpoint) -> dict[str, list[str]]:
     return clients
 
 
-def print_status(
-    *,
-    nvml: str,
-    sim_state: Path | None,
-    node_name: str,
-    kubelet_root: Path,
-    driver_name: str,
-    output: str,
-    driver_root: DriverRoot | None = None,
-) -> int:
+def print_status(hardware: Hardware, *, kubelet_root: Path, driver_name: str, output: str) -> int:
     """The `dra-gpu status` command."""
-    hardware = open_hardware(
-        nvml, sim_state=sim_state, node_name=node_name, driver_root=driver_root
-    )
     statuses = collect(hardware, data_dir=plugin_data_dir(kubelet_root, driver_name))
     if output == "yaml":
         print(yaml_io.dump(to_dicts(statuses), sort_keys=False), end="")

@@ -48,8 +48,8 @@ from dra_driver.container.cdi_store import CdiStore
 from dra_driver.errors import DraGpuError
 from dra_driver.kube.cluster import Cluster
 from dra_driver.node.devices import AllocatableDevice
+from dra_driver.planning.plan import prepared_device
 from kubelet_plugin.mig_lifecycle import MigLifecycle
-from kubelet_plugin.prepare_plan import prepared_device
 
 log = logging.getLogger(__name__)
 

@@ -1,61 +1,63 @@
-"""GPU sharing on the node: what each sharing mechanism does at Prepare and Unprepare.
+"""GPU sharing on the node: what each sharing mechanism does at Prepare, Unprepare and start-up.
 
-One module per mechanism, each in two halves: pure planning (which GPU gets
-which setting, who else holds the device, what a share may consume) that
-reads only the claim and the checkpoint, and the I/O that applies the plan.
+Each mechanism is a `SharingStrategy` (`strategy`), as NVIDIA's `sharing.go`
+holds a manager per mechanism, in two halves: the pure planning (which GPU
+gets which setting, who else holds the device) lives in `dra_driver.planning`,
+so `dra-gpu simulate` refuses what the node would; the I/O that applies the
+plan lives here.
 
-* `shares` - consumable shares (KEP-5075): the node-side guard against
-  overcommit, from the shares' checkpointed `consumedCapacity`.
-* `timeslice_plan` / `timeslicing` - `GpuConfig.sharing.strategy:
-  TimeSlicing`: the interval a GPU must have, applied through `gpu_policy`
+* `mps.MpsSharing` - `sharing.strategy: MPS`: one control daemon per GPU or
+  MIG device (`kubelet_plugin.mps_daemons`), shared by every MPS claim on it,
+  with each claim's own limits and the daemon's defaults set to the most
+  generous claim's;
+* `timeslicing.TimeSlicing` - `GpuConfig.sharing.strategy: TimeSlicing`: the
+  interval a GPU must have, applied through `dra_driver.hardware.gpu_policy`
   (nvidia-smi on a real node, the simulated hardware state on a simulated
   one) and restored when the last claim wanting it is gone.
 
-A mechanism plugs into `kubelet_plugin.driver` through `SharingStrategy`:
-`plan` annotates the claim's checkpoint records with what it will do (before
-anything is touched), `apply` does it, `release` undoes it once the claim is
-gone (rollback or Unprepare), and `reconcile` re-derives the hardware state
-from the checkpoint at start-up. Every step is idempotent, so a crash at any
-point is repaired by running the same step again.
+Consumable shares (KEP-5075) need no strategy: the node's guard against
+overcommit is pure planning (`dra_driver.planning.shares`), and each share
+gets its own CDI device.
+
+`plan` records the intent in the claim's checkpoint records (before anything
+is touched), `apply` does it, `release` undoes it once the claim is gone
+(rollback or Unprepare), and `recover` re-derives the hardware state from
+the checkpoint at start-up. Every step is idempotent, so a crash at any
+point is repaired by running the same step again. `sharing_strategies` is
+the list the driver runs, in order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Protocol
+from collections.abc import Callable
 
-from dra_driver.claims.allocated import AllocatedClaim
-from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry, PreparedDevice
-from dra_driver.claims.device_config import DeviceConfig
-from dra_driver.node.devices import AllocatableDevice
+from dra_driver.hardware.gpu_policy import GpuPolicy, UnavailableGpuPolicy
+from kubelet_plugin.gpu_locks import GpuLocks
+from kubelet_plugin.mps_daemons import MpsDaemons
+from kubelet_plugin.sharing.mps import MpsSharing
+from kubelet_plugin.sharing.strategy import ClaimBook, SharingStrategy
+from kubelet_plugin.sharing.timeslicing import TimeSlicing
+
+SharingFactory = Callable[[ClaimBook], tuple[SharingStrategy, ...]]
+"""Builds the strategies of a driver, given the driver's checkpoint."""
 
 
-class SharingStrategy(Protocol):
-    """One sharing mechanism as the claim transaction drives it."""
+def sharing_strategies(
+    *,
+    gpu_locks: GpuLocks,
+    gpu_policy: GpuPolicy | None = None,
+    mps: MpsDaemons | None = None,
+) -> SharingFactory:
+    """MPS, then time-slicing. `gpu_policy` None makes a claim that asks for a time-slice
+    fail clearly; `mps` None (no control binary) refuses MPS claims."""
 
-    def plan(
-        self,
-        claim: AllocatedClaim,
-        configs: Mapping[str, DeviceConfig | None],
-        prepared: Sequence[PreparedDevice],
-        devices: Mapping[str, AllocatableDevice],
-        checkpoint: Checkpoint,
-    ) -> list[PreparedDevice]:
-        """`prepared` with this mechanism's intent recorded; ClaimError on a conflict.
+    def build(book: ClaimBook) -> tuple[SharingStrategy, ...]:
+        return (
+            MpsSharing(mps, gpu_locks, book),
+            TimeSlicing(gpu_policy or UnavailableGpuPolicy(), gpu_locks, book),
+        )
 
-        Pure. `configs` is `dra_driver.claims.device_config.effective_configs` of
-        the claim (keyed "request/device"), in the order of `prepared`.
-        """
-        ...
+    return build
 
-    def apply(self, entry: ClaimEntry) -> None:
-        """Make the hardware do what `entry` (a started claim) recorded."""
-        ...
 
-    def release(self, entry: ClaimEntry) -> None:
-        """Undo `entry`'s settings where no other checkpointed claim still wants them."""
-        ...
-
-    def reconcile(self, checkpoint: Checkpoint) -> list[str]:
-        """At start-up, re-apply what the checkpoint records; one line per problem."""
-        ...
+__all__ = ["ClaimBook", "SharingFactory", "SharingStrategy", "sharing_strategies"]

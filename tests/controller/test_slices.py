@@ -22,8 +22,8 @@ import yaml
 from controller.limits import validate_pool, validate_resource_slice, validate_schema
 from controller.slices import Layout, build_resource_slices, choose_layout, resource_slice_name
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.composition.hardware import open_hardware
 from dra_driver.errors import ConfigError, SliceError
-from dra_driver.hardware.nvml.backend import open_hardware
 from dra_driver.hardware.nvml.interface import Placement
 from dra_driver.node.devices import AllocatableDevice, build_devices, inventory_warnings
 from dra_driver.node.inventory import NodeInventory, discover

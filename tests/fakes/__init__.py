@@ -7,7 +7,7 @@ One import point, `tests.fakes`, split by job:
     claims          allocated ResourceClaims and opaque configs
     apiserver       a small resource.k8s.io/v1 apiserver over HTTP; a recording Cluster
     fake_pynvml     a fake pynvml module over the simulated hardware
-    plugin_process  kubelet_plugin.plugin_process plus test-only powers (node reboot, RSS)
+    plugin_process  dra_driver.composition.plugin_process plus test-only powers (node reboot, RSS)
     allocator       slices, classes and claims for allocator scenarios
     mig             dynamic-MIG claims and live-instance views
     simulator       an apiserver with Nodes, Pods and templates for `explain`

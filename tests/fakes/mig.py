@@ -6,18 +6,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dra_driver.errors import PluginError
-from dra_driver.hardware.nvml.backend import Hardware
+from dra_driver.composition.demo_claims import (
+    MIG_DEVICE_CLASS,
+    PARENT_UUID_ATTRIBUTE,
+)
+from dra_driver.composition.demo_claims import mig_profile_claim as make_mig_profile_claim
+from dra_driver.composition.plugin_process import PluginProcess
+from dra_driver.hardware.machine import Hardware
 from dra_driver.hardware.nvml.interface import (
     Placement,
 )
 from dra_driver.hardware.simulated.hardware import SimHardware
-from kubelet_plugin.demo_claims import (
-    MIG_DEVICE_CLASS,
-    PARENT_UUID_ATTRIBUTE,
-)
-from kubelet_plugin.demo_claims import mig_profile_claim as make_mig_profile_claim
-from kubelet_plugin.plugin_process import PluginProcess
 
 __all__ = [
     "MIG_DEVICE_CLASS",
@@ -46,16 +45,13 @@ class LiveMigInstance:
 
 def plugin_hardware(plugin: PluginProcess) -> Hardware:
     """The simulated node of `plugin`, shared via its state file: what
-    `dra-gpu mig status --sim-state` would open (`.sim` is always set)."""
+    `dra-gpu mig status --sim-state` would open."""
     return plugin.hardware()
 
 
 def plugin_sim(plugin: PluginProcess) -> SimHardware:
-    """The `SimHardware` of `plugin_hardware(plugin)`, to read or change the node directly."""
-    sim = plugin_hardware(plugin).sim
-    if sim is None:
-        raise PluginError(f"plugin on {plugin.shape} has no simulated hardware")
-    return sim
+    """The `SimHardware` behind `plugin_hardware(plugin)`, to read or change the node directly."""
+    return plugin.simulated_node().sim
 
 
 def live_mig_instances(hardware: SimHardware) -> dict[tuple[str, int], LiveMigInstance]:

@@ -1,6 +1,6 @@
 """The plugin daemon in a child process, with the powers only tests need.
 
-`kubelet_plugin.plugin_process.PluginProcess` (production code, used by
+`dra_driver.composition.plugin_process.PluginProcess` (production code, used by
 `dra-gpu demo`) runs the real daemon on a simulated node; this subclass adds
 a node reboot, the plugin's peak memory and a crash at a failpoint for the tests and
 benchmarks.
@@ -13,18 +13,18 @@ from pathlib import Path
 
 import grpc
 
+from dra_driver.composition.plugin_process import PLUGIN_START_TIMEOUT_S
+from dra_driver.composition.plugin_process import PluginProcess as RuntimePluginProcess
 from dra_driver.errors import PluginError
-from dra_driver.hardware.nvml.backend import sim_proc_root
 from dra_driver.hardware.simulated.hardware import SimHardware
-from kubelet_plugin.plugin_process import PLUGIN_START_TIMEOUT_S
-from kubelet_plugin.plugin_process import PluginProcess as RuntimePluginProcess
+from dra_driver.hardware.simulated.node_files import sim_proc_root
 from kubelet_plugin.service import ClaimRef
 
 __all__ = ["PLUGIN_START_TIMEOUT_S", "PluginProcess"]
 
 
 class PluginProcess(RuntimePluginProcess):
-    """`kubelet_plugin.plugin_process.PluginProcess` plus `reboot_node`, `rss_peak_kib` and
+    """`dra_driver.composition.plugin_process.PluginProcess` plus `reboot_node`, `rss_peak_kib` and
     `crash_during`."""
 
     def crash_during(self, call: str, ref: ClaimRef, step: str) -> None:

@@ -13,8 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from dra_driver.composition.hardware import REAL_SPEC, open_hardware
 from dra_driver.errors import DriverRootError, NvmlError
-from dra_driver.hardware.nvml.backend import REAL_SPEC, Hardware, open_hardware
+from dra_driver.hardware.machine import Hardware
 from tests.gpu.real_root import DRIVER_ROOT_ENV, driver_root
 
 

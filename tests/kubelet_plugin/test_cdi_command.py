@@ -119,8 +119,8 @@ def test_driver_root_flags_exist_where_nvidia_has_them(command: list[str]) -> No
 def test_demo_shows_the_mounts_a_claim_gets() -> None:
     import io
 
+    from dra_driver.composition.demo import run_demo
     from dra_driver.scheduling.whatif.node_allocation import allocate_on_node
-    from kubelet_plugin.demo import run_demo
 
     out = io.StringIO()
     assert run_demo(allocate=allocate_on_node, out=out) == 0

@@ -23,7 +23,7 @@ from dra_driver import failpoints
 from dra_driver.claims.checkpoint import ClaimEntry, ClaimState
 from dra_driver.container.cdi_store import CdiStore
 from dra_driver.files.atomic import temp_prefix_for
-from dra_driver.hardware.nvml.backend import sim_proc_root
+from dra_driver.hardware.simulated.node_files import sim_proc_root
 from dra_driver.node.host import HostInfo
 from kubelet_plugin.service import ClaimRef, PrepareResult, UnprepareResult
 from tests.fakes import PluginProcess, make_allocated_claim

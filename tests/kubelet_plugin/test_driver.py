@@ -29,10 +29,10 @@ from dra_driver.kube.local_store import LocalCluster
 from dra_driver.node.devices import AllocatableDevice, build_devices
 from dra_driver.node.host import HostInfo
 from dra_driver.node.inventory import discover
+from dra_driver.planning import plan_claim
 from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle
-from kubelet_plugin.prepare_plan import plan_claim
 from kubelet_plugin.service import ClaimRef, UnprepareResult
 from tests.fakes import TEST_CLAIM_UID, TEST_POOL, make_allocated_claim, make_opaque_config
 
@@ -127,13 +127,13 @@ def _plan(h100: Node, results: list[dict[str, object]], checkpoint: Checkpoint) 
         driver=DEFAULT_DRIVER_NAME,
         expected_uid="p1",
     )
-    planned = plan_claim(
+    plan = plan_claim(
         claim,
         pool_name=TEST_POOL,
         devices={d.name: d for d in h100.devices},
-        checkpoint=checkpoint,
+        placed=checkpoint,
     )
-    return [item.device.name for item in planned]
+    return [item.device.name for item in plan.devices]
 
 
 @pytest.mark.parametrize("state", list(ClaimState))

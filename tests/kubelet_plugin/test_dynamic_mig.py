@@ -30,9 +30,9 @@ import yaml
 from dra_driver import cli
 from dra_driver.claims.checkpoint import ClaimEntry, ClaimState
 from dra_driver.container import cdi
-from dra_driver.hardware.nvml.backend import sim_proc_root
 from dra_driver.hardware.nvml.interface import Placement
 from dra_driver.hardware.simulated.hardware import SimHardware
+from dra_driver.hardware.simulated.node_files import sim_proc_root
 from dra_driver.hardware.simulated.shapes import load_shape
 from dra_driver.node.device_classes import default_device_classes
 from dra_driver.node.host import HostInfo

@@ -28,9 +28,9 @@ from dra_driver import failpoints
 from dra_driver.claims.checkpoint import ClaimState
 from dra_driver.container import cdi
 from dra_driver.container.cdi_store import CdiStore
-from dra_driver.hardware.nvml.backend import sim_proc_root
 from dra_driver.hardware.nvml.interface import Placement
 from dra_driver.hardware.simulated.hardware import SimHardware
+from dra_driver.hardware.simulated.node_files import sim_proc_root
 from dra_driver.hardware.simulated.shapes import load_shape
 from dra_driver.node.host import HostInfo
 from kubelet_plugin.service import ClaimRef, PrepareResult

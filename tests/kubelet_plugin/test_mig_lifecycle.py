@@ -38,9 +38,10 @@ from dra_driver.kube.local_store import LocalCluster
 from dra_driver.node.devices import build_devices
 from dra_driver.node.host import HostInfo
 from dra_driver.node.inventory import discover
+from dra_driver.planning.plan import MigTarget
 from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
-from kubelet_plugin.mig_lifecycle import MigLifecycle, MigTarget
+from kubelet_plugin.mig_lifecycle import MigLifecycle
 from kubelet_plugin.service import ClaimRef
 from tests.fakes import TEST_POOL, live_mig_instances, make_allocated_claim
 

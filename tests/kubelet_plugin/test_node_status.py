@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dra_driver.hardware.nvml.backend import open_hardware
+from dra_driver.composition.hardware import open_simulated
 from kubelet_plugin.node_status import (
     GpuStatus,
     MigDeviceStatus,
@@ -62,10 +62,10 @@ def test_yaml_fields() -> None:
 
 
 def test_collect_reads_the_time_slice_a_simulated_gpu_was_set_to(tmp_path: Path) -> None:
-    hardware = open_hardware("sim:l4-node", sim_state=tmp_path / "hw.json")
-    assert hardware.sim is not None
+    node = open_simulated("l4-node", sim_state=tmp_path / "hw.json")
+    hardware = node.hardware
     gpu = hardware.nvml.gpus()[0]
-    hardware.sim.set_time_slice(gpu.uuid, 2)  # what `--set-timeslice 2` leaves behind
+    node.sim.set_time_slice(gpu.uuid, 2)  # what `--set-timeslice 2` leaves behind
 
     statuses = {s.uuid: s for s in collect(hardware, data_dir=None)}
 

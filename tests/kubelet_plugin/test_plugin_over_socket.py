@@ -22,8 +22,8 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.checkpoint import ClaimState
 from dra_driver.container import cdi
 from dra_driver.errors import PluginError
-from dra_driver.hardware.nvml.backend import sim_proc_root, sim_sys_root
 from dra_driver.hardware.simulated.hardware import SimHardware
+from dra_driver.hardware.simulated.node_files import sim_proc_root, sim_sys_root
 from dra_driver.node.device_classes import default_device_classes
 from dra_driver.node.host import HostInfo
 from dra_driver.scheduling.allocator import Features, Node

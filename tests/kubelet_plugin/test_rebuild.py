@@ -20,8 +20,8 @@ import yaml
 from dra_driver.claims.checkpoint import ClaimState, encode
 from dra_driver.container import cdi
 from dra_driver.container.cdi_store import RECORD_PREFIX
-from dra_driver.hardware.nvml.backend import sim_proc_root
 from dra_driver.hardware.simulated.hardware import SimHardware
+from dra_driver.hardware.simulated.node_files import sim_proc_root
 from dra_driver.hardware.simulated.shapes import load_shape
 from kubelet_plugin.service import ClaimRef, PrepareResult
 from tests.fakes import PluginProcess, live_mig_instances, make_allocated_claim

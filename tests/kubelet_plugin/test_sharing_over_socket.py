@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from dra_driver.hardware.nvml.backend import sim_proc_root
 from dra_driver.hardware.simulated.hardware import SimHardware
+from dra_driver.hardware.simulated.node_files import sim_proc_root
 from kubelet_plugin.service import ClaimRef, UnprepareResult
 from tests.fakes import PluginProcess, make_allocated_claim, make_opaque_config
 

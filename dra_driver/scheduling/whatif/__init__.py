@@ -11,7 +11,7 @@ It sits beside the allocator in the core: it is the allocator's driver
 loop, and it imports nothing from `controller` or `kubelet_plugin`. The one
 piece that needs the controller, building the slices of simulated nodes, is
 handed in by the CLI (`nodes.NodeBuilder`, made by
-`controller.simulated_nodes`). The logic is pure (`engine`, `diagnosis`,
+`dra_driver.composition.simulated_nodes`). The logic is pure (`engine`, `diagnosis`,
 `claims`, `workloads`, `inputs`, `render`, `explain`, `selector_text`,
 `nodes`); only `documents` (files) and
 `live` (a cluster) read anything, and `command` wires them to the CLI.

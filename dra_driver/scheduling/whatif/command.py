@@ -89,7 +89,7 @@ class ScenarioOptions:
     """What `simulate` and `explain` read: the files, the `--nodes` and the defaults.
 
     `build_nodes` builds the `--nodes` and their slices (the CLI passes
-    `controller.simulated_nodes.build_simulated_nodes`); `consumable_shares`
+    `dra_driver.composition.simulated_nodes.build_simulated_nodes`); `consumable_shares`
     is the kubelet plugin's `--consumable-shares` those nodes run with.
     """
 

@@ -2,12 +2,12 @@
 
 `--nodes dgx-h100=2,dgx-a100-40gb=1` asks for simulated DGX-style nodes
 whose slices are exactly the ones our publisher would publish. Building
-those slices is the controller's job (`controller.simulated_nodes`: simulated
+those slices is the controller's job (`dra_driver.composition.simulated_nodes`: simulated
 hardware, inventory, devices and `controller.slices`, the same calls the
 kubelet plugin makes), and the core must not import `controller`; so this
 module only parses the request (`parse_node_spec`) and states the shape of
 the builder (`NodeBuilder`), and the composition root (`dra_driver.cli`)
-hands `controller.simulated_nodes.build_simulated_nodes` to the simulator.
+hands `dra_driver.composition.simulated_nodes.build_simulated_nodes` to the simulator.
 Nodes are named `<shape>-<i>` (a YAML shape file gives its file stem).
 
 Without `--nodes`, the nodes are the `kind: Node` objects given (their labels

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dra_driver.composition.hardware import open_hardware
 from dra_driver.errors import InventoryError, NvmlError
 from dra_driver.hardware.nvml import codes
-from dra_driver.hardware.nvml.backend import open_hardware
 from dra_driver.hardware.nvml.interface import ComputeInstanceProfile, Placement
 from dra_driver.node.devices import AllocatableDevice, build_devices, inventory_warnings
 from dra_driver.node.dynamic_mig import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dra_driver.cli import main
-from dra_driver.hardware.nvml.backend import open_hardware
+from dra_driver.composition.hardware import open_hardware
 from dra_driver.hardware.nvml.interface import Placement
 from dra_driver.node.mig_status import collect, render
 

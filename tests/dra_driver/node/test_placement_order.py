@@ -14,7 +14,7 @@ from typing import Any
 
 from controller.slices import build_resource_slices
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.hardware.nvml.backend import open_hardware
+from dra_driver.composition.hardware import open_hardware
 from dra_driver.hardware.nvml.interface import GpuInstanceProfile, Placement
 from dra_driver.node.devices import AllocatableDevice, build_devices
 from dra_driver.node.inventory import NodeInventory, discover

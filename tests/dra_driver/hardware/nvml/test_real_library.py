@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver.composition import hardware as backend
 from dra_driver.container.driver_root import DriverRoot
 from dra_driver.errors import DriverRootError, NvmlError
-from dra_driver.hardware.nvml import backend, codes
+from dra_driver.hardware.gpu_policy import NvidiaSmi
+from dra_driver.hardware.nvml import codes
 from dra_driver.hardware.nvml.real import RealNvml, import_pynvml
 from dra_driver.hardware.simulated.driver_root import LIBRARY_DIRS, materialize_driver_root
 from tests.dra_driver.hardware.nvml.fake_libnvml import install_libnvml
@@ -53,7 +55,8 @@ def test_loads_nvml_from_the_driver_root_without_ld_library_path(
     assert (system.driver_version, system.cuda_driver_version) == (VERSION, 12080)
     assert hardware.nvml.gpus() == []
     assert hardware.host.proc_root == Path("/proc")
-    assert hardware.sim is None
+    assert isinstance(hardware.gpu_policy, NvidiaSmi)
+    assert hardware.mps_shm_tmpfs  # a real node mounts a tmpfs per MPS daemon
     # The library pynvml talks to is the root's file, not one on the loader's path.
     lib = import_pynvml()
     assert lib.nvmlLib._name == f"{root.container_path}/usr/lib64/libnvidia-ml.so.{VERSION}"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from controller.simulated_nodes import build_simulated_nodes
+from dra_driver.composition.simulated_nodes import build_simulated_nodes
 from dra_driver.errors import ConfigError
 from dra_driver.node.device_classes import default_device_classes
 from dra_driver.scheduling.allocator import AllocatedState, Allocator

@@ -6,13 +6,13 @@ import copy
 
 import pytest
 
-from controller.simulated_nodes import node_slices
+from dra_driver.composition.demo_claims import demo_claims
+from dra_driver.composition.hardware import open_hardware
+from dra_driver.composition.simulated_nodes import node_slices
 from dra_driver.errors import AllocationError
-from dra_driver.hardware.nvml.backend import open_hardware
 from dra_driver.node.device_classes import default_device_classes
 from dra_driver.node.inventory import discover
 from dra_driver.scheduling.whatif.node_allocation import allocate_on_node
-from kubelet_plugin.demo_claims import demo_claims
 
 NODE = "demo-node"
 

@@ -29,9 +29,10 @@ from dra_driver import failpoints as failpoints_module
 from dra_driver.claims.checkpoint import Checkpoint
 from dra_driver.claims.checkpoint import decode as decode_checkpoint
 from dra_driver.claims.mps import MPS_DIR
+from dra_driver.composition.hardware import SimulatedNode, open_simulated
 from dra_driver.container import cdi as cdi_module
 from dra_driver.errors import PluginError
-from dra_driver.hardware.nvml.backend import Hardware, open_hardware
+from dra_driver.hardware.machine import Hardware
 from dra_driver.kube.local_store import LocalCluster
 from kubelet_plugin.kubelet_client import KubeletClient
 from kubelet_plugin.main import CHECKPOINT_DIR, LEGACY_CHECKPOINT_FILE, plugin_data_dir
@@ -305,12 +306,14 @@ class PluginProcess:
         except FileNotFoundError:
             return []
 
-    def hardware(self) -> Hardware:
+    def simulated_node(self) -> SimulatedNode:
         """The plugin's simulated node, shared via its state file: what
-        `dra-gpu mig status --sim-state` would open (`.sim` is always set)."""
-        return open_hardware(
-            f"sim:{self.shape}", sim_state=self.sim_state, node_name=self.node_name
-        )
+        `dra-gpu mig status --sim-state` would open, and the simulator behind it."""
+        return open_simulated(self.shape, sim_state=self.sim_state, node_name=self.node_name)
+
+    def hardware(self) -> Hardware:
+        """The `Hardware` of `simulated_node()`."""
+        return self.simulated_node().hardware
 
     def log_tail(self, chars: int = 3000) -> str:
         """The end of the plugin's log (all runs)."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.simulated_nodes import build_simulated_nodes, node_slices
-from dra_driver.hardware.nvml.backend import open_hardware
+from dra_driver.composition.hardware import open_hardware
+from dra_driver.composition.simulated_nodes import build_simulated_nodes, node_slices
 from dra_driver.node.inventory import discover
 from dra_driver.scheduling.whatif.nodes import NodeRequest
 

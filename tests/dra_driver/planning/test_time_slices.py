@@ -12,7 +12,7 @@ from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry, PreparedDevice,
 from dra_driver.claims.device_config import effective_configs
 from dra_driver.errors import ClaimError
 from dra_driver.node.devices import build_devices
-from kubelet_plugin.sharing.timeslice_plan import intervals, plan_time_slices, wanted_interval
+from dra_driver.planning.time_slices import intervals, plan_time_slices, wanted_interval
 from tests.fakes import (
     TEST_POOL,
     a100_static_mig_inventory,

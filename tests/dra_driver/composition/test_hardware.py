@@ -7,23 +7,26 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver.composition.hardware import open_hardware, open_simulated
 from dra_driver.errors import ConfigError
-from dra_driver.hardware.nvml.backend import open_hardware, sim_proc_root
 from dra_driver.hardware.nvml.interface import Placement
+from dra_driver.hardware.simulated.gpu_policy import SimGpuPolicy
+from dra_driver.hardware.simulated.node_files import sim_proc_root
 from dra_driver.hardware.simulated.nvml import SimNvml
 
 
 def test_sim_shape_without_state_lives_in_memory_with_a_temporary_proc():
-    hw = open_hardware("sim:dgx-h100", node_name="node-7")
+    node = open_simulated("dgx-h100", node_name="node-7")
+    hw = node.hardware
     assert isinstance(hw.nvml, SimNvml)
-    assert hw.sim is not None
+    assert isinstance(hw.gpu_policy, SimGpuPolicy)
     assert len(hw.nvml.gpus()) == 8
-    assert hw.host.boot_id() == hw.sim.boot_id()
+    assert hw.host.boot_id() == node.sim.boot_id()
     assert hw.host.char_major("nvidia-caps") == 236
     proc = hw.host.proc_root
-    assert proc == hw.sim.proc_root
+    assert proc == node.sim.proc_root
     assert proc.is_dir()
-    del hw
+    del hw, node
     gc.collect()
     assert not proc.exists()  # the temporary /proc goes with the simulator
 
@@ -44,10 +47,9 @@ def test_sim_state_is_shared_and_its_proc_sits_next_to_it(tmp_path: Path):
 def test_sim_yaml_shape_and_latency(tmp_path: Path):
     shape = tmp_path / "shape.yaml"
     shape.write_text("gpus:\n  - model: A30\n    migEnabled: true\n    count: 2\n")
-    hw = open_hardware(f"sim:{shape}", latency={"gi-create": 0.0, "ci-create": 0.0})
-    assert [g.product_name for g in hw.nvml.gpus()] == ["NVIDIA A30"] * 2
-    assert hw.sim is not None
-    assert dict(hw.sim.latency) == {"gi-create": 0.0, "ci-create": 0.0}
+    node = open_simulated(str(shape), latency={"gi-create": 0.0, "ci-create": 0.0})
+    assert [g.product_name for g in node.hardware.nvml.gpus()] == ["NVIDIA A30"] * 2
+    assert dict(node.sim.latency) == {"gi-create": 0.0, "ci-create": 0.0}
 
 
 @pytest.mark.parametrize("spec", ["", "fake", "sim:", "sim:  ", "SIM:dgx-h100", "nvml"])

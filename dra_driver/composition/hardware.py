@@ -1,15 +1,19 @@
 """Pick the hardware a process talks to from one `--nvml` flag.
 
-The plugin, the inventory command and the demo all run the same code against
-either the GPUs of the machine (`"real"`: pynvml and the real `/proc`) or a
-simulated node (`"sim:<shape>"`: `SimHardware` behind `SimNvml`, with a fake
-`/proc` tree kept next to the state file). This module is the one place that
-knows how to build each, so no caller branches on "is this simulated".
+The plugin, the inventory, status, cdi and MIG commands and the demo all run
+the same code against either the GPUs of the machine (`"real"`: pynvml, the
+real `/proc`, the driver's nvidia-smi) or a simulated node (`"sim:<shape>"`:
+`SimHardware` behind `SimNvml` and `SimGpuPolicy`, with a fake `/proc` tree
+kept next to the state file). This module is the one place that knows how to
+build each, and only composition roots import it (`.importlinter`), so no
+other module can branch on "is this simulated".
 
 Both come with their driver root (`DriverUserSpace`): real hardware loads
 `libnvidia-ml.so.1` from the driver root given (default `/`); a simulated
 node gets a fake root of its shape's driver version next to its state file
-(or the root given), generated when first needed.
+(or the root given), generated when first needed. Its
+`nvidia-cuda-mps-control` runs the simulated MPS control daemon, so MPS
+goes through the plugin's real daemon code too.
 """
 
 from __future__ import annotations
@@ -22,10 +26,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.container.driver_root import DriverBinaries, DriverRoot, DriverUserSpace
+from dra_driver.container.driver_root import DriverRoot, DriverUserSpace
 from dra_driver.errors import ConfigError
-from dra_driver.hardware.nvml.interface import HealthEventSource, Nvml
+from dra_driver.hardware.gpu_policy import NvidiaSmi
+from dra_driver.hardware.machine import Hardware
+from dra_driver.hardware.simulated.gpu_policy import SimGpuPolicy
 from dra_driver.hardware.simulated.hardware import SimHardware
+from dra_driver.hardware.simulated.node_files import (
+    sim_driver_root,
+    sim_proc_root,
+    sim_sys_root,
+)
 from dra_driver.node.host import HostInfo
 
 REAL_SPEC = "real"
@@ -37,38 +48,13 @@ SPEC_FORMS = (
 )
 
 
-@dataclass
-class Hardware:
-    """What a process needs to see GPUs: NVML, the host's procfs, and the simulator if any."""
+@dataclass(frozen=True)
+class SimulatedNode:
+    """A simulated node: the `Hardware` the code under test sees, and the simulator behind it
+    (for tests and the demo to read or change the node directly)."""
 
-    nvml: Nvml
-    host: HostInfo
-    driver: DriverUserSpace
-    sim: SimHardware | None = None
-    health: HealthEventSource | None = None  # device-health events (both backends have them)
-
-    def driver_version(self) -> str:
-        """The driver version NVML reports (what the driver files must match)."""
-        return self.nvml.system().driver_version
-
-    def driver_binaries(self) -> DriverBinaries:
-        """nvidia-smi and the MPS binaries of the running driver, as this process runs them."""
-        return self.driver.binaries(self.driver_version())
-
-
-def sim_proc_root(sim_state: Path) -> Path:
-    """Where the fake `/proc` of a simulated node with state file `sim_state` lives."""
-    return sim_state.with_name(sim_state.name + ".proc")
-
-
-def sim_sys_root(sim_state: Path) -> Path:
-    """Where the fake `/sys` (DRM nodes) of a simulated node with state file `sim_state` lives."""
-    return sim_state.with_name(sim_state.name + ".sys")
-
-
-def sim_driver_root(sim_state: Path) -> Path:
-    """Where the fake driver root of a simulated node with state file `sim_state` lives."""
-    return sim_state.with_name(sim_state.name + ".driver-root")
+    hardware: Hardware
+    sim: SimHardware
 
 
 def open_hardware(
@@ -91,23 +77,51 @@ def open_hardware(
     `libnvidia-ml.so.1`, `NvmlError` if the library cannot be initialised.
     """
     if spec == REAL_SPEC:
-        from dra_driver.container.driver_root import nvml_library
-        from dra_driver.hardware.nvml.real import RealNvml, load_pynvml
-
-        root = driver_root or DriverRoot()
-        nvml = RealNvml(lib=load_pynvml(nvml_library(root)))
-        return Hardware(
-            nvml=nvml, host=HostInfo(Path("/proc")), driver=DriverUserSpace(root), health=nvml
-        )
+        return open_real(driver_root)
     if not spec.startswith(SIM_PREFIX) or not spec[len(SIM_PREFIX) :].strip():
         raise ConfigError(f"--nvml {spec!r}: expected {SPEC_FORMS}")
+    return open_simulated(
+        spec[len(SIM_PREFIX) :].strip(),
+        sim_state=sim_state,
+        node_name=node_name,
+        latency=latency,
+        driver_root=driver_root,
+    ).hardware
 
+
+def open_real(driver_root: DriverRoot | None = None) -> Hardware:
+    """This machine's GPUs: NVML loaded from the driver root, `/proc`, the driver's nvidia-smi."""
+    from dra_driver.container.driver_root import nvml_library
+    from dra_driver.hardware.nvml.real import RealNvml, load_pynvml
+
+    root = driver_root or DriverRoot()
+    nvml = RealNvml(lib=load_pynvml(nvml_library(root)))
+    user_space = DriverUserSpace(root)
+    return Hardware(
+        nvml=nvml,
+        host=HostInfo(Path("/proc")),
+        driver=user_space,
+        gpu_policy=NvidiaSmi(lambda: user_space.binaries(nvml.system().driver_version)),
+        health=nvml,
+        mps_shm_tmpfs=True,
+    )
+
+
+def open_simulated(
+    shape_name: str,
+    *,
+    sim_state: Path | None = None,
+    node_name: str = "sim-node",
+    latency: Mapping[str, float] | None = None,
+    driver_root: DriverRoot | None = None,
+) -> SimulatedNode:
+    """A simulated node of shape `shape_name` (see `open_hardware` for the arguments)."""
     from dra_driver.hardware.simulated.driver_root import materialize_driver_root
     from dra_driver.hardware.simulated.nvml import SimNvml
     from dra_driver.hardware.simulated.shapes import load_shape
     from dra_driver.hardware.simulated.sysfs import materialize_sysfs
 
-    shape = load_shape(spec[len(SIM_PREFIX) :].strip())
+    shape = load_shape(shape_name)
     if sim_state is not None:
         proc_root = sim_proc_root(Path(sim_state))
         hw = SimHardware(
@@ -140,10 +154,11 @@ def open_hardware(
     if sim_state is None:
         weakref.finalize(hw, shutil.rmtree, sys_root, ignore_errors=True)
     materialize_sysfs(sys_root, [gpu.pci_bus_id for gpu in sim_nvml.gpus()])
-    return Hardware(
+    hardware = Hardware(
         nvml=sim_nvml,
         host=HostInfo(proc_root, sys_root=sys_root),
         driver=user_space,
-        sim=hw,
+        gpu_policy=SimGpuPolicy(hw),
         health=sim_nvml,
     )
+    return SimulatedNode(hardware=hardware, sim=hw)

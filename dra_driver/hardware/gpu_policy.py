@@ -1,4 +1,4 @@
-"""Setting a GPU's compute mode and time-slice interval: nvidia-smi, or the simulator.
+"""Setting a GPU's compute mode and time-slice interval: the seam, and nvidia-smi behind it.
 
 NVML has no public call for the time-slice interval (gpu-mig-nvml.md 6.1),
 so, like NVIDIA's driver (`nvlib.go` setTimeSlice / setComputeMode), the
@@ -10,11 +10,12 @@ plugin runs the driver's own nvidia-smi:
 found in the driver root (`dra_driver.container.driver_root.DriverBinaries`, which also
 gives the environment that lets it find the root's libnvidia-ml). It is looked
 up at each use, so a driver installed or upgraded after the plugin started is
-used as it is now. `GpuPolicy` is that narrow
-interface; `NvidiaSmi` runs the real binary and `SimGpuPolicy` records the
-same settings in a simulated node's hardware state, so a simulated node goes
-through the same time-slicing code as a real one. `open_gpu_policy` is the
-one place that picks between them.
+used as it is now. `GpuPolicy` is that narrow interface; `NvidiaSmi` runs
+the real binary, and the simulator's `SimGpuPolicy`
+(`dra_driver.hardware.simulated.gpu_policy`) records the same settings in a
+simulated node's hardware state, so a simulated node goes through the same
+time-slicing code as a real one. The composition root puts one of them in
+`Hardware.gpu_policy`; nothing else chooses.
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ from typing import Final, Protocol
 
 from dra_driver.container.driver_root import DriverBinaries
 from dra_driver.errors import DraGpuError, GpuSettingError
-from dra_driver.hardware.nvml.backend import Hardware
-from dra_driver.hardware.simulated.hardware import SimHardware
 
 TIMEOUT_S: Final = 30.0
 
@@ -41,6 +40,10 @@ class GpuPolicy(Protocol):
 
     def set_time_slice(self, uuid: str, level: int) -> None:
         """`nvidia-smi compute-policy -i <uuid> --set-timeslice <level>`; GpuSettingError."""
+        ...
+
+    def time_slice(self, uuid: str) -> int | None:
+        """The `--set-timeslice` level the GPU runs with, or None where it cannot be read."""
         ...
 
 
@@ -58,6 +61,10 @@ class NvidiaSmi:
             ["compute-policy", "-i", uuid, "--set-timeslice", str(level)],
             f"set the time-slice of GPU {uuid} to {level}",
         )
+
+    def time_slice(self, uuid: str) -> int | None:  # noqa: ARG002 (the protocol's signature)
+        """Unknown: neither NVML nor nvidia-smi reads the interval back."""
+        return None
 
     def _run(self, args: Sequence[str], what: str) -> None:
         try:
@@ -88,25 +95,6 @@ class NvidiaSmi:
             )
 
 
-class SimGpuPolicy:
-    """The settings of a simulated node, kept in its hardware state file."""
-
-    def __init__(self, hardware: SimHardware) -> None:
-        self._hardware = hardware
-
-    def set_compute_mode(self, uuid: str, mode: str) -> None:
-        try:
-            self._hardware.set_compute_mode(uuid, mode)
-        except DraGpuError as exc:
-            raise GpuSettingError(f"cannot set the compute mode of GPU {uuid}: {exc}") from exc
-
-    def set_time_slice(self, uuid: str, level: int) -> None:
-        try:
-            self._hardware.set_time_slice(uuid, level)
-        except DraGpuError as exc:
-            raise GpuSettingError(f"cannot set the time-slice of GPU {uuid}: {exc}") from exc
-
-
 class UnavailableGpuPolicy:
     """For a driver built without a way to set GPU policies: every setting fails clearly."""
 
@@ -116,9 +104,5 @@ class UnavailableGpuPolicy:
     def set_time_slice(self, uuid: str, level: int) -> None:
         raise GpuSettingError(f"cannot set time-slice {level} on GPU {uuid}: no nvidia-smi")
 
-
-def open_gpu_policy(hardware: Hardware) -> GpuPolicy:
-    """The simulator's settings for a simulated node, else the driver's nvidia-smi."""
-    if hardware.sim is not None:
-        return SimGpuPolicy(hardware.sim)
-    return NvidiaSmi(hardware.driver_binaries)
+    def time_slice(self, uuid: str) -> int | None:  # noqa: ARG002 (the protocol's signature)
+        return None

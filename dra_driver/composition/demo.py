@@ -26,15 +26,15 @@ from typing import Any, Protocol, TextIO
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.mps import DaemonPaths
+from dra_driver.composition.demo_claims import demo_claims, mig_profile_claim
+from dra_driver.composition.plugin_process import PluginProcess
 from dra_driver.hardware.simulated.mps_control import read_state
 from dra_driver.kube import yaml_io
 from dra_driver.kube.objects import Obj
 from dra_driver.node import mig_status
 from dra_driver.node.device_classes import default_device_classes
 from kubelet_plugin import node_status
-from kubelet_plugin.demo_claims import demo_claims, mig_profile_claim
 from kubelet_plugin.main import plugin_data_dir
-from kubelet_plugin.plugin_process import PluginProcess
 from kubelet_plugin.service import ClaimRef, PrepareResult
 
 NODE = "demo-node"

@@ -6,8 +6,8 @@ import io
 
 import pytest
 
+from dra_driver.composition.demo import _Printer, run_demo
 from dra_driver.scheduling.whatif.node_allocation import allocate_on_node
-from kubelet_plugin.demo import _Printer, run_demo
 
 
 class _Terminal(io.StringIO):

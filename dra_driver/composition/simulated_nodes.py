@@ -11,9 +11,9 @@ makes, so the slices are exactly the ones our publisher would publish.
 `mig="static"` the plugin's own default (existing MIG devices only), with the
 slice layout the plugin picks for that Kubernetes release.
 
-It lives here and not beside the simulator because building slices is the
-controller's job and the core (`dra_driver`) must not import `controller`;
-the CLI hands `build_simulated_nodes` to the simulator
+It joins the simulated GPUs and the controller's slice building, which the
+rest of the code keeps apart, so it lives with the composition root: the CLI
+hands `build_simulated_nodes` to the scheduler emulation
 (`dra_driver.scheduling.whatif.nodes.NodeBuilder`).
 
 Building and checking the slices of a 200-device DGX takes about half a

@@ -7,15 +7,15 @@ several claims over time) must agree. Like NVIDIA's driver, the setting is
 applied to full GPUs only; on a MIG device time-slicing does nothing, and a
 `MigDeviceConfig` with `strategy: TimeSlicing` is accepted and ignored.
 
-Pure. `plan_time_slices` records each full GPU's wanted interval in the
-claim's checkpoint records, or raises ClaimError when another prepared
-claim (or another result of the same claim) wants a different interval on
-the same GPU. `wanted_interval` says what a GPU must be left with once a
-claim is gone: another claim's interval, or None (back to Default). The
-other claims are found through the checkpoint's index of held devices (an
-interval is recorded on the full GPU's device), so the cost does not grow
-with the number of claims on the node. An admin-access result (monitoring)
-never sets an interval.
+Pure. `plan_time_slices` (the planner: `plan_time_slicing`) records each
+full GPU's wanted interval in the claim's checkpoint records, or raises
+ClaimError when another prepared claim (or another result of the same claim)
+wants a different interval on the same GPU. `wanted_interval` says what a
+GPU must be left with once a claim is gone: another claim's interval, or
+None (back to Default). The other claims are found through the checkpoint's
+index of held devices (an interval is recorded on the full GPU's device), so
+the cost does not grow with the number of claims on the node. An
+admin-access result (monitoring) never sets an interval.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from dra_driver.claims.device_config import (
 )
 from dra_driver.errors import ClaimError
 from dra_driver.node.devices import AllocatableDevice
+from dra_driver.planning.plan import ClaimPlan
 
 LEVELS: Final[Mapping[str, int]] = {
     TimeSliceInterval.DEFAULT: 0,
@@ -80,6 +81,13 @@ def plan_time_slices(
                 )
         out.append(dataclasses.replace(record, time_slice=TimeSliceRecord(uuid, interval)))
     return out
+
+
+def plan_time_slicing(plan: ClaimPlan, placed: Checkpoint) -> ClaimPlan:
+    """The `SharingPlanner` of time-slicing: `plan_time_slices` over a claim's plan."""
+    return plan.with_records(
+        plan_time_slices(plan.claim, plan.configs, plan.records, plan.device_map(), placed)
+    )
 
 
 def wanted_interval(checkpoint: Checkpoint, record: PreparedDevice, *, without: str) -> str | None:

@@ -12,7 +12,7 @@ from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry, ClaimState, Pre
 from dra_driver.errors import ClaimError
 from dra_driver.node.consumable_shares import ConsumableShares
 from dra_driver.node.devices import AllocatableDevice, build_devices
-from kubelet_plugin.sharing.shares import check_shares
+from dra_driver.planning.shares import check_shares
 from tests.fakes import TEST_POOL, dgx_h100_inventory, make_allocated_claim
 
 
