@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PACKAGES := dra_driver kubelet_plugin controller
 
-.PHONY: test lint imports typecheck unit gpu-test demo bench proto clean wheel wheel-check kubectl
+.PHONY: test lint imports typecheck unit gpu-test demo bench proto clean wheel wheel-check kubectl image
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,11 +40,19 @@ gpu-test: $(STAMP)
 kubectl:
 	command -v kubectl >/dev/null || { apt-get update -q && apt-get install -y -q kubernetes-client; }
 
-## wheel: the wheel deploy/Dockerfile installs (dist/dra_gpu-VERSION-py3-none-any.whl)
+## wheel: the wheel `make image` installs (dist/dra_gpu-VERSION-py3-none-any.whl)
 WHEEL_GLOB := dist/dra_gpu-*-py3-none-any.whl
 wheel: $(STAMP)
 	rm -rf dist build/lib build/bdist.*
 	$(PY) -m pip wheel --quiet --no-deps --wheel-dir dist .
+
+## image: the node daemon's OCI image from the wheel, with buildah and mmdebstrap (Debian
+## packages; no container daemon, no base image): see deploy/build-image.sh. Needs root.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= ghcr.io/dra-gpu/dra-gpu:$(VERSION)
+image: wheel
+	PYTHON=$(CURDIR)/$(PY) IMAGE=$(IMAGE) WHEEL="$$(ls $(WHEEL_GLOB))" \
+		OUT=dist/dra-gpu-$(VERSION).oci.tar deploy/build-image.sh
 
 ## wheel-check: the wheel has no test code, and `dra-gpu demo` runs from it outside the source tree
 WHEEL_VENV := build/wheel-venv

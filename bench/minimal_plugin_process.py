@@ -13,7 +13,7 @@ from typing import Any, Self
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.errors import PluginError
 from kubelet_plugin.kubelet_client import KubeletClient
-from kubelet_plugin.server import dra_socket_path
+from kubelet_plugin.socket_names import dra_socket_path
 
 
 class MinimalPluginProcess:

@@ -28,8 +28,9 @@ def print_inventory(
     dynamic_mig: bool = False,
     layout: Layout = "v1.35",
     consumable_shares: ConsumableShares | None = None,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
 ) -> int:
+    out = out if out is not None else sys.stdout  # at call time: tests swap sys.stdout
     inventory = discover(hardware.nvml)
     devices = build_devices(inventory, dynamic_mig=dynamic_mig, consumable_shares=consumable_shares)
     slices = build_resource_slices(devices, driver=driver_name, node_name=node_name, layout=layout)

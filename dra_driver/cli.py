@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.errors import DraGpuError
@@ -48,6 +48,27 @@ class Command:
     add_flags: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
     description: str | None = None
+
+
+NODE_NAME_ENV = "NODE_NAME"
+POD_UID_ENV = "POD_UID"
+
+
+def _add_node_name_flag(
+    parser: argparse.ArgumentParser, *, fallback: str | None = None, help: str | None = None
+) -> None:
+    """--node-name, from NODE_NAME when absent (the DaemonSet sets it from spec.nodeName);
+    required where there is no `fallback`."""
+    default = os.environ.get(NODE_NAME_ENV) or fallback
+    parser.add_argument(
+        "--node-name",
+        default=default,
+        required=default is None,
+        help=(help or "the node's name")
+        + f" (env {NODE_NAME_ENV}"
+        + (f", else {fallback}" if fallback else "")
+        + ")",
+    )
 
 
 def _positive_seconds(text: str) -> float:
@@ -161,7 +182,7 @@ def _hardware(args: argparse.Namespace, latency: Mapping[str, float] | None = No
 
 
 def _inventory_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--node-name", required=True)
+    _add_node_name_flag(parser, help="the node's name: the slices' pool and node")
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
     parser.add_argument("-o", "--output", choices=("yaml", "table"), default="table")
     parser.add_argument(
@@ -194,8 +215,15 @@ def _run_inventory(args: argparse.Namespace) -> int:
 
 
 def _plugin_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--node-name", required=True)
+    _add_node_name_flag(parser, help="the node this plugin serves")
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
+    parser.add_argument(
+        "--pod-uid",
+        default=os.environ.get(POD_UID_ENV) or None,
+        help="this plugin pod's UID: names the sockets per instance so that an old and a new "
+        "plugin pod serve side by side during a rolling upgrade (kubelet 1.33+; the DaemonSet "
+        f"passes metadata.uid; env {POD_UID_ENV}; default: the classic socket names)",
+    )
     parser.add_argument(
         "--cluster",
         default="kube",
@@ -276,11 +304,37 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _check_hardware_flags(args: argparse.Namespace) -> None:
+    """The daemon's hardware flags, checked before it starts anything (ConfigError): the
+    --nvml form and shape, the --sim-state directory, and a driver root that is a directory
+    where it exists (a missing one is a driver still being installed: the plugin waits)."""
+    from dra_driver.composition.hardware import REAL_SPEC, SIM_PREFIX, SPEC_FORMS
+    from dra_driver.errors import ConfigError
+    from kubelet_plugin.preflight import check_writable_directory
+
+    spec = args.nvml
+    if spec != REAL_SPEC:
+        shape = spec[len(SIM_PREFIX) :].strip() if spec.startswith(SIM_PREFIX) else ""
+        if not shape:
+            raise ConfigError(f"--nvml {spec!r}: expected {SPEC_FORMS}")
+        from dra_driver.hardware.simulated.shapes import load_shape
+
+        load_shape(shape)
+    if args.sim_state is not None:
+        directory = Path(os.path.abspath(args.sim_state)).parent
+        check_writable_directory(directory, "--sim-state", "its directory")
+    root = _driver_root(args)
+    if root is not None and root.local_path.exists() and not root.local_path.is_dir():
+        flag = "--container-driver-root" if root.container_path else "--nvidia-driver-root"
+        raise ConfigError(f"{flag} {root.local_path}: not a directory")
+
+
 def _run_plugin(args: argparse.Namespace) -> int:
     from dra_driver.hardware.simulated.latency import parse_latency
     from dra_driver.node.health import DEFAULT_IGNORED_XIDS, parse_xid_list
     from kubelet_plugin.main import PluginOptions, run
 
+    _check_hardware_flags(args)  # the daemon checks the rest before it starts anything
     latency = parse_latency(args.sim_latency) if args.sim_latency else None
     return run(
         PluginOptions(
@@ -303,6 +357,7 @@ def _run_plugin(args: argparse.Namespace) -> int:
             taint_effect=args.unhealthy_taint_effect,
             metrics_address=args.metrics_address,
             healthcheck_port=args.healthcheck_port,
+            pod_uid=args.pod_uid,
         )
     )
 
@@ -313,7 +368,7 @@ def _run_plugin(args: argparse.Namespace) -> int:
 def _mig_flags(parser: argparse.ArgumentParser) -> None:
     mig_commands = parser.add_subparsers(dest="mig_command", required=True, metavar="MIG_COMMAND")
     status = mig_commands.add_parser("status", help="print the live MIG layout of every GPU")
-    status.add_argument("--node-name", default="sim-node", help="node name (simulated UUIDs)")
+    _add_node_name_flag(status, fallback="sim-node", help="node name (simulated UUIDs)")
     _add_hardware_flags(status)
     _add_driver_root_flags(status)
 
@@ -330,7 +385,7 @@ def _run_mig(args: argparse.Namespace) -> int:
 
 
 def _status_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--node-name", default="sim-node", help="node name (simulated UUIDs)")
+    _add_node_name_flag(parser, fallback="sim-node", help="node name (simulated UUIDs)")
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
     parser.add_argument(
         "--kubelet-root",
@@ -392,7 +447,7 @@ def _cdi_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sim-state", type=Path, help="state file of the simulated hardware (with --nvml sim:)"
     )
-    parser.add_argument("--node-name", default="sim-node", help="node name (simulated UUIDs)")
+    _add_node_name_flag(parser, fallback="sim-node", help="node name (simulated UUIDs)")
     parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     _add_driver_root_flags(parser)
 
@@ -596,8 +651,15 @@ COMMANDS: tuple[Command, ...] = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad flag reported in one line (no usage block) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dra-gpu", description="DRA driver for NVIDIA GPUs: node plugin and tools"
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")

@@ -4,7 +4,9 @@ The kubelet shows a failed NodePrepareResources only as a generic pod event;
 the admin debugging a pending pod needs the driver's own reason. So when a
 claim fails to prepare, the plugin records a Warning Event `PrepareFailed` on
 the ResourceClaim and on each pod that reserved it (`status.reservedFor`),
-with the per-claim error as the note.
+with the per-claim error as the note. A claim reserved for a workload rather
+than for pods (a PodGroup, Kubernetes 1.37's `DRAWorkloadResourceClaims`)
+names its holders in the claim's note, as its pods are not listed.
 
 `prepare_failed_events` builds them (pure); `EventingService` wraps the
 driver's `DraService` and posts them in a background thread, so a slow API
@@ -20,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
+from dra_driver.claims.consumers import claim_consumers
 from dra_driver.errors import DraGpuError
 from dra_driver.kube.cluster import Cluster
 from dra_driver.kube.objects import Obj
@@ -47,17 +50,20 @@ def prepare_failed_events(
         "name": name,
         "uid": str(meta.get("uid") or ""),
     }
-    note = f"ResourceClaim {namespace}/{name} on node {node_name}: {error}"
+    consumers = claim_consumers(claim)
+    others = ", ".join(str(c) for c in consumers if not c.is_pod)
+    held = f" (reserved for {others})" if others else ""
+    note = f"ResourceClaim {namespace}/{name}{held} on node {node_name}: {error}"
     note = note.encode()[:MAX_NOTE_BYTES].decode(errors="ignore")
     regarding: list[tuple[dict[str, Any], dict[str, Any] | None]] = [(claim_ref, None)]
-    for consumer in (claim.get("status") or {}).get("reservedFor") or []:
-        if consumer.get("resource") == "pods" and not consumer.get("apiGroup"):
+    for consumer in consumers:
+        if consumer.is_pod:
             pod = {
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "namespace": namespace,
-                "name": str(consumer.get("name") or ""),
-                "uid": str(consumer.get("uid") or ""),
+                "name": consumer.name,
+                "uid": consumer.uid,
             }
             regarding.append((pod, claim_ref))
     return [

@@ -25,8 +25,8 @@ from kubelet_plugin.gen.dra.v1beta1 import api_pb2 as dra_v1beta1_pb2
 from kubelet_plugin.gen.dra.v1beta1 import api_pb2_grpc as dra_v1beta1_pb2_grpc
 from kubelet_plugin.gen.pluginregistration.v1 import api_pb2 as registration_pb2
 from kubelet_plugin.gen.pluginregistration.v1 import api_pb2_grpc as registration_pb2_grpc
-from kubelet_plugin.server import dra_socket_path, registration_socket_path
 from kubelet_plugin.service import ClaimRef, PrepareResult, ResultDevice, UnprepareResult
+from kubelet_plugin.socket_names import dra_socket_path, registration_socket_path
 
 _RECONNECT_OPTIONS = [
     # Reconnect fast after a plugin restart (gRPC's default backoff grows to 120 s).
@@ -40,9 +40,11 @@ DRA_API_VERSIONS = ("v1", "v1beta1")
 class KubeletClient:
     """Drives a kubelet plugin over its Unix sockets with the generated stubs, as the kubelet does.
 
-    The registration socket is `<kubelet_root>/plugins_registry/<driver>-reg.sock`.
-    DRA calls go to the endpoint the plugin reported in the last `get_info()` /
-    `register()`, else to the default `<kubelet_root>/plugins/<driver>/dra.sock`.
+    The registration socket is `<kubelet_root>/plugins_registry/<driver>-reg.sock`,
+    or the instance's own name when the plugin runs with `pod_uid`
+    (`kubelet_plugin.socket_names`). DRA calls go to the endpoint the plugin
+    reported in the last `get_info()` / `register()`, else to the default
+    `<kubelet_root>/plugins/<driver>/dra.sock` (`dra-<pod_uid>.sock`).
     Every call has the kubelet's deadline (45 s unless `timeout` says otherwise);
     with `wait_for_ready` a call waits (within the deadline) for the plugin to
     come up instead of failing with UNAVAILABLE. gRPC failures are raised as
@@ -56,11 +58,12 @@ class KubeletClient:
         *,
         timeout: float = 45.0,
         wait_for_ready: bool = False,
+        pod_uid: str | None = None,
     ) -> None:
         root = Path(os.path.abspath(kubelet_root))
         self.driver = driver
-        self.registration_socket = registration_socket_path(root, driver)
-        self.dra_socket = dra_socket_path(root, driver)
+        self.registration_socket = registration_socket_path(root, driver, pod_uid)
+        self.dra_socket = dra_socket_path(root, driver, pod_uid)
         self.timeout = timeout
         self.wait_for_ready = wait_for_ready
         self._lock = threading.Lock()

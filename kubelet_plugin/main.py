@@ -1,26 +1,39 @@
 """Wiring of the `dra-gpu kubelet-plugin` daemon.
 
-Opens the hardware and the cluster, discovers the devices, recovers the
-checkpoint, starts the gRPC servers (DRA socket first, then registration),
-keeps the node's ResourceSlices published (re-published at once when a
-watch sees them changed or deleted, or a device's health changes), watches
-device health, serves metrics and the gRPC health probe, and shuts down
-cleanly on SIGTERM/SIGINT, removing its sockets. All logic lives in the
-modules it wires; this file only decides the order.
+Checks every flag and path first (`kubelet_plugin.preflight`: a bad one is
+one line and exit 2, before anything starts), then listens on the health and
+metrics ports, opens the hardware and the cluster, discovers the devices,
+recovers the checkpoint, starts the gRPC servers (DRA socket first, then
+registration), and only then publishes the node's ResourceSlices, keeping
+them published (re-published at once when a watch sees them changed or
+deleted, or a device's health changes). It watches device health and shuts
+down cleanly on SIGTERM/SIGINT, removing its own sockets and no one else's.
+All logic lives in the modules it wires; this file only decides the order.
+
+Start-up is all or nothing: devices are advertised only by a plugin whose
+ports, roots and sockets are ready, and a start that fails after the first
+publish withdraws the slices it published before it exits.
+
+With a pod UID (`--pod-uid`, `POD_UID`) the sockets are named per instance
+(`kubelet_plugin.socket_names`), so that a DaemonSet rolling with
+`maxSurge: 1` runs the new pod beside the old one; the readiness probe says
+SERVING only once the kubelet has registered this instance.
 
 On a real node the NVIDIA driver may not be there yet (the GPU Operator
 installs it after the plugin starts): until NVML loads from the driver root
 and the driver files of its version are found, the plugin logs why and
-retries, serving no socket, instead of exiting into a crash loop.
+retries, serving no socket, instead of exiting into a crash loop. The health
+and metrics ports answer meanwhile (alive, not ready).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -59,10 +72,12 @@ from kubelet_plugin.health_stream import DeviceHealthServicer
 from kubelet_plugin.metrics import PluginMetrics
 from kubelet_plugin.mig_lifecycle import MigLifecycle
 from kubelet_plugin.mps_daemons import MpsDaemons
-from kubelet_plugin.probe import HealthCheckServer, PluginHealthServicer
+from kubelet_plugin.preflight import PluginPaths, check_options
+from kubelet_plugin.probe import HealthCheckServer, Phase, PluginHealthServicer, PluginProbe
 from kubelet_plugin.rebuild import default_sources
 from kubelet_plugin.server import PluginServer
 from kubelet_plugin.sharing import sharing_strategies
+from kubelet_plugin.socket_names import plugin_data_dir
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +86,12 @@ CHECKPOINT_DIR = "checkpoint"
 LEGACY_CHECKPOINT_FILE = "checkpoint.json"
 """The single checkpoint file of older dra-gpu versions, migrated at start-up."""
 INSTANCE_LOCK_FILE = "plugin.lock"
+STOP_GRACE_S = 5.0
+"""On SIGTERM, how long DRA calls in flight may take to finish before the sockets go."""
+THREAD_JOIN_S = 5.0
+"""On SIGTERM, how long each background thread (publisher, slice watch, health) may take."""
+CLEAN_STOP_S = STOP_GRACE_S + 3 * THREAD_JOIN_S
+"""The longest clean stop: the DaemonSet's terminationGracePeriodSeconds must cover it."""
 
 
 @dataclass(frozen=True)
@@ -101,16 +122,21 @@ class PluginOptions:
     taint_effect: str = "NoSchedule"
     metrics_address: str | None = None
     healthcheck_port: int | None = None
+    pod_uid: str | None = None  # per-instance socket names for rolling upgrades
 
 
-def plugin_data_dir(kubelet_root: Path, driver_name: str) -> Path:
-    """Where the plugin keeps its socket and checkpoint, as the kubelet expects."""
-    return kubelet_root / "plugins" / driver_name
+__all__ = ["PluginOptions", "plugin_data_dir", "run"]
 
 
 def run(options: PluginOptions, stop: threading.Event | None = None) -> int:
-    """Run the daemon until `stop` is set or a SIGTERM/SIGINT arrives."""
+    """Run the daemon until `stop` is set or a SIGTERM/SIGINT arrives.
+
+    Raises `DraGpuError` (`ConfigError` for a bad flag) when it cannot start;
+    nothing is then left published, listening or bound.
+    """
     stop = stop or threading.Event()
+    paths = check_options(options)  # flags first: nothing has started yet
+    cluster = open_cluster(options.cluster, kubeconfig=options.kubeconfig)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("received signal %d: shutting down", signum)
@@ -120,13 +146,46 @@ def run(options: PluginOptions, stop: threading.Event | None = None) -> int:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
 
-    hardware = _wait_for_driver(options, stop)
-    if hardware is None:
-        return 0
-    cluster = open_cluster(options.cluster, kubeconfig=options.kubeconfig)
-    data_dir = plugin_data_dir(options.kubelet_root, options.driver_name)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    options.cdi_root.mkdir(parents=True, exist_ok=True)
+    metrics = PluginMetrics()
+    probe = PluginProbe(options.driver_name)
+    with _probe_and_metrics_endpoints(options, metrics, probe):
+        hardware = _wait_for_driver(options, stop, probe)
+        if hardware is None:
+            return 0
+        return _run_locked(options, stop, hardware, cluster, paths, metrics=metrics, probe=probe)
+
+
+@contextlib.contextmanager
+def _probe_and_metrics_endpoints(
+    options: PluginOptions, metrics: PluginMetrics, probe: PluginProbe
+) -> Iterator[None]:
+    """The health port and /metrics listen from the first second to the last.
+
+    A port that is taken is a `ConfigError` here, before anything is published.
+    """
+    with contextlib.ExitStack() as stack:
+        health: HealthCheckServer | None = None
+        if options.healthcheck_port is not None:  # bound here, started below
+            health = HealthCheckServer(PluginHealthServicer(probe), options.healthcheck_port)
+            stack.callback(health.stop)
+        if options.metrics_address:
+            stack.callback(metrics.serve(options.metrics_address))
+        if health is not None:
+            health.start()
+        yield
+
+
+def _run_locked(
+    options: PluginOptions,
+    stop: threading.Event,
+    hardware: Hardware,
+    cluster: Cluster,
+    paths: PluginPaths,
+    *,
+    metrics: PluginMetrics,
+    probe: PluginProbe,
+) -> int:
+    data_dir = paths.data_dir
     # One plugin process of the driver per node: two would roll back each
     # other's half-done claims at start-up, so a new one waits, without a time
     # limit, until the old one is gone (or it is told to stop).
@@ -136,17 +195,22 @@ def run(options: PluginOptions, stop: threading.Event | None = None) -> int:
         timeout_s=None,
         error=PluginError,
         stop=stop,
-        on_wait=lambda: log.warning(
-            "another plugin process holds %s; waiting for it to exit", lock_path
-        ),
+        on_wait=lambda: _waiting_for_instance(probe, lock_path),
         poll_s=0.2,
     ) as held:
         if not held:
             return 0
-        return _serve(options, stop, hardware, cluster, data_dir)
+        return _serve(options, stop, hardware, cluster, data_dir, metrics=metrics, probe=probe)
 
 
-def _wait_for_driver(options: PluginOptions, stop: threading.Event) -> Hardware | None:
+def _waiting_for_instance(probe: PluginProbe, lock_path: Path) -> None:
+    probe.set_phase(Phase.WAITING_FOR_INSTANCE, str(lock_path))
+    log.warning("another plugin process holds %s; waiting for it to exit", lock_path)
+
+
+def _wait_for_driver(
+    options: PluginOptions, stop: threading.Event, probe: PluginProbe
+) -> Hardware | None:
     """Open the hardware once NVML and the driver files are there; None if told to stop.
 
     A missing or half-installed driver is logged (once per distinct reason)
@@ -164,6 +228,7 @@ def _wait_for_driver(options: PluginOptions, stop: threading.Event) -> Hardware 
             close = getattr(hardware.nvml, "close", None) if hardware is not None else None
             if close is not None:  # NVML loaded but the driver files are missing
                 close()
+            probe.set_phase(Phase.WAITING_FOR_DRIVER, str(exc))
             if str(exc) != last:
                 log.error(
                     "NVIDIA driver not ready, not serving yet (retrying every %gs): %s",
@@ -203,8 +268,11 @@ def _serve(
     hardware: Hardware,
     cluster: Cluster,
     data_dir: Path,
+    *,
+    metrics: PluginMetrics,
+    probe: PluginProbe,
 ) -> int:
-    metrics = PluginMetrics()
+    probe.set_phase(Phase.RECOVERING)
     cdi_store = CdiStore(options.cdi_root)
     mig = MigLifecycle(
         hardware.nvml, disable_mig_when_empty=not options.keep_mig_enabled, metrics=metrics
@@ -298,10 +366,9 @@ def _serve(
     )
     slices = _SliceBuilder(options, devices, layout, monitor)
 
-    # The server is built (socket paths checked) before anything is published:
-    # devices must never be advertised by a plugin that cannot take calls. It
-    # starts serving once the slices are out, as the kubelet's first calls may
-    # come as soon as the registration socket appears.
+    # All or nothing: both sockets serve before any device is advertised (a
+    # plugin that cannot take calls must never publish), and a start that
+    # fails after the first publish withdraws what it published.
     service = EventingService(
         driver, cluster, driver_name=options.driver_name, node_name=options.node_name
     )
@@ -314,6 +381,7 @@ def _serve(
         kubelet_root=options.kubelet_root,
         health=health_servicer if health_checks else None,
         metrics=metrics,
+        pod_uid=options.pod_uid,
     )
     publisher = SlicePublisher(
         cluster,
@@ -321,36 +389,8 @@ def _serve(
         node_name=options.node_name,
         owner_node_uid=_node_uid(cluster, options.node_name),
     )
-    try:
-        result = publisher.publish(slices())
-    except DraGpuError as exc:
-        # Serve anyway: Unprepare needs no API server, and the loop below retries.
-        metrics.publishes.labels("error").inc()
-        log.error("publishing ResourceSlices failed, retrying in the background: %s", exc)
-    else:
-        metrics.publishes.labels("success").inc()
-        log.info(
-            "published %d devices, layout %s (created %s, updated %s, deleted %s)",
-            len(devices),
-            layout,
-            result.created,
-            result.updated,
-            result.deleted,
-        )
-    stop_metrics = metrics.serve(options.metrics_address) if options.metrics_address else None
-    server.start()
-    probe: HealthCheckServer | None = None
-    if options.healthcheck_port is not None:
-        probe = HealthCheckServer(
-            PluginHealthServicer(
-                options.driver_name, server.registration_socket, server.dra_socket
-            ),
-            options.healthcheck_port,
-        )
-        probe.start()
-
     threads = [
-        threading.Thread(  # the first round above is done: wait for a reason
+        threading.Thread(  # the first round is done before they start: wait for a reason
             target=publisher.run_forever,
             args=(slices, stop, options.publish_interval),
             kwargs={
@@ -379,23 +419,85 @@ def _serve(
         threads.append(
             threading.Thread(target=monitor.run, args=(stop,), name="health-monitor", daemon=True)
         )
-    for thread in threads:
-        thread.start()
-    log.info("serving %s on node %s", options.driver_name, options.node_name)
+    try:
+        # Both servers run under hidden names; the kubelet sees the sockets
+        # once the slices are out. PluginError here: nothing was published.
+        server.start(expose=False)
+    except BaseException:
+        service.close()
+        raise
+    try:
+        _publish_first(publisher, slices, metrics, layout, len(devices))
+        server.expose()
+        for thread in threads:
+            thread.start()
+    except BaseException:
+        stop.set()
+        wake.set()
+        server.stop(grace=0)
+        service.close()
+        _withdraw(publisher)  # the first publish may have written some slices
+        raise
+    probe.serving(
+        registration_socket=server.registration_socket,
+        dra_socket=server.dra_socket,
+        registration=lambda: server.registration_status,
+    )
+    log.info(
+        "serving %s on node %s (DRA socket %s, registration socket %s)",
+        options.driver_name,
+        options.node_name,
+        server.dra_socket,
+        server.registration_socket,
+    )
     try:
         stop.wait()
     finally:
+        probe.set_phase(Phase.STOPPING)
         wake.set()
-        server.stop()
-        if probe is not None:
-            probe.stop()
+        server.stop(grace=STOP_GRACE_S)
         service.close()
-        if stop_metrics is not None:
-            stop_metrics()
         for thread in threads:
-            thread.join(timeout=5)
+            thread.join(timeout=THREAD_JOIN_S)
     log.info("stopped")
     return 0
+
+
+def _publish_first(
+    publisher: SlicePublisher,
+    slices: _SliceBuilder,
+    metrics: PluginMetrics,
+    layout: str,
+    device_count: int,
+) -> None:
+    """The first publish; a failure is logged and left to the background loop."""
+    try:
+        result = publisher.publish(slices())
+    except DraGpuError as exc:
+        # Serve anyway: Unprepare needs no API server, and the loop retries.
+        metrics.publishes.labels("error").inc()
+        log.error("publishing ResourceSlices failed, retrying in the background: %s", exc)
+        return
+    metrics.publishes.labels("success").inc()
+    log.info(
+        "published %d devices, layout %s (created %s, updated %s, deleted %s)",
+        device_count,
+        layout,
+        result.created,
+        result.updated,
+        result.deleted,
+    )
+
+
+def _withdraw(publisher: SlicePublisher) -> None:
+    """Delete the slices a failed start published (a rolling-upgrade peer's slice
+    watch sees the deletion and publishes its own again at once)."""
+    try:
+        result = publisher.publish([])
+    except DraGpuError as exc:
+        log.error("the start failed; withdrawing its ResourceSlices failed too: %s", exc)
+        return
+    log.warning("the start failed: withdrew ResourceSlices %s", ", ".join(result.deleted) or "-")
 
 
 def _mps_daemons(hardware: Hardware, data_dir: Path) -> MpsDaemons | None:

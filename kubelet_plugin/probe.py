@@ -1,22 +1,38 @@
-"""The liveness/readiness probe: the standard gRPC health service on a TCP port.
+"""The liveness and readiness probes: the standard gRPC health service on a TCP port.
 
 `--healthcheck-port PORT` serves `grpc.health.v1.Health` (from
-`grpcio-health-checking`), which the DaemonSet's `grpc` probes call. As in
-dra-example-driver's `health.go`, a check answers SERVING only when the
-plugin's own sockets answer as the kubelet would call them: `GetInfo` on the
-registration socket (naming this driver) and an empty `NodePrepareResources`
-on the DRA socket. A socket removed from under the plugin, or a server that
-stopped answering, makes the probe fail, and the kubelet restarts the pod.
+`grpcio-health-checking`), which the DaemonSet's `grpc` probes call. The port
+listens from the plugin's first second, before the NVIDIA driver is found,
+so that a plugin waiting for the GPU Operator's driver is seen alive instead
+of being restarted into a crash loop. What a check answers depends on the
+plugin's `Phase` and on its two sockets:
 
-Each check opens fresh connections: a kept-open channel would go on working
-after its socket file was deleted, which the kubelet could no longer reach.
-Service names "" and "liveness" are known; others are NOT_FOUND.
+- service `liveness` (the liveness probe): SERVING while the plugin starts,
+  waits for the driver or for an older instance, or stops; once it serves,
+  SERVING only while both sockets answer as the kubelet calls them.
+- service `""` or `readiness` (the readiness probe): SERVING only when the
+  plugin serves, the kubelet has registered it (`NotifyRegistrationStatus`)
+  and both sockets answer. A rolling upgrade (`maxSurge: 1`) stops the old
+  pod only after the new one is ready, so "ready" must mean "the kubelet can
+  use this instance".
+
+"Sockets answer" is as in dra-example-driver's `health.go`: `GetInfo` on the
+registration socket names this driver, and an empty `NodePrepareResources`
+on the DRA socket succeeds. The socket paths are the ones the server bound
+(computed by `kubelet_plugin.socket_names`, with the pod UID), never
+re-derived here. Each check opens fresh connections: a kept-open channel
+would go on working after its socket file was deleted, which the kubelet
+could no longer reach. Other service names are NOT_FOUND.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
+import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -27,11 +43,25 @@ from kubelet_plugin.gen.dra.v1 import api_pb2 as dra_v1
 from kubelet_plugin.gen.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from kubelet_plugin.gen.pluginregistration.v1 import api_pb2 as registration_pb2
 from kubelet_plugin.gen.pluginregistration.v1 import api_pb2_grpc as registration_grpc
+from kubelet_plugin.registration import RegistrationStatus
 
 log = logging.getLogger(__name__)
 
-KNOWN_SERVICES = frozenset({"", "liveness"})
+LIVENESS = "liveness"
+READINESS_SERVICES = frozenset({"", "readiness"})
+KNOWN_SERVICES = READINESS_SERVICES | {LIVENESS}
 CALL_TIMEOUT_SECONDS = 5.0
+
+
+class Phase(enum.Enum):
+    """Where the plugin is in its life; decides what the probes may answer."""
+
+    STARTING = "starting"
+    WAITING_FOR_DRIVER = "waiting for the NVIDIA driver"
+    WAITING_FOR_INSTANCE = "waiting for the plugin instance that holds the node"
+    RECOVERING = "recovering prepared claims"
+    SERVING = "serving"
+    STOPPING = "stopping"
 
 
 def sockets_answer(driver_name: str, registration_socket: Path, dra_socket: Path) -> str | None:
@@ -54,44 +84,130 @@ def sockets_answer(driver_name: str, registration_socket: Path, dra_socket: Path
     return None
 
 
-class PluginHealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
-    """`grpc.health.v1.Health/Check` answered by calling the plugin's own sockets."""
+@dataclass(frozen=True, slots=True)
+class _Serving:
+    """What a serving plugin's probe checks: its sockets and the kubelet's verdict."""
 
-    def __init__(self, driver_name: str, registration_socket: Path, dra_socket: Path) -> None:
-        self._driver_name = driver_name
-        self._registration_socket = registration_socket
-        self._dra_socket = dra_socket
+    registration_socket: Path
+    dra_socket: Path
+    registration: Callable[[], RegistrationStatus | None]
+
+
+class PluginProbe:
+    """The plugin's phase, and the probe answers that follow from it. Thread-safe."""
+
+    def __init__(self, driver_name: str) -> None:
+        self.driver_name = driver_name
+        self._lock = threading.Lock()
+        self._phase = Phase.STARTING
+        self._detail = ""
+        self._serving: _Serving | None = None
+
+    @property
+    def phase(self) -> Phase:
+        with self._lock:
+            return self._phase
+
+    def set_phase(self, phase: Phase, detail: str = "") -> None:
+        """Move to `phase` (not SERVING: use `serving()`); `detail` says why, for the log."""
+        with self._lock:
+            self._phase, self._detail = phase, detail
+
+    def serving(
+        self,
+        *,
+        registration_socket: Path,
+        dra_socket: Path,
+        registration: Callable[[], RegistrationStatus | None],
+    ) -> None:
+        """The sockets serve: from now on the probes dial them."""
+        with self._lock:
+            self._serving = _Serving(registration_socket, dra_socket, registration)
+            self._phase, self._detail = Phase.SERVING, ""
+
+    def check(self, service: str) -> str | None:
+        """None when `service` (`liveness`, `readiness` or "") is SERVING, else why not."""
+        with self._lock:
+            phase, detail, serving = self._phase, self._detail, self._serving
+        if phase is not Phase.SERVING or serving is None:
+            if service == LIVENESS:
+                return None  # alive: starting, waiting or stopping is not a reason to restart
+            return f"{phase.value}{': ' + detail if detail else ''}"
+        if service != LIVENESS:
+            status = serving.registration()
+            if status is None:
+                return "the kubelet has not registered the plugin yet"
+            if not status.registered:
+                return f"the kubelet rejected the registration: {status.error or 'no reason'}"
+        return sockets_answer(self.driver_name, serving.registration_socket, serving.dra_socket)
+
+
+class PluginHealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
+    """`grpc.health.v1.Health/Check`, answered by `PluginProbe.check`."""
+
+    def __init__(self, probe: PluginProbe) -> None:
+        self._probe = probe
+        self._lock = threading.Lock()
+        self._last: dict[str, str | None] = {}  # service -> the last answer's problem
 
     def Check(
         self, request: health_pb2.HealthCheckRequest, context: grpc.ServicerContext
     ) -> health_pb2.HealthCheckResponse:
         if request.service not in KNOWN_SERVICES:
             context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
-        problem = sockets_answer(self._driver_name, self._registration_socket, self._dra_socket)
+        problem = self._probe.check(request.service)
+        self._log_change(request.service, problem)
         if problem is not None:
-            log.warning("health check: NOT_SERVING: %s", problem)
             return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.NOT_SERVING)
         return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
 
+    def _log_change(self, service: str, problem: str | None) -> None:
+        """Log an answer when it differs from the last one to that service (probes poll)."""
+        with self._lock:
+            changed = self._last.get(service, "") != problem
+            self._last[service] = problem
+        if changed:
+            name = service or "readiness"
+            if problem is None:
+                log.info("health check %s: SERVING", name)
+            else:
+                log.info("health check %s: NOT_SERVING: %s", name, problem)
+
 
 class HealthCheckServer:
-    """Serves `PluginHealthServicer` on `HOST:PORT` until `stop()`."""
+    """Serves `PluginHealthServicer` on `HOST:PORT` until `stop()`.
+
+    The port is bound when the object is made (ConfigError naming the flag if
+    it cannot be), so a taken port stops the plugin before it does anything.
+    """
 
     def __init__(self, servicer: PluginHealthServicer, port: int, host: str = "[::]") -> None:
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="healthcheck-grpc")
-        self._server = grpc.server(self._executor)
+        # SO_REUSEPORT would let a second process share a taken port: a taken
+        # port must be an error, as it is for the metrics port.
+        self._server = grpc.server(self._executor, options=[("grpc.so_reuseport", 0)])
         health_pb2_grpc.add_HealthServicer_to_server(servicer, self._server)
         try:
             self.port = self._server.add_insecure_port(f"{host}:{port}")
         except RuntimeError as exc:
+            self._executor.shutdown(wait=False)
             raise ConfigError(f"--healthcheck-port {port}: cannot listen: {exc}") from exc
         if not self.port:
+            self._executor.shutdown(wait=False)
             raise ConfigError(f"--healthcheck-port {port}: cannot listen on {host}:{port}")
+
+        self._started = False
 
     def start(self) -> None:
         self._server.start()
+        self._started = True
         log.info("serving the gRPC health service on port %d", self.port)
 
     def stop(self) -> None:
+        """Stop serving and free the port."""
+        if not self._started:
+            # gRPC frees a bound port only when a started server stops.
+            self._server.start()
+            self._started = True
         self._server.stop(0).wait()
         self._executor.shutdown(wait=False)

@@ -18,7 +18,8 @@ source added or changed. Sources run in the order of `default_sources`:
    its first line (`CdiStore.read_record`), so a claim that was prepared
    comes back exactly (UID, namespace, name, devices, MIG ids).
 2. `ClusterSource`: claims in the API that are allocated to this node's
-   pool and still reserved. A spec without the annotation (written by an
+   pool and still reserved, for Pods or, from Kubernetes 1.37, for a
+   PodGroup (`dra_driver.claims.consumers`). A spec without the annotation (written by an
    older dra-gpu) is vouched for here, and a claim whose dynamic MIG
    devices were being created before the spec was written is taken back as
    half-prepared, so its instances are found and rolled back.
@@ -44,6 +45,7 @@ from dra_driver.claims.checkpoint import (
     ClaimState,
     from_spec_record,
 )
+from dra_driver.claims.consumers import is_reserved
 from dra_driver.container.cdi_store import CdiStore
 from dra_driver.errors import DraGpuError
 from dra_driver.kube.cluster import Cluster
@@ -107,7 +109,7 @@ class CdiSpecSource:
 
 
 class ClusterSource:
-    """Claims allocated to this node's pool that are still reserved for a pod."""
+    """Claims allocated to this node's pool that are still reserved (by a Pod or a PodGroup)."""
 
     name = "the API"
 
@@ -131,7 +133,7 @@ class ClusterSource:
         devices: Mapping[str, AllocatableDevice] | None = None
         for obj in self._cluster.list_resource_claims():
             uid = _uid(obj)
-            if uid is None or uid in checkpoint.claims or not _reserved(obj):
+            if uid is None or uid in checkpoint.claims or not is_reserved(obj):
                 continue
             try:
                 claim = parse_allocated_claim(obj, driver=self._driver_name, expected_uid=uid)
@@ -223,9 +225,3 @@ def _uid(obj: Mapping[str, Any]) -> str | None:
     metadata = obj.get("metadata")
     uid = metadata.get("uid") if isinstance(metadata, Mapping) else None
     return uid if isinstance(uid, str) and uid else None
-
-
-def _reserved(obj: Mapping[str, Any]) -> bool:
-    status = obj.get("status")
-    reserved = status.get("reservedFor") if isinstance(status, Mapping) else None
-    return isinstance(reserved, list) and bool(reserved)

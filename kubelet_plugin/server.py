@@ -1,14 +1,16 @@
 """The kubelet plugin's gRPC servers: the DRA API and registration, on Unix sockets.
 
-The kubelet reaches a DRA driver only through two sockets:
+The kubelet reaches a DRA driver only through two sockets, named by
+`kubelet_plugin.socket_names` (per plugin instance when given a pod UID):
 
-- `<kubelet-root>/plugins/<driver>/dra.sock` serves the DRA API
-  (`k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin` and `...v1beta1.DRAPlugin`),
-  and, when given a health servicer, the kubelet's device-health stream
-  (`v1alpha1.DRAResourceHealth`, advertised in `supported_versions`);
-- `<kubelet-root>/plugins_registry/<driver>-reg.sock` serves
-  `pluginregistration.Registration`; its appearance registers the plugin and
-  its removal deregisters it.
+- `<kubelet-root>/plugins/<driver>/dra.sock` (`dra-<pod uid>.sock`) serves
+  the DRA API (`k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin` and
+  `...v1beta1.DRAPlugin`), and, when given a health servicer, the kubelet's
+  device-health stream (`v1alpha1.DRAResourceHealth`, advertised in
+  `supported_versions`);
+- `<kubelet-root>/plugins_registry/<driver>-reg.sock` (with a pod UID, the
+  helper's rolling-update name) serves `pluginregistration.Registration`;
+  its appearance registers the plugin and its removal deregisters it.
 
 `PluginServer` owns both sockets and translates between protobuf and the
 gRPC-free `DraService` interface (`kubelet_plugin.service`). It enforces the
@@ -32,7 +34,8 @@ there is not ours, so `start()` refuses with `PluginError` instead of deleting
 it. Each socket is bound under a hidden temporary name in the same directory
 and renamed into place once it serves, so the kubelet never sees a socket
 nobody answers on. On stop, a socket file is removed only if it is still the
-one we bound (a newer plugin instance may already have replaced it).
+one we bound (a newer plugin instance may already have replaced it); with
+per-instance names (a pod UID) an instance never touches another's sockets.
 
 Each socket has its own gRPC server and thread pool, so slow Prepare calls
 can neither delay each other beyond the pool size nor the kubelet's 1 s
@@ -76,26 +79,22 @@ from kubelet_plugin.registration import (
     RegistrationStatus,
 )
 from kubelet_plugin.service import ClaimRef, DraService, PrepareResult, UnprepareResult
+from kubelet_plugin.socket_names import (
+    MAX_SOCKET_PATH_BYTES,
+    check_pod_uid,
+    dra_socket_path,
+    registration_socket_path,
+)
 
 log = logging.getLogger("kubelet_plugin.server")
 
-MAX_UNIX_SOCKET_PATH_BYTES = 107
+MAX_UNIX_SOCKET_PATH_BYTES = MAX_SOCKET_PATH_BYTES
 """Longest path a Unix socket can be bound to (sun_path is 108 bytes with the NUL)."""
 
 REGISTRATION_WORKERS = 2
 """Threads for the registration socket: the kubelet makes two short calls per registration."""
 
 NO_RESULT_ERROR = "internal error: no result"
-
-
-def dra_socket_path(kubelet_root: Path, driver_name: str) -> Path:
-    """Where the DRA service listens: `<kubelet_root>/plugins/<driver>/dra.sock`."""
-    return kubelet_root / "plugins" / driver_name / "dra.sock"
-
-
-def registration_socket_path(kubelet_root: Path, driver_name: str) -> Path:
-    """Where the kubelet's plugin watcher looks: `<root>/plugins_registry/<driver>-reg.sock`."""
-    return kubelet_root / "plugins_registry" / f"{driver_name}-reg.sock"
 
 
 # --------------------------------------------------------------------------- claim checks
@@ -435,7 +434,8 @@ class _Listener:
     server: grpc.Server
     executor: ThreadPoolExecutor
     socket: Path
-    identity: tuple[int, int, int]  # _socket_identity() of the socket file we created
+    private: Path  # the hidden name it was bound under, until exposed
+    identity: tuple[int, int, int] | None = None  # of the socket file in place, once exposed
 
 
 class PluginServer:
@@ -455,6 +455,7 @@ class PluginServer:
         max_workers: int = 16,
         health: DeviceHealthServicer | None = None,
         metrics: PluginMetrics | None = None,
+        pod_uid: str | None = None,
     ) -> None:
         if not is_dns_subdomain(driver_name):
             raise PluginError(
@@ -465,8 +466,13 @@ class PluginServer:
             raise PluginError(f"max_workers must be at least 1, got {max_workers}")
         self.driver_name = driver_name
         self.kubelet_root = Path(os.path.abspath(kubelet_root))
-        self.dra_socket = dra_socket_path(self.kubelet_root, driver_name)
-        self.registration_socket = registration_socket_path(self.kubelet_root, driver_name)
+        if pod_uid:
+            check_pod_uid(pod_uid)
+        self.pod_uid = pod_uid or None
+        self.dra_socket = dra_socket_path(self.kubelet_root, driver_name, self.pod_uid)
+        self.registration_socket = registration_socket_path(
+            self.kubelet_root, driver_name, self.pod_uid
+        )
         for path in (self.dra_socket, self.registration_socket):
             _check_socket_path_length(path)
         self._max_workers = max_workers
@@ -486,8 +492,13 @@ class PluginServer:
         """Block until the kubelet reports a registration status or `timeout` passes."""
         return self._registration.wait(timeout)
 
-    def start(self) -> None:
-        """Create both sockets and serve; raise PluginError if that is impossible."""
+    def start(self, *, expose: bool = True) -> None:
+        """Create both sockets and serve; raise PluginError if that is impossible.
+
+        With `expose=False` both servers run under hidden names, so that every
+        way binding can fail has been tried while the kubelet sees nothing yet;
+        `expose()` then puts the sockets in place (the DRA socket first).
+        """
         with self._lock:
             if self._state is not _State.NEW:
                 raise PluginError(
@@ -516,6 +527,24 @@ class PluginServer:
         with self._lock:
             if self._state is _State.STARTING:
                 self._state = _State.RUNNING
+        if expose:
+            self.expose()
+
+    def expose(self) -> None:
+        """Rename the started servers' sockets into place (see `start`); PluginError if one
+        cannot be (the servers are then stopped)."""
+        with self._lock:
+            listeners = [listener for listener in self._listeners if listener.identity is None]
+        try:
+            for listener in listeners:
+                try:
+                    os.rename(listener.private, listener.socket)
+                    listener.identity = _socket_identity(listener.socket)
+                except OSError as exc:
+                    raise PluginError(f"{listener.socket}: cannot listen: {exc}") from exc
+        except BaseException:
+            self.stop(grace=0)
+            raise
         log.info(
             "serving %s: DRA API on %s, registration on %s",
             self.driver_name,
@@ -580,8 +609,9 @@ class PluginServer:
         # gRPC unlinks the path it bound when it shuts down, even if another
         # plugin instance has put its own socket there since. So bind to a hidden
         # private name (the kubelet's plugin watcher ignores dot files), start
-        # serving, then rename the socket into place: it appears already serving,
-        # and gRPC's unlink at shutdown hits the private name, long gone.
+        # serving, then rename the socket into place (`expose`): it appears
+        # already serving, and gRPC's unlink at shutdown hits the private name,
+        # long gone.
         private = socket_path.with_name(f".{secrets.token_hex(4)[:7]}")
         executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=thread_prefix)
         server = grpc.server(executor)
@@ -590,8 +620,6 @@ class PluginServer:
             if not server.add_insecure_port(f"unix:{private}"):
                 raise PluginError(f"{socket_path}: cannot listen")
             server.start()
-            os.rename(private, socket_path)
-            identity = _socket_identity(socket_path)
         except BaseException as exc:
             server.stop(0).wait()
             executor.shutdown(wait=False)
@@ -599,7 +627,7 @@ class PluginServer:
             if isinstance(exc, RuntimeError | OSError):
                 raise PluginError(f"{socket_path}: cannot listen: {exc}") from exc
             raise
-        listener = _Listener(server, executor, socket_path, identity)
+        listener = _Listener(server, executor, socket_path, private)
         with self._lock:
             self._listeners.append(listener)
             stopped = self._state is _State.STOPPED
@@ -614,7 +642,10 @@ class PluginServer:
         for listener in reversed(listeners):
             listener.server.stop(grace).wait()
             listener.executor.shutdown(wait=False)
-            _remove_own_socket(listener.socket, listener.identity)
+            if listener.identity is None:
+                listener.private.unlink(missing_ok=True)
+            else:
+                _remove_own_socket(listener.socket, listener.identity)
 
 
 def _check_socket_path_length(path: Path) -> None:

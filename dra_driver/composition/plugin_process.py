@@ -37,7 +37,7 @@ from dra_driver.kube.local_store import LocalCluster
 from kubelet_plugin.kubelet_client import KubeletClient
 from kubelet_plugin.main import CHECKPOINT_DIR, LEGACY_CHECKPOINT_FILE, plugin_data_dir
 from kubelet_plugin.mps_daemons import MpsDaemons
-from kubelet_plugin.server import dra_socket_path, registration_socket_path
+from kubelet_plugin.socket_names import dra_socket_path, registration_socket_path
 
 PLUGIN_START_TIMEOUT_S = 30.0
 SIM_NODE_NAME = "sim-node"
@@ -56,6 +56,10 @@ class PluginProcess:
         <work>/plugin.log                 the plugin's stdout and stderr, all runs appended
 
     `extra_args` are appended to the command line (e.g. a feature flag).
+    With `pod_uid` the plugin gets `--pod-uid` and names its sockets per
+    instance, as a DaemonSet pod rolling with `maxSurge: 1` does; two
+    `PluginProcess`es may then share one work directory (`share_work_with`),
+    as an old and a new plugin pod share the node's kubelet root.
     `start()` returns once the registration socket of *this* run appears (the
     DRA socket is created before it), or raises `PluginError` with the tail of
     the log if the process exits first. `failpoints` are armed through
@@ -81,28 +85,39 @@ class PluginProcess:
         keep: bool = False,
         client_timeout: float = 20.0,
         wait_for_ready: bool = False,
+        pod_uid: str | None = None,
+        share_work_with: PluginProcess | None = None,
     ) -> None:
         self.node_name = node_name
         self.shape = shape
         self.driver = driver
         self.publish_interval = publish_interval
         self.extra_args = tuple(extra_args)
-        self.keep = keep
-        self.work = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+        self.pod_uid = pod_uid
+        self._owns_work = share_work_with is None
+        self.keep = keep or not self._owns_work
+        if share_work_with is None:
+            self.work = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+        else:
+            self.work = share_work_with.work
         self.sim_state = self.work / "sim-state.json"
         self.cluster_root = self.work / "cluster"
         self.kubelet_root = self.work / "kubelet"
         self.cdi_root = self.work / "cdi"
-        self.log_path = self.work / "plugin.log"
+        self.log_path = self.work / (f"plugin-{pod_uid}.log" if pod_uid else "plugin.log")
         self.checkpoint_dir = plugin_data_dir(self.kubelet_root, driver) / CHECKPOINT_DIR
         self.legacy_checkpoint_path = (
             plugin_data_dir(self.kubelet_root, driver) / LEGACY_CHECKPOINT_FILE
         )
-        self.registration_socket = registration_socket_path(self.kubelet_root, driver)
-        self.dra_socket = dra_socket_path(self.kubelet_root, driver)
+        self.registration_socket = registration_socket_path(self.kubelet_root, driver, pod_uid)
+        self.dra_socket = dra_socket_path(self.kubelet_root, driver, pod_uid)
         self.cluster = LocalCluster(self.cluster_root)
         self.client = KubeletClient(
-            self.kubelet_root, driver, timeout=client_timeout, wait_for_ready=wait_for_ready
+            self.kubelet_root,
+            driver,
+            timeout=client_timeout,
+            wait_for_ready=wait_for_ready,
+            pod_uid=pod_uid,
         )
         self.process: subprocess.Popen[bytes] | None = None
         self._failpoints = tuple(failpoints)
@@ -116,16 +131,22 @@ class PluginProcess:
         return self._require_process().pid
 
     def start(
-        self, failpoints: Sequence[str] | None = None, timeout: float = PLUGIN_START_TIMEOUT_S
+        self,
+        failpoints: Sequence[str] | None = None,
+        timeout: float = PLUGIN_START_TIMEOUT_S,
+        *,
+        wait: bool = True,
     ) -> Self:
-        """Start the plugin and wait until it serves; `failpoints` replaces the armed ones."""
+        """Start the plugin and wait until it serves (unless not `wait`); `failpoints`
+        replaces the armed ones."""
         if self.process is not None and self.process.poll() is None:
             raise PluginError(f"plugin pid {self.process.pid} is still running; stop it first")
         if failpoints is not None:
             self._failpoints = tuple(failpoints)
         stale = _file_identity(self.registration_socket)
         self._runs += 1
-        env = {k: v for k, v in os.environ.items() if k != failpoints_module.ENV_VAR}
+        unset = {failpoints_module.ENV_VAR, "POD_UID", "NODE_NAME"}  # only the flags count
+        env = {k: v for k, v in os.environ.items() if k not in unset}
         env["PYTHONUNBUFFERED"] = "1"
         if self._failpoints:
             env[failpoints_module.ENV_VAR] = ",".join(self._failpoints)
@@ -144,6 +165,8 @@ class PluginProcess:
         ]
         if self.publish_interval is not None:
             args.append(f"--publish-interval={self.publish_interval:g}")
+        if self.pod_uid is not None:
+            args.append(f"--pod-uid={self.pod_uid}")
         args.extend(self.extra_args)
         with self.log_path.open("ab") as log:
             log.write(
@@ -156,7 +179,8 @@ class PluginProcess:
             identity = _file_identity(self.registration_socket)
             return identity is not None and identity != stale
 
-        self.wait_for(fresh_socket, "registration socket", timeout)
+        if wait:
+            self.wait_for(fresh_socket, "registration socket", timeout)
         return self
 
     def wait_for(

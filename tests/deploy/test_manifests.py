@@ -1,18 +1,27 @@
 """The manifests we ship: every kustomization renders and is valid for 1.35 and 1.37 API servers.
 
-`deploy/base/` is the one copy of the node daemon's manifests; each overlay in
-`deploy/overlays/` changes it for one feature or platform. The tests render
-them with `kubectl kustomize` (as `kubectl apply -k` would) and check what an
-admin relies on: strict schema validity, the DaemonSet's flags are ones the
-plugin accepts, its mounts, requests and update strategy, and that the
-DeviceClasses are the ones the CLI ships.
+`deploy/base/` is the one copy of the node daemon's manifests; each feature or
+platform is a Kustomize Component in `deploy/components/` that any
+kustomization may list over the base, and `deploy/overlays/` holds ready sets
+of them. The tests render them with `kubectl kustomize` (as `kubectl apply -k`
+would), every combination of components included, and check what an admin
+relies on: strict schema validity, the DaemonSet's flags are ones the plugin
+accepts, its mounts, requests, probes and rolling update, the namespace's Pod
+Security level, an admission policy that follows a namespace override, the
+image named through `images:`, and that the DeviceClasses are the ones the
+CLI ships.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 import shutil
 import subprocess
+import tempfile
+import tomllib
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -24,12 +33,20 @@ import yaml
 from dra_driver.cli import build_parser, main
 from dra_driver.hardware.simulated.models import MODELS
 from dra_driver.node.device_classes import device_classes_text
+from kubelet_plugin.main import CLEAN_STOP_S
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = ("1.35.0", "1.37.0")  # strict schemas: the oldest release users run, the newest
 BASE = ROOT / "deploy/base"
 OVERLAYS = sorted(p.parent for p in ROOT.glob("deploy/overlays/*/kustomization.yaml"))
 KUSTOMIZATIONS = [BASE, *OVERLAYS]
+COMPONENTS = ("dynamic-mig", "sharing", "extended-resources", "gpu-operator", "openshift")
+COMBINATIONS = [
+    combo
+    for size in range(1, len(COMPONENTS) + 1)
+    for combo in itertools.combinations(COMPONENTS, size)
+]
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 # examples/shapes/ holds node shapes for `dra-gpu simulate`, not Kubernetes objects.
 EXAMPLES = sorted(p for p in ROOT.glob("examples/**/*.yaml") if "shapes" not in p.parts)
 
@@ -46,6 +63,24 @@ def _render(directory: Path) -> tuple[dict[str, Any], ...]:
         [kubectl, "kustomize", str(directory)], check=True, capture_output=True, text=True
     ).stdout
     return tuple(_documents(out))
+
+
+def _render_users_kustomization(components: Sequence[str], extra: str = "") -> list[dict[str, Any]]:
+    """What a user's own kustomization over the base with `components` renders to."""
+    with tempfile.TemporaryDirectory(prefix="dra-gpu-kustomize-") as work:
+
+        def rel(path: Path) -> str:  # kustomize takes relative paths only
+            return os.path.relpath(path, work)
+
+        lines = [
+            "apiVersion: kustomize.config.k8s.io/v1beta1",
+            "kind: Kustomization",
+            f"resources: [{rel(BASE)}]",
+            f"components: [{', '.join(rel(ROOT / 'deploy/components' / c) for c in components)}]",
+            extra,
+        ]
+        (Path(work) / "kustomization.yaml").write_text("\n".join(lines) + "\n")
+        return list(_render(Path(work)))
 
 
 def _daemonset(directory: Path) -> dict[str, Any]:
@@ -65,6 +100,102 @@ def test_the_overlays_an_admin_needs_exist() -> None:
         "sharing",
         "extended-resources",
     }
+
+
+def test_every_feature_is_a_component_and_the_overlays_only_combine_them() -> None:
+    found = sorted(p.parent.name for p in ROOT.glob("deploy/components/*/kustomization.yaml"))
+    assert found == sorted(COMPONENTS)
+    for name in COMPONENTS:
+        (doc,) = _documents((ROOT / "deploy/components" / name / "kustomization.yaml").read_text())
+        assert doc["kind"] == "Component"
+    for overlay in OVERLAYS:
+        (doc,) = _documents((overlay / "kustomization.yaml").read_text())
+        # Only the base as a resource: two overlays as resources clash on the Namespace.
+        assert doc["resources"] == ["../../base"], overlay
+        assert all(c.startswith("../../components/") for c in doc["components"]), overlay
+
+
+@pytest.mark.parametrize("components", COMBINATIONS, ids="+".join)
+def test_every_combination_of_components_renders_and_validates(
+    components: tuple[str, ...],
+) -> None:
+    documents = _render_users_kustomization(components)
+    for version in KUBERNETES:
+        for doc in documents:
+            kubernetes_validate.validate(doc, version, strict=True)
+    (namespace,) = [d for d in documents if d["kind"] == "Namespace"]
+    (daemonset,) = [d for d in documents if d["kind"] == "DaemonSet"]
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    args = build_parser().parse_args(container["command"][1:])
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    # Each component does its part, whatever else is listed with it.
+    assert args.dynamic_mig == ("dynamic-mig" in components)
+    assert (str(args.consumable_shares) == "4") == ("sharing" in components)
+    mig_classes = [d for d in documents if d["metadata"]["name"].startswith("mig-")]
+    assert bool(mig_classes) == ("extended-resources" in components)
+    operator = env["NVIDIA_DRIVER_ROOT"] == "/run/nvidia/driver"
+    assert operator == ("gpu-operator" in components)
+    scc = [d for d in documents if d["kind"] == "RoleBinding"]
+    assert bool(scc) == ("openshift" in components)
+    assert namespace["metadata"]["name"] == "dra-gpu"
+
+
+def test_a_namespace_override_moves_everything_and_the_admission_policy_follows() -> None:
+    documents = _render_users_kustomization(COMPONENTS, "namespace: gpu-system")
+    cluster_scoped = {
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "DeviceClass",
+    }
+    for doc in documents:
+        if doc["kind"] not in cluster_scoped:
+            assert doc["metadata"]["namespace"] == "gpu-system", doc["kind"]
+        for subject in doc.get("subjects", []):
+            assert subject["namespace"] == "gpu-system"
+    (namespace,) = [d for d in documents if d["kind"] == "Namespace"]
+    assert namespace["metadata"]["name"] == "gpu-system"
+    (policy,) = [d for d in documents if d["kind"] == "ValidatingAdmissionPolicy"]
+    (condition,) = policy["spec"]["matchConditions"]
+    match = re.fullmatch(r"request\.userInfo\.username\.matches\('(.+)'\)", condition["expression"])
+    assert match, condition["expression"]
+    plugin = re.compile(match.group(1))
+    assert plugin.search("system:serviceaccount:gpu-system:dra-gpu-kubelet-plugin")
+    assert plugin.search("system:serviceaccount:dra-gpu:dra-gpu-kubelet-plugin")
+    assert not plugin.search("system:serviceaccount:gpu-system:default")
+    assert not plugin.search("system:serviceaccount:a:b:dra-gpu-kubelet-plugin")
+    assert not plugin.search("system:node:dra-gpu-kubelet-plugin")
+
+
+def test_the_namespace_admits_the_privileged_plugin_under_pod_security() -> None:
+    (namespace,) = [d for d in _render(BASE) if d["kind"] == "Namespace"]
+    labels = namespace["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=_name)
+def test_the_image_is_named_through_kustomize_images(directory: Path) -> None:
+    (container,) = _daemonset(directory)["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"ghcr.io/dra-gpu/dra-gpu:{VERSION}"
+    (doc,) = _documents((BASE / "kustomization.yaml").read_text())
+    assert doc["images"] == [{"name": "ghcr.io/dra-gpu/dra-gpu", "newTag": VERSION}]
+
+
+def test_a_self_built_image_is_one_images_entry_away() -> None:
+    """What docs/install.md tells the admin to write."""
+    documents = _render_users_kustomization(
+        ("gpu-operator",),
+        "images:\n- name: ghcr.io/dra-gpu/dra-gpu\n"
+        "  newName: registry.example.com/gpu/dra-gpu\n  newTag: dev-1",
+    )
+    (daemonset,) = [d for d in documents if d["kind"] == "DaemonSet"]
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example.com/gpu/dra-gpu:dev-1"
+    install = " ".join((ROOT / "docs/install.md").read_text().split())
+    assert "newName: registry.example.com/gpu/dra-gpu" in (ROOT / "docs/install.md").read_text()
+    assert "images:" in install
 
 
 def test_there_is_one_copy_of_the_manifests() -> None:
@@ -105,7 +236,7 @@ def test_the_daemonset_runs_a_command_the_plugin_accepts(directory: Path) -> Non
 
 
 @pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=_name)
-def test_the_daemonset_mounts_requests_and_rolls_one_node_at_a_time(directory: Path) -> None:
+def test_the_daemonset_mounts_requests_and_rolls_with_a_surge_pod(directory: Path) -> None:
     daemonset = _daemonset(directory)
     pod = daemonset["spec"]["template"]["spec"]
     (container,) = pod["containers"]
@@ -120,9 +251,23 @@ def test_the_daemonset_mounts_requests_and_rolls_one_node_at_a_time(directory: P
     assert mounts["plugins"] == "/var/lib/kubelet/plugins"
     assert mounts["plugins-registry"] == "/var/lib/kubelet/plugins_registry"
     assert set(container["resources"]["requests"]) == {"cpu", "memory"}
+    # The driver installed after the pod started (GPU Operator) becomes visible.
+    driver_root = next(m for m in container["volumeMounts"] if m["name"] == "driver-root")
+    assert driver_root["mountPropagation"] == "HostToContainer"
+    assert driver_root["readOnly"] is True
+    # Rolling upgrades: a new pod beside the old one, each with sockets of its own.
     strategy = daemonset["spec"]["updateStrategy"]
     assert strategy["type"] == "RollingUpdate"
-    assert strategy["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert strategy["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    pod_uid = next(e for e in container["env"] if e["name"] == "POD_UID")
+    assert pod_uid["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
+    node_name = next(e for e in container["env"] if e["name"] == "NODE_NAME")
+    assert node_name["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    # The old pod must get to remove its sockets before it is killed.
+    assert pod["terminationGracePeriodSeconds"] >= CLEAN_STOP_S
+    # No host port or host network: two pods of one node would collide.
+    assert not pod.get("hostNetwork")
+    assert all("hostPort" not in port for port in container["ports"])
 
 
 def test_gpu_operator_overlay_uses_the_operators_driver_root_and_hook() -> None:
@@ -207,8 +352,8 @@ def test_the_daemonset_probes_and_scrapes_the_ports_the_plugin_serves(directory:
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert f"--healthcheck-port={ports['healthz']}" in args
     assert f"--metrics-address=:{ports['metrics']}" in args
-    assert container["livenessProbe"]["grpc"]["port"] == ports["healthz"]
-    assert container["readinessProbe"]["grpc"]["port"] == ports["healthz"]
+    assert container["livenessProbe"]["grpc"] == {"port": ports["healthz"], "service": "liveness"}
+    assert container["readinessProbe"]["grpc"] == {"port": ports["healthz"]}  # service ""
     assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(ports["metrics"])
 
 
@@ -233,7 +378,7 @@ def test_a_device_plugin_mig_pod_places_through_the_overlays_classes(
         "spec:\n  containers:\n    - name: main\n      image: cuda\n"
         "      resources:\n        limits:\n          nvidia.com/mig-3g.40gb: 2\n"
     )
-    classes = ROOT / "deploy/overlays/extended-resources/mig-classes.yaml"
+    classes = ROOT / "deploy/components/extended-resources/mig-classes.yaml"
     argv = ["simulate", "-f", str(classes), "-f", str(pod), "--nodes", "dgx-h100=1"]
     code = main([*argv, "--kubernetes", "1.37", "-o", "yaml"])
 

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from dra_driver.cli import main
+from dra_driver.cli import build_parser, main
 
 
 @pytest.mark.parametrize("interval", ["0", "-1", "nan", "soon"])
@@ -55,3 +56,57 @@ def test_sim_health_needs_exactly_one_event(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(SystemExit):
         main(["sim", "health", "--sim-state=x", "--gpu=0", "--xid=79", "--healthy"])
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["inventory", "kubelet-plugin", "status", "cdi"])
+def test_node_name_comes_from_the_environment_when_the_flag_is_absent(
+    command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside the plugin pod NODE_NAME is set (downward API): the tools need no flag."""
+    monkeypatch.setenv("NODE_NAME", "gpu-node-7")
+    args = build_parser().parse_args([command, "--nvml", "sim:l4-node"])
+    assert args.node_name == "gpu-node-7"
+    flagged = build_parser().parse_args([command, "--nvml", "sim:l4-node", "--node-name=n2"])
+    assert flagged.node_name == "n2"
+
+
+def test_inventory_publishes_for_the_node_in_node_name(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NODE_NAME", "gpu-node-7")
+    assert main(["inventory", "--nvml", "sim:l4-node", "-o", "yaml"]) == 0
+    (resource_slice,) = yaml.safe_load_all(capsys.readouterr().out)
+    assert resource_slice["spec"]["nodeName"] == "gpu-node-7"
+    assert resource_slice["spec"]["pool"]["name"] == "gpu-node-7"
+
+
+@pytest.mark.parametrize("command", ["inventory", "kubelet-plugin"])
+def test_without_node_name_or_the_flag_it_says_so_in_one_line(
+    command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--nvml", "sim:l4-node"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"dra-gpu {command}: the following arguments are required: --node-name "
+        f"(see dra-gpu {command} --help)"
+    ]
+
+
+def test_the_tools_fall_back_to_the_simulated_node_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    for command in ("status", "cdi"):
+        assert build_parser().parse_args([command, "--nvml", "sim:l4-node"]).node_name == (
+            "sim-node"
+        )
+
+
+def test_pod_uid_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POD_UID", "0b6f5e4d-1234-4abc-9def-000000000001")
+    args = build_parser().parse_args(["kubelet-plugin", "--node-name=n1", "--nvml=real"])
+    assert args.pod_uid == "0b6f5e4d-1234-4abc-9def-000000000001"
+    monkeypatch.delenv("POD_UID")
+    args = build_parser().parse_args(["kubelet-plugin", "--node-name=n1", "--nvml=real"])
+    assert args.pod_uid is None  # the classic socket names

@@ -43,10 +43,28 @@ def test_a_failed_claim_gets_a_warning_on_itself_and_on_each_pod_that_reserved_i
         assert event["eventTime"] == "2025-11-24T16:00:00.250000Z"
         assert event["reportingController"] == "gpu.nvidia.com/kubelet-plugin"
         assert event["note"] == (
-            "ResourceClaim ml/train on node node-1: gpu-99 is not a device of this node"
+            "ResourceClaim ml/train (reserved for jobs.example.com j) on node node-1: "
+            "gpu-99 is not a device of this node"
         )
     assert "related" not in events[0]
     assert events[1]["related"]["name"] == "train"
+
+
+def test_a_claim_reserved_for_a_podgroup_names_it_in_the_claims_event() -> None:
+    """Kubernetes 1.37 workload claims: the PodGroup holds the claim and its pods are not
+    listed, so the claim's own Event says who holds it."""
+    claim = make_allocated_claim("gang", "ml", "11111111-2222-4333-8444-555555555556")
+    claim["status"]["reservedFor"] = [
+        {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "gang-1", "uid": "g1"}
+    ]
+    (event,) = prepare_failed_events(
+        claim, "no GPU left", driver_name="gpu.nvidia.com", node_name="node-1", now=NOW
+    )
+    assert event["regarding"]["kind"] == "ResourceClaim"
+    assert event["note"] == (
+        "ResourceClaim ml/gang (reserved for podgroups.scheduling.k8s.io gang-1) on node "
+        "node-1: no GPU left"
+    )
 
 
 def test_a_long_error_is_cut_to_the_apiservers_limit() -> None:

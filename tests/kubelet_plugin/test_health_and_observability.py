@@ -216,6 +216,8 @@ def test_metrics_count_prepares_and_the_grpc_probe_follows_the_sockets() -> None
                 answer = probe.Check(health_pb2.HealthCheckRequest(service=""), timeout=20)
                 return int(answer.status)
 
+            assert status() == health_pb2.HealthCheckResponse.NOT_SERVING  # not registered
+            plugin.client.register()
             assert status() == health_pb2.HealthCheckResponse.SERVING
             plugin.dra_socket.unlink()  # the kubelet can no longer reach the plugin
             assert status() == health_pb2.HealthCheckResponse.NOT_SERVING

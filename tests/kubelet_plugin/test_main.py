@@ -9,15 +9,12 @@ in place once the API answers again.
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from dra_driver.kube.local_store import LocalCluster
 from kubelet_plugin.service import UnprepareResult
 from tests.fakes import PluginProcess, claim_ref
 
@@ -90,29 +87,26 @@ def test_a_second_plugin_process_waits_for_the_first_to_exit() -> None:
         first.close()
 
 
-def test_a_plugin_that_cannot_serve_publishes_nothing(tmp_path: Path) -> None:
-    """A kubelet root too long for Unix sockets: refused before any device is advertised."""
-    kubelet_root = Path("/tmp") / ("k" * 90)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dra_driver.cli",
-            "kubelet-plugin",
-            "--node-name=n1",
-            "--nvml=sim:l4-node",
-            f"--cluster=local:{tmp_path / 'cluster'}",
-            f"--kubelet-root={kubelet_root}",
-            f"--cdi-root={tmp_path / 'cdi'}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def test_an_old_instance_stopped_by_sigterm_removes_only_its_own_sockets() -> None:
+    """A rolling upgrade with POD_UIDs: the old pod's SIGTERM removes its sockets and no
+    one else's, and the new pod serves on its own names in the same kubelet root."""
+    old = PluginProcess(pod_uid="11111111-0000-4000-8000-00000000000a")
+    new = PluginProcess(pod_uid="22222222-0000-4000-8000-00000000000b", share_work_with=old)
     try:
-        assert done.returncode == 2
-        assert "socket path is" in done.stderr
-        assert LocalCluster(tmp_path / "cluster").list_resource_slices() == []
+        old.start()  # it found the socket under the name the plugin computed
+        # /tmp/dra-gpu-plugin-*/kubelet is longer than /var/lib/kubelet: the UID is hashed.
+        assert old.registration_socket.name == "gpu.nvidia.com-6Z3p4xeYtSc-reg.sock"
+        assert old.dra_socket.name == "dra-11111111-0000-4000-8000-00000000000a.sock"
+        new.start(wait=False)  # it serves beside the old one, or once the old one is gone
+
+        assert old.terminate() == 0
+        assert not old.registration_socket.exists()
+        assert not old.dra_socket.exists()
+        new.wait_for(new.registration_socket.exists, "the new instance's registration socket")
+        assert new.client.register() == "v1"
+        assert new.client.unprepare([claim_ref(1)]) == {claim_ref(1).uid: UnprepareResult()}
+        assert new.terminate() == 0
+        assert sorted(p.name for p in new.registration_socket.parent.iterdir()) == []
     finally:
-        shutil.rmtree(kubelet_root, ignore_errors=True)
+        new.close()
+        old.close()

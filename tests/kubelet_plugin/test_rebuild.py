@@ -34,6 +34,7 @@ MIG = ClaimRef("default", "4eb1d000-0000-4000-8000-000000000002", "dynamic-mig")
 MIG_DEVICE = "gpu-0-mig-3g40gb-9-0"
 OLD_SPEC = ClaimRef("default", "4eb1d000-0000-4000-8000-000000000003", "old-spec")
 GONE = ClaimRef("default", "4eb1d000-0000-4000-8000-000000000004", "gone")
+GANG = ClaimRef("default", "4eb1d000-0000-4000-8000-000000000005", "gang")
 
 
 class Node:
@@ -157,6 +158,30 @@ def test_the_api_vouches_for_an_old_spec_and_nothing_vouches_for_a_stale_one(nod
     assert node.plugin.cdi_files() == [cdi.spec_file_name(OLD_SPEC.uid)]  # GONE: no pod uses it
     assert node.prepare(OLD_SPEC)[OLD_SPEC.uid] == first[OLD_SPEC.uid]
     node.unprepare(OLD_SPEC, GONE)
+    node.assert_empty()
+
+
+def test_a_claim_reserved_for_a_podgroup_is_kept_as_one_reserved_for_pods(node: Node) -> None:
+    """Kubernetes 1.37 (DRAWorkloadResourceClaims): a gang's claim is reserved for its
+    PodGroup, its pods are not listed. The API still vouches for it: it is in use."""
+    claim = make_allocated_claim(GANG.name, uid=GANG.uid, results=[("g", "gpu-5")])
+    claim["status"]["reservedFor"] = [
+        {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "gang-1", "uid": "pg1"}
+    ]
+    node.plugin.store_claim(claim)
+    first = node.prepare(GANG)
+    spec_path = node.plugin.cdi_spec_path(GANG.uid)
+    spec_path.write_text(spec_path.read_text().split("\n", 1)[1])  # only the API can vouch
+    node.plugin.kill()
+    for path in node.plugin.checkpoint_files():
+        path.write_bytes(b"garbage")
+
+    node.plugin.start()
+
+    assert f"rebuilt ResourceClaim default/{GANG.name}" in node.plugin.log_tail(20000)
+    assert node.plugin.cdi_files() == [cdi.spec_file_name(GANG.uid)]
+    assert node.prepare(GANG) == first
+    node.unprepare(GANG)
     node.assert_empty()
 
 

@@ -119,20 +119,48 @@ def test_dra_api_is_served_before_the_registration_socket_appears(
 ) -> None:
     registration_socket = kubelet_root / "plugins_registry" / f"{DRIVER}-reg.sock"
     seen_when_registration_appeared: list[str] = []
-    real_prepare_socket_path = server_module._prepare_socket_path
+    real_rename = os.rename
 
-    def prepare_socket_path(path: Path) -> None:
-        if path == registration_socket:
+    def rename(source: str | Path, target: str | Path) -> None:
+        if Path(target) == registration_socket:
             # The kubelet may call the DRA API the moment the registration socket shows up.
             with KubeletClient(kubelet_root, DRIVER, timeout=10) as early:
                 result = early.prepare([claim_ref(1)])
             seen_when_registration_appeared.extend(result)
-        real_prepare_socket_path(path)
+        real_rename(source, target)
 
-    monkeypatch.setattr(server_module, "_prepare_socket_path", prepare_socket_path)
+    monkeypatch.setattr(os, "rename", rename)  # the server renames its sockets into place
     with PluginServer(service, driver_name=DRIVER, kubelet_root=kubelet_root):
         assert registration_socket.is_socket()
     assert seen_when_registration_appeared == ["uid-1"]
+
+
+def test_a_server_started_unexposed_shows_no_socket_until_exposed(
+    service: FakeDraService, kubelet_root: Path
+) -> None:
+    """Binding can fail in every way before the kubelet sees anything (the plugin
+    publishes its slices in between)."""
+    server = PluginServer(service, driver_name=DRIVER, kubelet_root=kubelet_root)
+    server.start(expose=False)
+    try:
+        assert not server.dra_socket.exists()
+        assert not server.registration_socket.exists()
+        server.expose()
+        with KubeletClient(kubelet_root, DRIVER, timeout=10) as kubelet:
+            assert kubelet.get_info().endpoint == str(server.dra_socket)
+    finally:
+        server.stop()
+    assert [p.name for p in (kubelet_root / "plugins_registry").iterdir()] == []
+
+
+def test_a_server_stopped_before_it_was_exposed_leaves_no_file(
+    service: FakeDraService, kubelet_root: Path
+) -> None:
+    server = PluginServer(service, driver_name=DRIVER, kubelet_root=kubelet_root)
+    server.start(expose=False)
+    server.stop()
+    assert [p.name for p in (kubelet_root / "plugins_registry").iterdir()] == []
+    assert [p.name for p in server.dra_socket.parent.iterdir()] == []
 
 
 # --------------------------------------------------------------------------- socket files
@@ -508,3 +536,51 @@ def test_socket_paths_up_to_the_limit_work(service: FakeDraService, kubelet_root
     ):
         assert len(os.fsencode(plugin.registration_socket)) == 107
         assert kubelet.get_info().endpoint == str(plugin.dra_socket)
+
+
+# --------------------------------------------------------------------------- rolling upgrades
+
+OLD_POD = "0d9b7a5e-1c1f-4d55-9a5e-000000000001"
+NEW_POD = "0d9b7a5e-1c1f-4d55-9a5e-000000000002"
+
+
+def test_two_instances_with_pod_uids_serve_side_by_side_and_stop_alone(
+    kubelet_root: Path,
+) -> None:
+    """A rolling upgrade with maxSurge 1: the old and the new pod each serve their own
+    sockets in one kubelet root, and the old one's stop removes only its own."""
+    old_service, new_service = FakeDraService(), FakeDraService()
+    old = PluginServer(old_service, driver_name=DRIVER, kubelet_root=kubelet_root, pod_uid=OLD_POD)
+    new = PluginServer(new_service, driver_name=DRIVER, kubelet_root=kubelet_root, pod_uid=NEW_POD)
+    assert old.dra_socket.name == f"dra-{OLD_POD}.sock"
+    assert old.registration_socket.name == f"{DRIVER}-{OLD_POD}-reg.sock"
+    assert {old.dra_socket, old.registration_socket}.isdisjoint(
+        {new.dra_socket, new.registration_socket}
+    )
+    with (
+        old,
+        new,
+        KubeletClient(kubelet_root, DRIVER, timeout=10, pod_uid=OLD_POD) as to_old,
+        KubeletClient(kubelet_root, DRIVER, timeout=10, pod_uid=NEW_POD) as to_new,
+    ):
+        assert to_old.get_info().endpoint == str(old.dra_socket)
+        assert to_new.get_info().endpoint == str(new.dra_socket)
+        to_old.prepare([claim_ref(1)])
+        to_new.unprepare([claim_ref(1)])
+        assert [op for op, _ in old_service.calls] == ["prepare"]
+        assert [op for op, _ in new_service.calls] == ["unprepare"]
+
+        old.stop()
+        assert not old.dra_socket.exists()
+        assert not old.registration_socket.exists()
+        assert new.dra_socket.is_socket()
+        assert new.registration_socket.is_socket()
+        assert to_new.get_info().name == DRIVER  # the new instance still answers
+    assert sorted(p.name for p in (kubelet_root / "plugins_registry").iterdir()) == []
+
+
+def test_without_a_pod_uid_the_server_keeps_the_classic_names(
+    plugin: PluginServer, kubelet_root: Path
+) -> None:
+    assert plugin.dra_socket == kubelet_root / "plugins" / DRIVER / "dra.sock"
+    assert plugin.registration_socket == kubelet_root / "plugins_registry" / f"{DRIVER}-reg.sock"

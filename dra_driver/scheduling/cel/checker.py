@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from dra_driver.scheduling.cel import regex
+from dra_driver.scheduling.cel import regex, string_format
 from dra_driver.scheduling.cel.ast import (
     Bind,
     Call,
@@ -46,6 +46,7 @@ from dra_driver.scheduling.cel.types import (
     optional_of,
     substitute,
 )
+from dra_driver.scheduling.cel.values import kind_of
 
 DEVICE_VARIABLE: Final = "device"
 
@@ -54,6 +55,9 @@ CAPACITY_TYPE: Final = map_of(STRING, map_of(STRING, QUANTITY))
 
 _MAP_KEY_KINDS: Final = frozenset({"int", "uint", "bool", "string"})
 _REGEX_FUNCTIONS: Final = frozenset({"matches", "find", "findAll"})
+# Conversions whose literal argument is checked at compile time (cel-go's
+# ValidateDurationLiterals and ValidateTimestampLiterals).
+_CONVERSION_VALIDATED: Final = frozenset({"duration", "timestamp"})
 # cel-go's HomogeneousAggregateLiteralExemptFunctions as the strings library sets them.
 _HOMOGENEOUS_EXEMPT: Final = frozenset({"format"})
 
@@ -259,7 +263,18 @@ class Checker:
         return join_types(results)
 
     def _validate_literals(self, node: Call) -> None:
-        """Rejects constant regexes that do not compile, as Kubernetes' literal validators do."""
+        """Kubernetes' literal validators (base.go, 1.29+): constant regexes must compile, and
+        `duration()`/`timestamp()` of a literal must succeed (cel-go's
+        `ValidateDurationLiterals`/`ValidateTimestampLiterals`: "invalid duration argument",
+        reported at the literal)."""
+        if node.function in _CONVERSION_VALIDATED and node.target is None and node.args:
+            literal = node.args[0]
+            if isinstance(literal, Const):
+                self._validate_conversion(node, literal)
+            return
+        if node.function == "format":
+            self._validate_format(node)
+            return
         if node.function not in _REGEX_FUNCTIONS:
             return
         pattern = node.args[0] if node.target is not None else node.args[-1]
@@ -268,6 +283,34 @@ class Checker:
                 regex.compile_re2(pattern.value)
             except FunctionError as exc:
                 raise CompileError(exc.message, pattern.pos) from exc
+
+    @staticmethod
+    def _validate_format(node: Call) -> None:
+        """The strings library's check of a constant format string with a list literal."""
+        target = node.target
+        if not (
+            isinstance(target, Const)
+            and isinstance(target.value, str)
+            and len(node.args) == 1
+            and isinstance(node.args[0], ListLit)
+            and any(o.id == "string_format" for o in node.overloads)
+        ):
+            return
+        error = string_format.check_call(target.value, node.args[0])
+        if error is not None:
+            where = error.node.pos if error.node is not None else node.pos
+            raise CompileError(error.message, where)
+
+    @staticmethod
+    def _validate_conversion(node: Call, literal: Const) -> None:
+        kind = kind_of(literal.value)
+        for overload in node.overloads:
+            if overload.accepts_kinds([kind]):
+                try:
+                    overload.impl(literal.value)
+                except (FunctionError, ValueError, OverflowError) as exc:
+                    raise CompileError(f"invalid {node.function} argument", literal.pos) from exc
+                return
 
     # -- literals ------------------------------------------------------------
 

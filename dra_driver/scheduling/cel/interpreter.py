@@ -271,7 +271,7 @@ class Planner:
         overloads = node.overloads
         static = _static_overload(overloads, arg_nodes)
         if function in ("_==_", "_!=_"):
-            return _equality(args[0], args[1], negate=function == "_!=_")
+            return _equality(args[0], args[1], negate=function == "_!=_", pos=node.pos)
         if function == "matches":
             text_node = node.target if node.target is not None else node.args[0]
             if not isinstance(text_node, Const):
@@ -486,7 +486,7 @@ class Planner:
 # -- helpers -----------------------------------------------------------------------
 
 
-def _equality(left: Fn, right: Fn, *, negate: bool) -> Fn:
+def _equality(left: Fn, right: Fn, *, negate: bool, pos: int) -> Fn:
     """`==` / `!=`, with a fast path for the common string comparison."""
     factor = costs.STRING_TRAVERSAL_FACTOR
 
@@ -502,7 +502,10 @@ def _equality(left: Fn, right: Fn, *, negate: bool) -> Fn:
                 act.cost += 1
                 return (a == b) is not negate
         act.cost += math.ceil(min(costs.size_of(a), costs.size_of(b)) * factor)
-        return cel_equal(a, b) is not negate
+        try:
+            return cel_equal(a, b) is not negate
+        except FunctionError as exc:
+            raise EvalError(exc.message, pos) from None
 
     return equality
 

@@ -1,8 +1,8 @@
 """cel-go's string extension library (`ext.Strings`), which Kubernetes enables at v2.
 
 `charAt`, `indexOf`, `lastIndexOf`, `lowerAscii`, `upperAscii`, `replace`,
-`split`, `substring`, `trim`, `join`, `format`, `strings.quote`, plus
-`reverse` (v3). Indices count Unicode code points, as Go's rune slices do;
+`split`, `substring`, `trim`, `join`, `format` (`string_format.py`),
+`strings.quote`, plus `reverse` (v3). Indices count Unicode code points, as Go's rune slices do;
 `trim` strips what Go's `unicode.IsSpace` calls space; `split` and `replace`
 follow Go's `strings.Split`/`strings.Replace`, including the empty-separator
 cases. Costs are Kubernetes' (`library/cost.go`).
@@ -10,16 +10,14 @@ cases. Costs are Kubernetes' (`library/cost.go`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, Final
 
 from dra_driver.scheduling.cel import cost as costs
 from dra_driver.scheduling.cel.diagnostics import FunctionError
 from dra_driver.scheduling.cel.functions import glob, member, register
-from dra_driver.scheduling.cel.lib_standard import format_double, to_string
+from dra_driver.scheduling.cel.string_format import format_string
 from dra_driver.scheduling.cel.types import DYN, INT, STRING, list_of
-from dra_driver.scheduling.cel.values import kind_of
 
 # Go's unicode.IsSpace.
 _GO_SPACE: Final = (
@@ -128,136 +126,6 @@ def quote(s: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-# -- format ------------------------------------------------------------------------
-
-
-def _format(template: str, args: list[Any]) -> str:
-    out: list[str] = []
-    i = 0
-    arg_index = 0
-    n = len(template)
-    while i < n:
-        ch = template[i]
-        if ch != "%":
-            out.append(ch)
-            i += 1
-            continue
-        i += 1
-        if i >= n:
-            raise FunctionError("unexpected end of string")
-        if template[i] == "%":
-            out.append("%")
-            i += 1
-            continue
-        precision: int | None = None
-        if template[i] == ".":
-            j = i + 1
-            while j < n and template[j].isdigit():
-                j += 1
-            if j == i + 1:
-                raise FunctionError("unable to find end of precision specifier")
-            precision = int(template[i + 1 : j])
-            i = j
-        if i >= n:
-            raise FunctionError("unexpected end of string")
-        verb = template[i]
-        i += 1
-        if arg_index >= len(args):
-            raise FunctionError(f"index {arg_index} out of range")
-        out.append(_format_clause(verb, precision, args[arg_index]))
-        arg_index += 1
-    return "".join(out)
-
-
-def _format_clause(verb: str, precision: int | None, arg: Any) -> str:
-    kind = kind_of(arg)
-    if verb == "s":
-        return format_string(arg)
-    if verb == "d":
-        if kind not in ("int", "uint"):
-            raise FunctionError(f"decimal clause can only be used on integers, was given {kind}")
-        return str(int(arg))
-    if verb in ("f", "e"):
-        value = _as_double(arg, kind)
-        digits = 6 if precision is None else precision
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        return f"{value:.{digits}{verb}}"
-    if verb == "b":
-        if kind == "bool":
-            return "1" if arg else "0"
-        if kind in ("int", "uint"):
-            return format(int(arg), "b")
-        raise FunctionError(f"only integers and bools can be formatted as binary, was given {kind}")
-    if verb in ("x", "X", "o"):
-        if verb == "o" and kind not in ("int", "uint"):
-            raise FunctionError(f"octal clause can only be used on integers, was given {kind}")
-        if kind in ("int", "uint"):
-            text = format(int(arg), "o" if verb == "o" else "x")
-        elif kind in ("string", "bytes"):
-            data = arg.encode("utf-8") if isinstance(arg, str) else arg
-            text = data.hex()
-        else:
-            raise FunctionError(
-                "only integers, byte buffers, and strings can be formatted as hex, "
-                f"was given {kind}"
-            )
-        return text.upper() if verb == "X" else text
-    raise FunctionError(
-        f'could not parse formatting clause: unrecognized formatting clause "{verb}"'
-    )
-
-
-def _as_double(arg: Any, kind: str) -> float:
-    if kind in ("double", "int", "uint"):
-        return float(arg)
-    if kind == "string" and arg in ("NaN", "Infinity", "-Infinity"):
-        return float(arg.replace("Infinity", "inf"))
-    raise FunctionError(f"fixed-point clause can only be used on doubles, was given {kind}")
-
-
-def format_string(arg: Any) -> str:
-    """How `%s` prints a value (cel-go's `FormatString`)."""
-    kind = kind_of(arg)
-    if kind == "list":
-        return "[" + ", ".join(_format_member(item) for item in arg) + "]"
-    if kind == "map":
-        pairs = sorted((_format_member(k), _format_member(v)) for k, v in arg.items())
-        return "{" + ", ".join(f"{k}:{v}" for k, v in pairs) + "}"
-    if kind == "null_type":
-        return "null"
-    if kind == "double":
-        return format_double(arg)
-    try:
-        return to_string(arg)
-    except FunctionError as exc:
-        raise FunctionError(
-            "string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists, "
-            f"types, durations, and timestamps, was given {kind}"
-        ) from exc
-
-
-def _format_member(value: Any) -> str:
-    kind = kind_of(value)
-    if kind == "string":
-        return quote(value)
-    if kind == "bytes":
-        return "b" + quote(value.decode("utf-8", errors="replace"))
-    if kind == "double":
-        if math.isnan(value) or math.isinf(value):
-            return quote(format_double(value))
-        return f"{value:.6f}"
-    if kind == "google.protobuf.Timestamp":
-        return f"timestamp({quote(str(value))})"
-    if kind == "google.protobuf.Duration":
-        return f"duration({quote(str(value))})"
-    if kind == "type":
-        return f"type({value.name})"
-    return format_string(value)
-
-
 # -- registration ------------------------------------------------------------------
 
 
@@ -333,6 +201,9 @@ register(
     member("list_join", (LIST_STRING,), STRING, _join, _join_cost),
     member("list_join_string", (LIST_STRING, STRING), STRING, _join, _join_cost),
 )
-register("format", member("string_format", (STRING, list_of(DYN)), STRING, _format))
-register("strings.quote", glob("strings_quote", (STRING,), STRING, quote))
+register(
+    "format",
+    member("string_format", (STRING, list_of(DYN)), STRING, format_string, _traverse_first),
+)
+register("strings.quote", glob("strings_quote", (STRING,), STRING, quote, _traverse_first))
 register("reverse", member("string_reverse", (STRING,), STRING, _reverse))

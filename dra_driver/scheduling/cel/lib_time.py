@@ -12,13 +12,13 @@ time zone as in CEL.
 from __future__ import annotations
 
 import datetime
-import re
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Final
 
 from celpy.celtypes import DurationType, TimestampType
 
+from dra_driver.scheduling.cel import gotime
 from dra_driver.scheduling.cel.diagnostics import FunctionError
 from dra_driver.scheduling.cel.functions import glob, member, register
 from dra_driver.scheduling.cel.types import DURATION, INT, STRING, TIMESTAMP
@@ -123,6 +123,17 @@ class Duration(_NanoOrder, DurationType):
         result.nanos = nanos
         return result
 
+    def __str__(self) -> str:
+        """cel-go's `string(duration)`: Go's `Duration.Seconds()` printed in full, then `s`."""
+        return format_seconds(duration_nanos(self))
+
+
+def format_seconds(total_nanos: int) -> str:
+    """`strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"` for a duration in nanoseconds."""
+    whole = -(-total_nanos // 1_000_000_000) if total_nanos < 0 else total_nanos // 1_000_000_000
+    seconds = float(whole) + float(total_nanos - whole * 1_000_000_000) / 1e9
+    return format(Decimal(repr(seconds)).normalize(), "f") + "s"
+
 
 register_kind(Timestamp, "google.protobuf.Timestamp")
 register_kind(Duration, "google.protobuf.Duration")
@@ -135,70 +146,49 @@ def duration_nanos(value: datetime.timedelta) -> int:
     return (value // _MICROSECOND) * 1000 + nanos_of(value)
 
 
-# Go's time.ParseDuration syntax, which cel-go uses.
-_DURATION_PART: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_UNIT_NANOS: Final = {
-    "ns": 1,
-    "us": 1000,
-    "µs": 1000,
-    "μs": 1000,
-    "ms": 1_000_000,
-    "s": 1_000_000_000,
-    "m": 60_000_000_000,
-    "h": 3_600_000_000_000,
-}
+# Seconds since the epoch of 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z, the range
+# of cel-go's timestamps (common/types/timestamp.go minUnixTime/maxUnixTime).
+MIN_UNIX_TIME: Final = -62135596800
+MAX_UNIX_TIME: Final = 253402300799
 
 
-def _exact_nanos(text: str) -> int | None:
-    """`text`'s duration in nanoseconds, or None where it is not Go syntax."""
-    sign = -1 if text.startswith("-") else 1
-    body = text[1:] if text[:1] in "+-" else text
-    if body == "0":
-        return 0
-    total = Decimal(0)
-    end = 0
-    for part in _DURATION_PART.finditer(body):
-        if part.start() != end:
-            return None
-        end = part.end()
-        try:
-            total += Decimal(part.group(1)) * _UNIT_NANOS[part.group(2)]
-        except InvalidOperation:
-            return None
-    if end != len(body) or end == 0:
-        return None
-    return sign * int(total)
+def _conversion_error(kind: str) -> FunctionError:
+    return FunctionError(f"type conversion error from 'string' to '{kind}'")
+
+
+def parse_duration_literal(text: str) -> Duration:
+    """`duration(text)` as cel-go converts it (Go's `time.ParseDuration`)."""
+    try:
+        return Duration.from_nanos(gotime.parse_duration(text))
+    except gotime.TimeError as exc:
+        raise _conversion_error("google.protobuf.Duration") from exc
 
 
 def _duration(value: Any) -> DurationType:
     if isinstance(value, DurationType):
         return value
+    return parse_duration_literal(value)
+
+
+def parse_timestamp_literal(text: str) -> Timestamp:
+    """`timestamp(text)` as cel-go converts it (Go's `time.Parse(time.RFC3339, ...)`)."""
     try:
-        checked = DurationType(value)  # cel-python's syntax and range checks
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise FunctionError(f"invalid duration {value!r}: {exc}") from exc
-    exact = _exact_nanos(value) if isinstance(value, str) else None
-    return checked if exact is None else Duration.from_nanos(exact)
-
-
-# The fraction of seconds in an RFC 3339 text, which cel-python cuts at microseconds.
-_FRACTION: Final = re.compile(r"T\d\d:\d\d:\d\d\.(\d+)")
+        parsed = gotime.parse_rfc3339(text)
+    except gotime.TimeError as exc:
+        raise _conversion_error("google.protobuf.Timestamp") from exc
+    if not MIN_UNIX_TIME <= parsed.unix() <= MAX_UNIX_TIME:
+        raise FunctionError("timestamp overflow")
+    return Timestamp.of(parsed.as_datetime(), parsed.nanosecond % 1000)
 
 
 def _timestamp(value: Any) -> TimestampType:
     if isinstance(value, TimestampType):
         return value
-    try:
-        if isinstance(value, int):
-            return TimestampType(datetime.datetime.fromtimestamp(value, tz=datetime.UTC))
-        parsed = TimestampType(value)
-    except Exception as exc:  # pendulum raises its own parser errors
-        raise FunctionError(f"invalid timestamp {value!r}: {exc}") from exc
-    fraction = _FRACTION.search(value)
-    if fraction is None:
-        return parsed
-    digits = fraction.group(1)[:9].ljust(9, "0")
-    return Timestamp.of(parsed.replace(microsecond=int(digits[:6])), int(digits[6:]))
+    if isinstance(value, int):
+        if not MIN_UNIX_TIME <= value <= MAX_UNIX_TIME:
+            raise FunctionError("timestamp overflow")
+        return TimestampType(datetime.datetime.fromtimestamp(value, tz=datetime.UTC))
+    return parse_timestamp_literal(value)
 
 
 def time_arith(a: Any, b: Any, op: str) -> Any:

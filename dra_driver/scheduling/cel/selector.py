@@ -4,9 +4,10 @@
 parse, type check against the `device` declaration (with or without
 `allowMultipleAllocations`, the DRAConsumableCapacity field), the bool
 result check, planning; compiled selectors are kept in an LRU cache keyed by
-expression and feature flags, failures included. `CompiledSelector.matches`
-evaluates against one device under the runtime cost limit. Every failure is
-a `dra_driver.errors.CelError` naming the expression and position.
+expression, feature flags and Kubernetes release, failures included.
+`CompiledSelector.matches` evaluates against one device under the runtime
+cost limit. Every failure is a `dra_driver.errors.CelError` naming the
+expression and position.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from dra_driver.scheduling.cel.cost import (
 )
 from dra_driver.scheduling.cel.device import DeviceView
 from dra_driver.scheduling.cel.diagnostics import CompileError, EvalError, to_cel_error
+from dra_driver.scheduling.cel.environment import strict_url_colons
+from dra_driver.scheduling.cel.goneturl import STRICT_COLONS
 from dra_driver.scheduling.cel.interpreter import Activation, Fn, Planner
 from dra_driver.scheduling.cel.parser import parse
 from dra_driver.scheduling.cel.types import BOOL, DEVICE, CelType
@@ -40,7 +43,15 @@ CEL_SELECTOR_EXPRESSION_MAX_LENGTH: Final = 10 * 1024
 class CompiledSelector:
     """A selector ready to evaluate; obtain one from `compile_selector`."""
 
-    __slots__ = ("_program", "consumable_capacity", "cost_limit", "expression", "output_type")
+    __slots__ = (
+        "_program",
+        "_strict_colons",
+        "consumable_capacity",
+        "cost_limit",
+        "expression",
+        "output_type",
+        "release",
+    )
 
     def __init__(
         self,
@@ -49,13 +60,16 @@ class CompiledSelector:
         output_type: CelType,
         *,
         consumable_capacity: bool,
+        release: str | None = None,
         cost_limit: int = CEL_SELECTOR_EXPRESSION_MAX_COST,
     ) -> None:
         self.expression = expression
         self.output_type = output_type
         self.consumable_capacity = consumable_capacity
+        self.release = release
         self.cost_limit = cost_limit
         self._program = program
+        self._strict_colons = strict_url_colons(release)
 
     def __repr__(self) -> str:
         return f"CompiledSelector({self.expression!r})"
@@ -70,7 +84,14 @@ class CompiledSelector:
 
     def matches_with_cost(self, device: DeviceView) -> tuple[bool, int]:
         """`matches`, plus the cost the evaluation was charged."""
-        result, cost = _run(self._program, self.expression, device, self.cost_limit, None)
+        result, cost = _run(
+            self._program,
+            self.expression,
+            device,
+            self.cost_limit,
+            None,
+            strict_colons=self._strict_colons,
+        )
         if result is True or result is False:
             return result, cost
         raise to_cel_error(
@@ -83,19 +104,34 @@ class CompiledSelector:
 class CompiledExpression:
     """An expression of any result type in the selector environment (see `compile_expression`)."""
 
-    __slots__ = ("_program", "cost_limit", "expression", "output_type")
+    __slots__ = ("_program", "_strict_colons", "cost_limit", "expression", "output_type")
 
-    def __init__(self, expression: str, program: Fn, output_type: CelType, cost_limit: int) -> None:
+    def __init__(
+        self,
+        expression: str,
+        program: Fn,
+        output_type: CelType,
+        cost_limit: int,
+        release: str | None = None,
+    ) -> None:
         self.expression = expression
         self.output_type = output_type
         self.cost_limit = cost_limit
         self._program = program
+        self._strict_colons = strict_url_colons(release)
 
     def evaluate(
         self, device: DeviceView, variables: Mapping[str, Any] | None = None
     ) -> tuple[Any, int]:
         """The expression's value for `device` (and the declared variables) and its cost."""
-        return _run(self._program, self.expression, device, self.cost_limit, variables)
+        return _run(
+            self._program,
+            self.expression,
+            device,
+            self.cost_limit,
+            variables,
+            strict_colons=self._strict_colons,
+        )
 
 
 def _run(
@@ -104,11 +140,14 @@ def _run(
     device: DeviceView,
     cost_limit: int,
     variables: Mapping[str, Any] | None,
+    *,
+    strict_colons: bool,
 ) -> tuple[Any, int]:
     """Evaluates `program` under the cost limit; failures become CelError."""
     act = Activation(device.cel_value(), cost_limit)
     if variables:
         act.vars.update(variables)
+    token = STRICT_COLONS.set(strict_colons)
     try:
         result = program(act)
     except EvalError as exc:
@@ -117,6 +156,8 @@ def _run(
         raise to_cel_error(expression, COST_LIMIT_MESSAGE, None) from None
     except RecursionError:
         raise to_cel_error(expression, "expression nests too deeply", None) from None
+    finally:
+        STRICT_COLONS.reset(token)
     if act.cost > cost_limit:
         raise to_cel_error(expression, COST_LIMIT_MESSAGE, None)
     return result, act.cost
@@ -128,18 +169,22 @@ def compile_expression(
     consumable_capacity: bool = False,
     list_type_attributes: bool = True,
     variables: Mapping[str, CelType] | None = None,
+    release: str | None = None,
 ) -> CompiledExpression:
     """Compiles `expression` like a selector, but for any result type (not cached).
 
     This is the selector environment (the `device` variable, the same
     libraries and limits) without the bool result check; `variables`
     declares further variables, which Kubernetes' selectors do not have.
+    `release` is as for `compile_selector`.
     """
     tree, output_type = _check(
         expression, consumable_capacity, list_type_attributes, dict(variables or {})
     )
-    program = _plan(expression, tree)
-    return CompiledExpression(expression, program, output_type, CEL_SELECTOR_EXPRESSION_MAX_COST)
+    program = _plan(expression, tree, strict_url_colons(release))
+    return CompiledExpression(
+        expression, program, output_type, CEL_SELECTOR_EXPRESSION_MAX_COST, release
+    )
 
 
 class _Failure:
@@ -156,12 +201,16 @@ class _Failure:
         return CelError(self.message, expression=self.expression, position=self.position)
 
 
-_cache: OrderedDict[tuple[str, bool, bool], CompiledSelector | _Failure] = OrderedDict()
+_cache: OrderedDict[tuple[str, bool, bool, str | None], CompiledSelector | _Failure] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
 def compile_selector(
-    expression: str, *, consumable_capacity: bool = False, list_type_attributes: bool = True
+    expression: str,
+    *,
+    consumable_capacity: bool = False,
+    list_type_attributes: bool = True,
+    release: str | None = None,
 ) -> CompiledSelector:
     """Compiles a device selector (cached); raises CelError if it is not a valid selector.
 
@@ -174,12 +223,16 @@ def compile_selector(
     with both regardless of the gate; off, `includes` is an undeclared
     reference, as for a new selector on an apiserver without the gate.
     Attributes with list values are turned into CEL lists either way.
+
+    `release` ("1.34" ... "1.37") is the Kubernetes release whose scheduler
+    to follow where the release matters (`environment.py`: how `url()`
+    treats a host with several colons); None is the newest.
     """
     if not isinstance(expression, str):
         raise CelError(
             f"selector {expression!r}: expression must be a string, not {type(expression).__name__}"
         )
-    key = (expression, bool(consumable_capacity), bool(list_type_attributes))
+    key = (expression, bool(consumable_capacity), bool(list_type_attributes), release)
     with _cache_lock:
         cached = _cache.get(key)
         if cached is not None:
@@ -190,6 +243,7 @@ def compile_selector(
                 expression,
                 consumable_capacity=bool(consumable_capacity),
                 list_type_attributes=bool(list_type_attributes),
+                release=release,
             )
         except CelError as exc:
             cached = _Failure(exc)
@@ -246,7 +300,9 @@ def _check(
     return tree, output_type
 
 
-def _plan(expression: str, tree: Node) -> Fn:
+def _plan(expression: str, tree: Node, strict_colons: bool) -> Fn:
+    # Calls on literals are evaluated while planning: with the release's URL rules.
+    token = STRICT_COLONS.set(strict_colons)
     try:
         return Planner().plan(tree)
     except CompileError as exc:
@@ -255,17 +311,23 @@ def _plan(expression: str, tree: Node) -> Fn:
         raise to_cel_error(
             expression, "compilation failed: expression nests too deeply", None
         ) from None
+    finally:
+        STRICT_COLONS.reset(token)
 
 
 def _compile(
-    expression: str, *, consumable_capacity: bool, list_type_attributes: bool
+    expression: str, *, consumable_capacity: bool, list_type_attributes: bool, release: str | None
 ) -> CompiledSelector:
     tree, output_type = _check(expression, consumable_capacity, list_type_attributes, {})
-    program = _plan(expression, tree)
+    program = _plan(expression, tree, strict_url_colons(release))
     if not (output_type == BOOL or output_type.is_dynamic):
         raise to_cel_error(
             expression, f"must evaluate to bool or the unknown type, not {output_type}", None
         )
     return CompiledSelector(
-        expression, program, output_type, consumable_capacity=consumable_capacity
+        expression,
+        program,
+        output_type,
+        consumable_capacity=consumable_capacity,
+        release=release,
     )

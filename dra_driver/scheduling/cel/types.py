@@ -60,6 +60,10 @@ TIMESTAMP = CelType("google.protobuf.Timestamp")
 SEMVER = CelType("kubernetes.Semver")
 QUANTITY = CelType("kubernetes.Quantity")
 DEVICE = CelType("kubernetes.DRADevice")
+IP = CelType("net.IP")
+CIDR = CelType("net.CIDR")
+URL = CelType("kubernetes.URL")
+NAMED_FORMAT = CelType("kubernetes.NamedFormat")
 TYPE = CelType("type")
 
 PARAM_A = CelType("_A")
@@ -98,6 +102,10 @@ TYPE_IDENTIFIERS: dict[str, CelType] = {
     "optional_type": OPTIONAL_DYN,
     "google.protobuf.Duration": DURATION,
     "google.protobuf.Timestamp": TIMESTAMP,
+    # Declared by Kubernetes' IP and CIDR libraries (`cel.Types(IPType)`); the URL and
+    # format libraries declare no type names.
+    "net.IP": IP,
+    "net.CIDR": CIDR,
 }
 
 

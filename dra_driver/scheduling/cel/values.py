@@ -20,6 +20,7 @@ from typing import Any, Final
 from celpy.celtypes import DurationType, TimestampType
 
 from dra_driver.kube.quantity import Quantity
+from dra_driver.scheduling.cel.diagnostics import FunctionError
 from dra_driver.scheduling.cel.semver import Semver
 
 
@@ -192,6 +193,12 @@ _KINDS: Final[dict[type, str]] = {
 
 NUMERIC_KINDS: Final = frozenset({"int", "uint", "double"})
 
+# Kubernetes' own types whose `Equal` is an error against a value of another type
+# (cel-go's heterogeneous equality says false for its own types).
+STRICT_EQUALITY_KINDS: Final = frozenset(
+    {"net.IP", "net.CIDR", "kubernetes.URL", "kubernetes.NamedFormat"}
+)
+
 
 def register_kind(cls: type, kind: str) -> None:
     """Lets another module's value class take part in overload resolution."""
@@ -238,6 +245,10 @@ _GO_TYPE_NAMES: Final = {
     "kubernetes.Quantity": "cel.Quantity",
     "optional_type": "*types.Optional",
     "type": "*types.Type",
+    "net.IP": "cel.IP",
+    "net.CIDR": "cel.CIDR",
+    "kubernetes.URL": "cel.URL",
+    "kubernetes.NamedFormat": "cel.Format",
 }
 
 
@@ -252,7 +263,11 @@ def type_value_of(value: Any) -> TypeValue:
 
 
 def cel_equal(a: Any, b: Any) -> bool:
-    """CEL's `==`: heterogeneous, never an error."""
+    """CEL's `==`: heterogeneous; an error only where Kubernetes' types compare with others.
+
+    Raises FunctionError("no such overload") when an IP, CIDR, URL or named
+    format meets a value of another type (not null), as their `Equal` does.
+    """
     ta = type(a)
     if ta is type(b):
         if ta is list:
@@ -265,6 +280,8 @@ def cel_equal(a: Any, b: Any) -> bool:
     if ka in NUMERIC_KINDS and kb in NUMERIC_KINDS:
         return bool(a == b)
     if ka != kb:
+        if (ka in STRICT_EQUALITY_KINDS or kb in STRICT_EQUALITY_KINDS) and None not in (a, b):
+            raise FunctionError("no such overload")
         return False
     if ka == "map":
         return _map_equal(a, b)

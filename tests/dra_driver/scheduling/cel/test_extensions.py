@@ -69,7 +69,9 @@ def runtime_error(expression: str) -> str:
         ("'%s and %d'.format([dyn('str'), 42]) == 'str and 42'", True),
         ("'%s'.format([dyn(1.5)]) == '1.5'", True),
         ("'%.2f|%f'.format([3.14159, 2.0]) == '3.14|2.000000'", True),
-        ("'%e'.format([2.71828]) == '2.718280e+00'", True),
+        # x/text's en_US scientific notation (cel-go's formatter below strings version 4).
+        ("'%e'.format([2.71828]) == '2.718280\u202f\u00d7\u202f10\u2070\u2070'", True),
+        ("'%f'.format([1234567.5]) == '1,234,567.500000'", True),
         ("'%b %x %X %o'.format([5, 26, 26, 30]) == '101 1a 1A 36'", True),
         ("'%x'.format(['hi']) == '6869'", True),
         ("'%s'.format([[1, 2]]) == '[1, 2]'", True),
@@ -92,13 +94,44 @@ def test_strings(expression: str, expected: bool) -> None:
         ("'tacocat'.substring(-1) == ''", "index out of range: -1"),
         ("'tacocat'.substring(2, 1) == ''", "invalid substring range. start: 2, end: 1"),
         ("'tacocat'.substring(0, 8) == ''", "index out of range: 8"),
-        ("'%d'.format(['x']) == ''", "decimal clause can only be used on integers"),
-        ("'%d %d'.format([1]) == ''", "out of range"),
-        ("'%q'.format([1]) == ''", "unrecognized formatting clause"),
+        ("dyn('%d').format(['x']) == ''", "decimal clause can only be used on integers"),
+        ("dyn('%d %d').format([1]) == ''", "out of range"),
+        ("dyn('%q').format([1]) == ''", "unrecognized formatting clause"),
     ],
 )
 def test_string_errors(expression: str, message: str) -> None:
     assert message in runtime_error(expression)
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        (
+            "'%d'.format(['x']) == ''",
+            "error during formatting: decimal clause can only be used on integers, "
+            "was given string (at 1:13)",
+        ),
+        ("'%d %d'.format([1]) == ''", "index 1 out of range (at 1:14)"),
+        (
+            "'%q'.format([1]) == ''",
+            'could not parse formatting clause: unrecognized formatting clause "q" (at 1:11)',
+        ),
+        (
+            "'%s'.format([1, 2]) == ''",
+            "too many arguments supplied to string.format (expected 1, got 2)",
+        ),
+        (
+            "'%s'.format([[1, optional.none()]]) == ''",
+            "string clause can only be used on strings, bools, bytes, ints, doubles, maps, "
+            "lists, types, durations, and timestamps, was given optional_type (at 1:30)",
+        ),
+    ],
+)
+def test_constant_format_calls_are_checked_when_compiled(expression: str, message: str) -> None:
+    """The strings library's validator: a literal format string with a literal list."""
+    with pytest.raises(CelError, match="compilation failed") as info:
+        compile_selector(expression)
+    assert message in str(info.value)
 
 
 @pytest.mark.parametrize(

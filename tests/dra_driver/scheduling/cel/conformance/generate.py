@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 # The cel-spec files whose libraries Kubernetes enables for device selectors
-# (k8s.io/apiserver/pkg/cel/environment/base.go at 1.35-1.37).
+# (k8s.io/apiserver/pkg/cel/environment/base.go at 1.34-1.37).
 FILES = (
     "basic",
     "comparisons",
@@ -46,6 +46,8 @@ FILES = (
     "bindings_ext",
     "optionals",
     "timestamps",
+    # Kubernetes' IP and CIDR libraries, upstreamed to cel-go as its network extension.
+    "network_ext",
 )
 
 DATA = Path(__file__).parent / "data"
