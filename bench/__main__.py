@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, str] = {
     "simulate": "bench.simulate_cli",
     "mig-parallel": "bench.mig_parallel",
     "republish": "bench.republish",
+    "usage-sampling": "bench.usage_sampling",
 }
 """Benchmark name -> module; modules are imported only when their benchmark runs."""
 

@@ -56,7 +56,7 @@ from dra_driver.scheduling.whatif.command import Scenario
 from dra_driver.scheduling.whatif.documents import SourcedObject
 from dra_driver.scheduling.whatif.engine import Simulation, build_workload
 from dra_driver.scheduling.whatif.inputs import collect_inputs
-from dra_driver.scheduling.whatif.nodes import NodeRequest, SimulatedNodes
+from dra_driver.scheduling.whatif.nodes import MigMode, NodeRequest, SimulatedNodes
 
 NAME: Final = "allocator"
 DESCRIPTION: Final = "claims allocated per second by the simulate engine (scheduler allocator)"
@@ -113,7 +113,11 @@ def _gpu_objects(claims: int) -> list[dict[str, Any]]:
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"namespace": NAMESPACE, "name": "infer"},
-        "spec": {"replicas": claims, "template": {"spec": _pod_spec("a100-40g")}},
+        "spec": {
+            "replicas": claims,
+            "selector": {"matchLabels": {"app": "infer"}},
+            "template": {"metadata": {"labels": {"app": "infer"}}, "spec": _pod_spec("a100-40g")},
+        },
     }
     return [_template("a100-40g", "gpu.nvidia.com", GPU_SELECTOR), deployment]
 
@@ -229,9 +233,11 @@ def _warm_up_cel(scenario: Scenario) -> None:
     compile_selector(GPU_SELECTOR)
 
 
-def _build(requests: Sequence[NodeRequest]) -> tuple[SimulatedNodes, float]:
+def _build(
+    requests: Sequence[NodeRequest], *, mig: MigMode = "static"
+) -> tuple[SimulatedNodes, float]:
     started = time.perf_counter()
-    nodes = build_simulated_nodes(requests)
+    nodes = build_simulated_nodes(requests, mig=mig)
     return nodes, round(time.perf_counter() - started, 3)
 
 
@@ -252,7 +258,7 @@ def measure(*, quick: bool = False, seed: int = SEED) -> dict[str, Any]:
     gpu_engine = _engine_run(gpu)
     peak = _traced_peak(gpu)
     gpu_first_fit = _first_fit_run(gpu, gpu_claims)
-    mig_built, mig_build_s = _build([NodeRequest("dgx-h100", mig_nodes)])
+    mig_built, mig_build_s = _build([NodeRequest("dgx-h100", mig_nodes)], mig="dynamic")
     mig = _scenario(_mig_objects(mig_claims, seed), mig_built)
     mig_engine = _engine_run(mig)
     return {

@@ -7,15 +7,23 @@ or a one-line-per-device summary (`-o table`).
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from controller.slices import Layout, build_resource_slices
+from dra_driver import text_table
 from dra_driver.hardware.machine import Hardware
 from dra_driver.kube import yaml_io
 from dra_driver.kube.quantity import format_quantity
 from dra_driver.node.consumable_shares import ConsumableShares
-from dra_driver.node.devices import AllocatableDevice, build_devices, inventory_warnings
+from dra_driver.node.devices import (
+    AllocatableDevice,
+    build_devices,
+    gpu_device_name,
+    inventory_warnings,
+)
 from dra_driver.node.inventory import discover
 
 
@@ -38,41 +46,64 @@ def print_inventory(
         print(f"warning: {warning}", file=sys.stderr)
     if output == "yaml":
         out.write(yaml_io.dump_all(slices, sort_keys=False))
+    elif output == "json":
+        out.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": slices}, indent=2))
+        out.write("\n")
     else:
-        out.write(render_table(devices, slice_count=len(slices)))
+        published = {device.gpu.uuid for device in devices}
+        idle = [
+            gpu_device_name(gpu.info)
+            for gpu in inventory.gpus
+            if gpu.info.mig_enabled and gpu.info.uuid not in published
+        ]
+        out.write(
+            render_table(devices, slice_count=len(slices), idle_mig=idle, wide=output == "wide")
+        )
     return 0
 
 
-def render_table(devices: list[AllocatableDevice], *, slice_count: int) -> str:
-    """One row per device: what an admin looks for first."""
-    header = ("DEVICE", "TYPE", "MODEL / PROFILE", "MEMORY", "UUID", "PCI BUS")
-    rows = [header]
+def render_table(
+    devices: list[AllocatableDevice],
+    *,
+    slice_count: int,
+    idle_mig: Sequence[str] = (),
+    wide: bool = False,
+) -> str:
+    """One row per device: what an admin looks for first (`wide`: with UUID and PCI bus).
+    `idle_mig` names the GPUs in MIG mode that publish nothing (no MIG devices, and not
+    offered for dynamic MIG)."""
+    header = ["DEVICE", "TYPE", "MODEL / PROFILE", "MEMORY"]
+    if wide:
+        header += ["UUID", "PCI BUS"]
+    rows = []
     for device in devices:
         attrs = device.attributes
         profile = _plain(attrs.get("profile"))
         kind = "mig (dynamic)" if device.dynamic is not None else device.kind
         model = _plain(attrs.get("productName"))
-        rows.append(
-            (
-                device.name,
-                kind,
-                f"{model} {profile}".strip() if profile else model,
-                format_quantity(device.capacity.get("memory", 0)),
-                _plain(attrs.get("uuid")),
-                _plain(attrs.get("resource.kubernetes.io/pciBusID")),
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
+        row = [
+            device.name,
+            kind,
+            f"{model} {profile}".strip() if profile else model,
+            format_quantity(device.capacity.get("memory", 0)),
+        ]
+        if wide:
+            row += [_plain(attrs.get("uuid")), _plain(attrs.get("resource.kubernetes.io/pciBusID"))]
+        rows.append(row)
+    lines = text_table.render(header, rows, width=None if wide else text_table.WIDTH, shrink=(2,))
     lines.append(f"{len(devices)} devices in {slice_count} ResourceSlice(s)")
     shared = [device for device in devices if device.allow_multiple_allocations]
     if shared:
         shares = {device.capacity.get("shares") for device in shared} - {None}
         per_device = f", {shares.pop()} shares each" if len(shares) == 1 else ""
         lines.append(f"{len(shared)} devices may be shared between claims{per_device}")
+    if idle_mig:
+        gpus = "1 GPU has" if len(idle_mig) == 1 else f"{len(idle_mig)} GPUs have"
+        lines.append(
+            f"{gpus} MIG mode on but no MIG devices, so nothing is published for "
+            f"{'it' if len(idle_mig) == 1 else 'them'}: {', '.join(idle_mig)} (create MIG devices, "
+            "or run the plugin with --dynamic-mig)"
+        )
     return "\n".join(lines) + "\n"
 
 

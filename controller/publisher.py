@@ -37,9 +37,10 @@ How a publish works (per pool; the driver publishes one pool per node):
   retries once.
 * The apiserver silently drops fields of disabled feature gates. When a
   written slice comes back without fields that were sent, that is logged
-  with the likely gate. The server's version is then remembered as
-  equivalent to the desired one, so the publisher does not rewrite it on
-  every round.
+  with the likely gate, and the gate is remembered (`dropped_gates`: the
+  kubelet plugin refuses dynamic MIG once DRAPartitionableDevices shows up
+  there). The server's version is then remembered as equivalent to the
+  desired one, so the publisher does not rewrite it on every round.
 
 Slice names are deterministic (`controller.slices`), so matching is by name.
 """
@@ -132,6 +133,12 @@ class SlicePublisher:
         self._owner_node_uid = owner_node_uid
         # slice name -> (spec we sent, spec the apiserver stored), when they differ
         self._server_form: dict[str, tuple[str, str]] = {}
+        self._dropped_gates: set[str] = set()
+
+    @property
+    def dropped_gates(self) -> frozenset[str]:
+        """The feature gates whose ResourceSlice fields the apiserver was seen dropping."""
+        return frozenset(self._dropped_gates)
 
     def publish(self, desired: Sequence[Obj]) -> PublishResult:
         """Make this node's slices for this driver equal `desired`; see the module doc.
@@ -368,6 +375,7 @@ class SlicePublisher:
                 if path.rsplit(".", 1)[-1].split("[")[0] == key
             }
         )
+        self._dropped_gates.update(gates)
         log.warning(
             "ResourceSlice %s: the apiserver did not store %s%s; publishing what it accepts",
             name,

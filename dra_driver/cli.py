@@ -32,11 +32,45 @@ if TYPE_CHECKING:
     from dra_driver.hardware.machine import Hardware
     from dra_driver.scheduling.whatif.command import ScenarioOptions
 
+SHAPES = (
+    "dgx-a100-40gb, dgx-a100-80gb, dgx-h100, dgx-h200, dgx-b200, gb200-node, gh200-node, "
+    "a30-node, l4-node, h100-pcie-node"
+)  # dra_driver.hardware.simulated.shapes.BUILTIN_SHAPES (a test keeps them equal)
 NVML_HELP = (
     "'real' for the GPUs of this machine through NVML, or 'sim:<shape>' for a simulated node "
-    "(shapes: dgx-a100-40gb, dgx-a100-80gb, dgx-h100, dgx-h200, a30-node, l4-node, "
-    "h100-pcie-node, or a path to a YAML shape file)"
+    f"(shapes: {SHAPES}, or a path to a YAML shape file)"
 )
+OUTPUT_HELP = (
+    "table: for people, at most 100 columns; wide: every column, nothing shortened; "
+    "yaml or json: for tools"
+)
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's help with each flag's default, as kubectl's help shows them."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" in text
+            or not action.option_strings
+            or default is None
+            or default is argparse.SUPPRESS
+            or isinstance(default, bool)
+            or default in ("", [])
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dra-gpu")
+    except PackageNotFoundError:  # run from a source tree without installing
+        return "unknown"
 
 
 @dataclass(frozen=True)
@@ -79,6 +113,35 @@ def _positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not value > 0:  # also refuses nan
         raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 seconds")
+    return value
+
+
+def _seconds_or_off(text: str) -> float:
+    """An argparse type: seconds >= 0, where 0 turns the feature off."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text!r}: must be 0 (off) or more seconds")
+    return value
+
+
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _duration(text: str) -> float:
+    """An argparse type: a duration > 0, in seconds or with a unit (90s, 30m, 2h, 1d)."""
+    unit = _DURATION_UNITS.get(text[-1:]) if text else None
+    number = text[:-1] if unit is not None else text
+    try:
+        value = float(number) * (unit or 1.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration (seconds, or a number with s, m, h or d)"
+        ) from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0")
     return value
 
 
@@ -184,7 +247,13 @@ def _hardware(args: argparse.Namespace, latency: Mapping[str, float] | None = No
 def _inventory_flags(parser: argparse.ArgumentParser) -> None:
     _add_node_name_flag(parser, help="the node's name: the slices' pool and node")
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
-    parser.add_argument("-o", "--output", choices=("yaml", "table"), default="table")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "wide", "yaml", "json"),
+        default="table",
+        help=OUTPUT_HELP,
+    )
     parser.add_argument(
         "--dynamic-mig",
         action=argparse.BooleanOptionalAction,
@@ -283,7 +352,17 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
         "--additional-xids-to-ignore",
         default="",
         metavar="XIDS",
-        help="comma-separated Xids to ignore besides the application errors 13,31,43,45,68,109",
+        help="comma-separated Xids never to taint for; other Xids taint a GPU when its NVML "
+        "recovery action asks for more than none (without one, before driver R565: all Xids "
+        "but the application errors 13,31,43,45,68,109)",
+    )
+    parser.add_argument(
+        "--health-poll-interval",
+        type=_positive_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="how often each GPU's NVML recovery action is read: a reset GPU's taint is removed "
+        "without a restart, a GPU that needs recovery is tainted",
     )
     parser.add_argument(
         "--unhealthy-taint-effect",
@@ -301,6 +380,28 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="PORT",
         help="serve the gRPC health service (for liveness/readiness probes) on this port",
+    )
+    parser.add_argument(
+        "--usage-interval",
+        type=_seconds_or_off,
+        default=10.0,
+        metavar="SECONDS",
+        help="sample GPU use per claim and pod (NVML per-process data, /proc/<pid>/cgroup) this "
+        "often, for the dra_gpu_claim_* metrics and dra-gpu status; 0 turns it off",
+    )
+    parser.add_argument(
+        "--idle-claim-after",
+        type=_duration,
+        metavar="DURATION",
+        help="post a GPUIdle Warning Event on a claim whose GPUs did nothing this long "
+        "(e.g. 30m, 2h); off by default",
+    )
+    parser.add_argument(
+        "--device-metadata",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="write device metadata files (KEP-5304) per claim and request and mount them "
+        "read-only into its containers through CDI",
     )
 
 
@@ -331,7 +432,7 @@ def _check_hardware_flags(args: argparse.Namespace) -> None:
 
 def _run_plugin(args: argparse.Namespace) -> int:
     from dra_driver.hardware.simulated.latency import parse_latency
-    from dra_driver.node.health import DEFAULT_IGNORED_XIDS, parse_xid_list
+    from dra_driver.node.health import parse_xid_list
     from kubelet_plugin.main import PluginOptions, run
 
     _check_hardware_flags(args)  # the daemon checks the rest before it starts anything
@@ -353,11 +454,15 @@ def _run_plugin(args: argparse.Namespace) -> int:
             consumable_shares=parse_consumable_shares(args.consumable_shares),
             driver_retry_interval=args.driver_retry_interval,
             health_checks=args.device_health_checks,
-            ignored_xids=DEFAULT_IGNORED_XIDS | parse_xid_list(args.additional_xids_to_ignore),
+            ignored_xids=parse_xid_list(args.additional_xids_to_ignore),
+            health_poll_interval=args.health_poll_interval,
             taint_effect=args.unhealthy_taint_effect,
             metrics_address=args.metrics_address,
             healthcheck_port=args.healthcheck_port,
             pod_uid=args.pod_uid,
+            usage_interval=args.usage_interval,
+            idle_claim_after=args.idle_claim_after,
+            device_metadata=args.device_metadata,
         )
     )
 
@@ -393,7 +498,18 @@ def _status_flags(parser: argparse.ArgumentParser) -> None:
         default=Path("/var/lib/kubelet"),
         help="the plugin's kubelet root: its checkpoint and MPS daemons are read from there",
     )
-    parser.add_argument("-o", "--output", choices=("table", "yaml"), default="table")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "wide", "yaml", "json"),
+        default="table",
+        help=OUTPUT_HELP,
+    )
+    parser.add_argument(
+        "--claims",
+        action="store_true",
+        help="only the per-claim view: pods, SM %%, memory used/limit, idle time, over share",
+    )
     _add_hardware_flags(parser)
     _add_driver_root_flags(parser)
 
@@ -406,6 +522,7 @@ def _run_status(args: argparse.Namespace) -> int:
         kubelet_root=args.kubelet_root,
         driver_name=args.driver_name,
         output=args.output,
+        claims=args.claims,
     )
 
 
@@ -413,6 +530,8 @@ def _run_status(args: argparse.Namespace) -> int:
 
 
 def _sim_flags(parser: argparse.ArgumentParser) -> None:
+    from dra_driver.hardware.nvml.codes import RECOVERY_ACTION_NAMES
+
     sim_commands = parser.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")
     health = sim_commands.add_parser(
         "health", help="inject a device-health event into a running plugin's simulated GPUs"
@@ -423,11 +542,53 @@ def _sim_flags(parser: argparse.ArgumentParser) -> None:
     event.add_argument("--xid", type=int, help="a critical Xid error, e.g. 79 or 48")
     event.add_argument("--double-bit-ecc", action="store_true", help="a double-bit ECC error")
     event.add_argument("--gpu-lost", action="store_true", help="the GPU fell off the bus")
-    event.add_argument("--healthy", action="store_true", help="the GPU was reset and works again")
+    event.add_argument(
+        "--healthy",
+        action="store_true",
+        help="the GPU was reset and works again: no recovery action pending (NVML sends no "
+        "event for that; the plugin's health poll notices)",
+    )
+    health.add_argument(
+        "--recovery-action",
+        choices=sorted(RECOVERY_ACTION_NAMES.values()),
+        help="the recovery action the driver asks for after the event (default: none for "
+        "application Xids 13,31,43,45,68,109, gpu-reset for any other fault)",
+    )
+    workload = sim_commands.add_parser(
+        "workload",
+        help="run (or stop) a pod's CUDA process on a simulated GPU or MIG device",
+        description="Run a simulated CUDA process of pod --pod-uid on --device of a running "
+        "plugin's simulated node: NVML lists it with its memory and SM utilization, and its "
+        "/proc/<pid>/cgroup names the pod. Again for the same device and pod: new numbers.",
+    )
+    workload.add_argument("--sim-state", type=Path, required=True, help="the node's state file")
+    workload.add_argument(
+        "--device",
+        required=True,
+        help="a GPU or MIG UUID, gpu-<minor>, or a MIG device name as the plugin publishes it",
+    )
+    workload.add_argument("--pod-uid", required=True, help="the UID of the pod the process is in")
+    workload.add_argument(
+        "--sm", type=int, default=0, metavar="PCT", help="SM utilization in percent (default 0)"
+    )
+    workload.add_argument(
+        "--memory", default="0", metavar="QTY", help="GPU memory used, e.g. 20Gi (default 0)"
+    )
+    workload.add_argument("--stop", action="store_true", help="end the pod's process there")
 
 
 def _run_sim(args: argparse.Namespace) -> int:
-    # `health` is the only sim command (argparse refuses any other).
+    if args.sim_command == "workload":
+        from dra_driver.hardware.simulated.workload_command import run_workload
+
+        return run_workload(
+            args.sim_state,
+            device=args.device,
+            pod_uid=args.pod_uid,
+            sm_percent=args.sm,
+            memory=args.memory,
+            stop=args.stop,
+        )
     from dra_driver.hardware.simulated.health_command import inject_health_event
 
     return inject_health_event(
@@ -436,6 +597,7 @@ def _run_sim(args: argparse.Namespace) -> int:
         xid=args.xid,
         double_bit_ecc=args.double_bit_ecc,
         gpu_lost=args.gpu_lost,
+        recovery_action=args.recovery_action,
     )
 
 
@@ -480,10 +642,10 @@ def _simulate_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o",
         "--output",
-        choices=("table", "yaml"),
+        choices=("table", "wide", "yaml", "json"),
         default="table",
-        help="table for people; yaml for tools: one list of {pod, placed, node, reason, "
-        "claims: [{claim, results: [{request, driver, pool, device}], config}]}",
+        help=f"{OUTPUT_HELP}: one list of {{pod, placed, node, reason, claims: [{{claim, "
+        "results: [{request, driver, pool, device}], config}]}",
     )
 
 
@@ -501,6 +663,7 @@ def _scenario(args: argparse.Namespace) -> ScenarioOptions:
         mig=args.mig,
         feature_gates=args.feature_gates,
         consumable_shares=parse_consumable_shares(args.consumable_shares),
+        recursive=args.recursive,
     )
 
 
@@ -551,15 +714,21 @@ def _add_scenario_flags(parser: argparse.ArgumentParser, *, files_required: bool
         required=files_required,
         default=[],
         metavar="FILE",
-        help="YAML with Pods, workloads, ResourceClaims(Templates), DeviceClasses, "
-        "ResourceSlices, Nodes ('-' for stdin); repeatable",
+        help="Pods, workloads, ResourceClaims(Templates), DeviceClasses, ResourceSlices, Nodes, "
+        "Namespaces, as for kubectl apply -f: a YAML or JSON file, a directory, a glob, "
+        "a comma-separated list, or '-' for stdin; repeatable",
+    )
+    parser.add_argument(
+        "-R",
+        "--recursive",
+        action="store_true",
+        help="read the directories given with -f and their subdirectories",
     )
     parser.add_argument(
         "--nodes",
         metavar="SPEC",
         help="simulated nodes built with our inventory code, e.g. dgx-h100=2,dgx-a100-40gb=1 "
-        "(shapes: dgx-a100-40gb, dgx-a100-80gb, dgx-h100, dgx-h200, a30-node, l4-node, "
-        "h100-pcie-node, or a YAML shape file); default: the nodes the files name",
+        f"(shapes: {SHAPES}, or a YAML shape file); without it: the nodes the files name",
     )
     parser.add_argument(
         "-n", "--namespace", default="default", help="namespace of objects that name none"
@@ -574,16 +743,18 @@ def _add_scenario_flags(parser: argparse.ArgumentParser, *, files_required: bool
             "1.37",
         ),  # dra_driver.scheduling.allocator.features.RELEASES
         default="1.35",
-        help="Kubernetes release whose allocator, scheduler feature-gate defaults and slice "
-        "layout to follow (default 1.35, the oldest release still supported; "
+        help="Kubernetes release whose API validation, allocator, feature-gate defaults and "
+        "slice layout to follow (1.35 is the oldest release still supported; "
         "docs/kubernetes-versions.md)",
     )
     parser.add_argument(
         "--mig",
-        choices=("dynamic", "static"),
-        default="dynamic",
-        help="how --nodes publish MIG-capable GPUs: dynamic (the default) = the kubelet plugin "
-        "with --dynamic-mig (every MIG placement, partitionable); static = without it",
+        choices=("static", "dynamic"),
+        default="static",
+        help="how --nodes publish MIG-capable GPUs, as the kubelet plugin does: static = its "
+        "default (the MIG devices that exist); dynamic = with --dynamic-mig (every MIG "
+        "placement, created at Prepare; needs DRAPartitionableDevices, off by default on "
+        "1.34/1.35)",
     )
     parser.add_argument(
         "--feature-gates",
@@ -613,7 +784,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("kubelet-plugin", "run the node daemon", _plugin_flags, _run_plugin),
     Command(
         "status",
-        "per GPU: MIG mode, time-slice, MPS daemon and the claims it serves, MIG devices",
+        "per GPU: MIG mode, time-slice, MPS daemon and the claims it serves, MIG devices; "
+        "per claim: pods, SM %%, memory used/limit, idle time, over share",
         _status_flags,
         _run_status,
     ),
@@ -660,8 +832,11 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="dra-gpu", description="DRA driver for NVIDIA GPUs: node plugin and tools"
+        prog="dra-gpu",
+        description="DRA driver for NVIDIA GPUs: node plugin and tools",
+        formatter_class=_HelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"dra-gpu {_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument(
         "--log-format",
@@ -671,10 +846,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
-        sub = commands.add_parser(command.name, help=command.help, description=command.description)
+        sub = commands.add_parser(
+            command.name,
+            help=command.help,
+            description=command.description,
+            formatter_class=_HelpFormatter,
+        )
         command.add_flags(sub)
         sub.set_defaults(run=command.run)
+    _show_defaults(parser)
     return parser
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Every sub-command's parser, nested ones (`mig status`) included, shows defaults."""
+    parser.formatter_class = _HelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _show_defaults(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Kubernetes Events (events.k8s.io/v1) for claims whose Prepare failed.
+"""Kubernetes Events (events.k8s.io/v1) for claims whose Prepare failed or whose GPUs idle.
 
 The kubelet shows a failed NodePrepareResources only as a generic pod event;
 the admin debugging a pending pod needs the driver's own reason. So when a
@@ -6,9 +6,12 @@ claim fails to prepare, the plugin records a Warning Event `PrepareFailed` on
 the ResourceClaim and on each pod that reserved it (`status.reservedFor`),
 with the per-claim error as the note. A claim reserved for a workload rather
 than for pods (a PodGroup, Kubernetes 1.37's `DRAWorkloadResourceClaims`)
-names its holders in the claim's note, as its pods are not listed.
+names its holders in the claim's note, as its pods are not listed. A claim
+whose GPUs have done nothing for `--idle-claim-after` gets a Warning Event
+`GPUIdle` the same way (once per idle period; the usage sampler decides,
+`kubelet_plugin.usage_sampler`).
 
-`prepare_failed_events` builds them (pure); `EventingService` wraps the
+`claim_warning_events` builds them (pure); `EventingService` wraps the
 driver's `DraService` and posts them in a background thread, so a slow API
 server never delays the answer to the kubelet. Failures to post are logged.
 """
@@ -32,6 +35,8 @@ log = logging.getLogger(__name__)
 
 REASON: Final = "PrepareFailed"
 ACTION: Final = "PrepareResources"
+IDLE_REASON: Final = "GPUIdle"
+IDLE_ACTION: Final = "SampleUsage"
 MAX_NOTE_BYTES: Final = 1024  # the apiserver's limit on `note`
 
 
@@ -39,6 +44,28 @@ def prepare_failed_events(
     claim: Obj, error: str, *, driver_name: str, node_name: str, now: float
 ) -> list[Obj]:
     """The Events for one claim that failed to prepare: the claim's, then its pods'."""
+    return claim_warning_events(
+        claim,
+        error,
+        reason=REASON,
+        action=ACTION,
+        driver_name=driver_name,
+        node_name=node_name,
+        now=now,
+    )
+
+
+def claim_warning_events(
+    claim: Obj,
+    text: str,
+    *,
+    reason: str,
+    action: str,
+    driver_name: str,
+    node_name: str,
+    now: float,
+) -> list[Obj]:
+    """Warning Events `reason` about one claim: the claim's, then its pods'."""
     meta = claim.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     moment = datetime.datetime.fromtimestamp(now, tz=datetime.UTC)
@@ -53,7 +80,7 @@ def prepare_failed_events(
     consumers = claim_consumers(claim)
     others = ", ".join(str(c) for c in consumers if not c.is_pod)
     held = f" (reserved for {others})" if others else ""
-    note = f"ResourceClaim {namespace}/{name}{held} on node {node_name}: {error}"
+    note = f"ResourceClaim {namespace}/{name}{held} on node {node_name}: {text}"
     note = note.encode()[:MAX_NOTE_BYTES].decode(errors="ignore")
     regarding: list[tuple[dict[str, Any], dict[str, Any] | None]] = [(claim_ref, None)]
     for consumer in consumers:
@@ -78,8 +105,8 @@ def prepare_failed_events(
             "eventTime": event_time,
             "reportingController": f"{driver_name}/kubelet-plugin",
             "reportingInstance": f"{driver_name}/kubelet-plugin-{node_name}"[:128],
-            "action": ACTION,
-            "reason": REASON,
+            "action": action,
+            "reason": reason,
             "type": "Warning",
             "note": note,
             "regarding": target,
@@ -116,17 +143,40 @@ class EventingService:
         """Post what is queued, then stop."""
         self._executor.shutdown(wait=True)
 
-    def _report(self, ref: ClaimRef, error: str, now: float) -> None:
+    def claim_idle(self, ref: ClaimRef, message: str) -> None:
+        """Post a `GPUIdle` Warning Event on the claim and its pods (in the background)."""
+        try:
+            self._executor.submit(
+                self._report, ref, message, time.time(), reason=IDLE_REASON, action=IDLE_ACTION
+            )
+        except RuntimeError:  # closed: the plugin is stopping
+            log.info("not reporting %s as idle: the plugin is stopping", ref)
+
+    def _report(
+        self,
+        ref: ClaimRef,
+        error: str,
+        now: float,
+        *,
+        reason: str = REASON,
+        action: str = ACTION,
+    ) -> None:
         try:
             try:
                 claim = self._cluster.get_resource_claim(ref.namespace, ref.name)
             except DraGpuError:  # gone, or the API is down: an Event on the claim alone
                 claim = {"metadata": {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid}}
-            for event in prepare_failed_events(
-                claim, error, driver_name=self._driver_name, node_name=self._node_name, now=now
+            for event in claim_warning_events(
+                claim,
+                error,
+                reason=reason,
+                action=action,
+                driver_name=self._driver_name,
+                node_name=self._node_name,
+                now=now,
             ):
                 self._cluster.create_event(event)
         except DraGpuError as exc:
-            log.warning("cannot record an Event for the failed Prepare of %s: %s", ref, exc)
+            log.warning("cannot record a %s Event for %s: %s", reason, ref, exc)
         except Exception:
-            log.exception("cannot record an Event for the failed Prepare of %s", ref)
+            log.exception("cannot record a %s Event for %s", reason, ref)

@@ -6,8 +6,10 @@ metrics ports, opens the hardware and the cluster, discovers the devices,
 recovers the checkpoint, starts the gRPC servers (DRA socket first, then
 registration), and only then publishes the node's ResourceSlices, keeping
 them published (re-published at once when a watch sees them changed or
-deleted, or a device's health changes). It watches device health and shuts
-down cleanly on SIGTERM/SIGINT, removing its own sockets and no one else's.
+deleted, or a device's health changes). It watches device health, reports
+each claim's status.devices, samples GPU use per claim, writes device
+metadata files, and shuts down cleanly on SIGTERM/SIGINT, removing its own
+sockets and no one else's.
 All logic lives in the modules it wires; this file only decides the order.
 
 Start-up is all or nothing: devices are advertised only by a plugin whose
@@ -33,7 +35,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -42,6 +44,7 @@ from controller.publisher import SlicePublisher
 from controller.slices import build_resource_slices, choose_layout
 from dra_driver.claims.checkpoint_store import CheckpointStore
 from dra_driver.claims.mps import MPS_DIR
+from dra_driver.claims.usage import ClaimDeviceUsage
 from dra_driver.container.cdi_store import CdiStore
 from dra_driver.errors import (
     DraGpuError,
@@ -57,7 +60,6 @@ from dra_driver.kube.objects import Obj
 from dra_driver.node.consumable_shares import ConsumableShares
 from dra_driver.node.devices import AllocatableDevice, build_devices, inventory_warnings
 from dra_driver.node.health import (
-    DEFAULT_IGNORED_XIDS,
     Fault,
     HealthPolicy,
     device_faults,
@@ -65,9 +67,11 @@ from dra_driver.node.health import (
 )
 from dra_driver.node.inventory import discover
 from kubelet_plugin.claim_events import EventingService
+from kubelet_plugin.claim_status import ClaimStatusService, ClaimStatusWriter
+from kubelet_plugin.device_metadata import DeviceMetadataService
 from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
-from kubelet_plugin.health_monitor import HealthMonitor
+from kubelet_plugin.health_monitor import DEFAULT_POLL_SECONDS, HealthMonitor
 from kubelet_plugin.health_stream import DeviceHealthServicer
 from kubelet_plugin.metrics import PluginMetrics
 from kubelet_plugin.mig_lifecycle import MigLifecycle
@@ -76,8 +80,17 @@ from kubelet_plugin.preflight import PluginPaths, check_options
 from kubelet_plugin.probe import HealthCheckServer, Phase, PluginHealthServicer, PluginProbe
 from kubelet_plugin.rebuild import default_sources
 from kubelet_plugin.server import PluginServer
+from kubelet_plugin.service import ClaimRef
 from kubelet_plugin.sharing import sharing_strategies
 from kubelet_plugin.socket_names import plugin_data_dir
+from kubelet_plugin.usage_metrics import UsageCollector
+from kubelet_plugin.usage_sampler import (
+    DEFAULT_INTERVAL_SECONDS,
+    REPORT_FILE,
+    ClaimPods,
+    UsageLoop,
+    UsageSampler,
+)
 
 log = logging.getLogger(__name__)
 
@@ -118,11 +131,15 @@ class PluginOptions:
     consumable_shares: ConsumableShares | None = None
     driver_retry_interval: float = 10.0
     health_checks: bool = True
-    ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
+    ignored_xids: frozenset[int] = frozenset()
+    health_poll_interval: float = DEFAULT_POLL_SECONDS
     taint_effect: str = "NoSchedule"
     metrics_address: str | None = None
     healthcheck_port: int | None = None
     pod_uid: str | None = None  # per-instance socket names for rolling upgrades
+    usage_interval: float = DEFAULT_INTERVAL_SECONDS  # 0: off
+    idle_claim_after: float | None = None  # seconds; None: no GPUIdle Events
+    device_metadata: bool = False
 
 
 __all__ = ["PluginOptions", "plugin_data_dir", "run"]
@@ -363,14 +380,60 @@ def _serve(
         sorted({device.gpu.uuid for device in devices}),
         policy,
         on_change=health_changed,
+        poll_interval=options.health_poll_interval,
     )
     slices = _SliceBuilder(options, devices, layout, monitor)
+    dynamic_mig = options.dynamic_mig
+
+    def desired_slices() -> list[Obj]:
+        """The slices to publish; static MIG from the moment the API server is seen dropping
+        the counters that keep dynamic MIG devices apart (DRAPartitionableDevices off)."""
+        nonlocal devices, slices, dynamic_mig
+        if dynamic_mig and PARTITIONABLE_GATE in publisher.dropped_gates:
+            log.error(DYNAMIC_MIG_REFUSED)
+            dynamic_mig = False
+            devices = build_devices(
+                inventory, owned_instances=owned, consumable_shares=options.consumable_shares
+            )
+            driver.set_devices(devices)
+            slices = _SliceBuilder(options, devices, layout, monitor)
+        return slices()
 
     # All or nothing: both sockets serve before any device is advertised (a
     # plugin that cannot take calls must never publish), and a start that
     # fails after the first publish withdraws what it published.
+    claim_pods = ClaimPods()
+    metadata = DeviceMetadataService(
+        driver,
+        cluster,
+        driver_name=options.driver_name,
+        pool_name=options.node_name,
+        plugin_data_dir=data_dir,
+        cdi_root=options.cdi_root,
+        prepared=driver.snapshot,
+        devices=lambda: devices,
+        enabled=options.device_metadata,
+    )
+    metadata.remove_orphans(driver.snapshot())
+    status_writer = ClaimStatusWriter(
+        cluster,
+        driver_name=options.driver_name,
+        pool_name=options.node_name,
+        claim_pods=claim_pods,
+        metrics=metrics,
+    )
     service = EventingService(
-        driver, cluster, driver_name=options.driver_name, node_name=options.node_name
+        ClaimStatusService(
+            metadata,
+            status_writer,
+            prepared=driver.snapshot,
+            devices=lambda: devices,
+            driver_name=options.driver_name,
+            node_name=options.node_name,
+        ),
+        cluster,
+        driver_name=options.driver_name,
+        node_name=options.node_name,
     )
     health_servicer = DeviceHealthServicer(
         monitor, pool_name=options.node_name, devices=lambda: devices
@@ -392,7 +455,7 @@ def _serve(
     threads = [
         threading.Thread(  # the first round is done before they start: wait for a reason
             target=publisher.run_forever,
-            args=(slices, stop, options.publish_interval),
+            args=(desired_slices, stop, options.publish_interval),
             kwargs={
                 "immediately": False,
                 "wake": wake,
@@ -419,15 +482,30 @@ def _serve(
         threads.append(
             threading.Thread(target=monitor.run, args=(stop,), name="health-monitor", daemon=True)
         )
+    if options.usage_interval > 0:
+        usage = _usage_loop(
+            options,
+            hardware=hardware,
+            driver=driver,
+            devices=lambda: devices,
+            claim_pods=claim_pods,
+            cluster=cluster,
+            service=service,
+        )
+        metrics.track_usage(UsageCollector(usage.latest))
+        threads.append(
+            threading.Thread(target=usage.run, args=(stop,), name="usage-sampler", daemon=True)
+        )
     try:
         # Both servers run under hidden names; the kubelet sees the sockets
         # once the slices are out. PluginError here: nothing was published.
         server.start(expose=False)
     except BaseException:
         service.close()
+        status_writer.close()
         raise
     try:
-        _publish_first(publisher, slices, metrics, layout, len(devices))
+        _publish_first(publisher, desired_slices, metrics, layout, lambda: len(devices))
         server.expose()
         for thread in threads:
             thread.start()
@@ -436,6 +514,7 @@ def _serve(
         wake.set()
         server.stop(grace=0)
         service.close()
+        status_writer.close()
         _withdraw(publisher)  # the first publish may have written some slices
         raise
     probe.serving(
@@ -456,7 +535,11 @@ def _serve(
         probe.set_phase(Phase.STOPPING)
         wake.set()
         server.stop(grace=STOP_GRACE_S)
+        for thread in threads:
+            if thread.name == "usage-sampler":
+                thread.join(timeout=THREAD_JOIN_S)  # it posts Events through the service
         service.close()
+        status_writer.close()
         for thread in threads:
             thread.join(timeout=THREAD_JOIN_S)
     log.info("stopped")
@@ -465,14 +548,21 @@ def _serve(
 
 def _publish_first(
     publisher: SlicePublisher,
-    slices: _SliceBuilder,
+    slices: Callable[[], list[Obj]],
     metrics: PluginMetrics,
     layout: str,
-    device_count: int,
+    device_count: Callable[[], int],
 ) -> None:
-    """The first publish; a failure is logged and left to the background loop."""
+    """The first publish; a failure is logged and left to the background loop.
+
+    When the API server drops a feature gate's fields from what was written,
+    `slices` may change its answer (dynamic MIG falls back to static MIG): the
+    second publish withdraws the devices it cannot protect (a no-op otherwise).
+    """
     try:
         result = publisher.publish(slices())
+        if PARTITIONABLE_GATE in publisher.dropped_gates:
+            result = publisher.publish(slices())
     except DraGpuError as exc:
         # Serve anyway: Unprepare needs no API server, and the loop retries.
         metrics.publishes.labels("error").inc()
@@ -481,7 +571,7 @@ def _publish_first(
     metrics.publishes.labels("success").inc()
     log.info(
         "published %d devices, layout %s (created %s, updated %s, deleted %s)",
-        device_count,
+        device_count(),
         layout,
         result.created,
         result.updated,
@@ -498,6 +588,66 @@ def _withdraw(publisher: SlicePublisher) -> None:
         log.error("the start failed; withdrawing its ResourceSlices failed too: %s", exc)
         return
     log.warning("the start failed: withdrew ResourceSlices %s", ", ".join(result.deleted) or "-")
+
+
+def _usage_loop(
+    options: PluginOptions,
+    *,
+    hardware: Hardware,
+    driver: GpuDriver,
+    devices: Callable[[], Sequence[AllocatableDevice]],
+    claim_pods: ClaimPods,
+    cluster: Cluster,
+    service: EventingService,
+) -> UsageLoop:
+    """The usage sampler's loop (`--usage-interval`), reporting idle claims through `service`."""
+    log.info(
+        "sampling GPU use per claim every %g s%s",
+        options.usage_interval,
+        f"; claims idle for {options.idle_claim_after:g} s get a GPUIdle Event"
+        if options.idle_claim_after
+        else "",
+    )
+    sampler = UsageSampler(
+        hardware.nvml,
+        hardware.host.proc_root,
+        prepared=driver.snapshot,
+        devices=devices,
+        claim_pods=claim_pods,
+    )
+    return UsageLoop(
+        sampler,
+        interval=options.usage_interval,
+        claim_pods=claim_pods,
+        cluster=cluster,
+        report_file=plugin_data_dir(options.kubelet_root, options.driver_name) / REPORT_FILE,
+        idle_after=options.idle_claim_after,
+        on_idle=lambda usages, idle: _report_idle(service, usages, idle),
+    )
+
+
+def _report_idle(
+    service: EventingService, usages: Sequence[ClaimDeviceUsage], idle_seconds: float
+) -> None:
+    target = usages[0].target
+    devices = ", ".join(sorted(u.target.device for u in usages))
+    message = (
+        f"its GPUs ({devices}) have been idle for {_duration_text(idle_seconds)} "
+        "(no SM use; on a MIG device, no process)"
+    )
+    log.warning("ResourceClaim %s/%s: %s", target.namespace, target.claim, message)
+    service.claim_idle(ClaimRef(target.namespace, target.claim_uid, target.claim), message)
+
+
+def _duration_text(seconds: float) -> str:
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
 
 
 def _mps_daemons(hardware: Hardware, data_dir: Path) -> MpsDaemons | None:
@@ -559,3 +709,14 @@ def _node_uid(cluster: Cluster, node_name: str) -> str | None:
         log.warning("cannot read Node %s (slices published without an owner): %s", node_name, exc)
         return None
     return str(uid) if uid else None
+
+
+PARTITIONABLE_GATE = "DRAPartitionableDevices"
+DYNAMIC_MIG_REFUSED = (
+    "the API server dropped the shared counters of the dynamic MIG devices (feature gate "
+    f"{PARTITIONABLE_GATE} is off; it is alpha and off by default on Kubernetes 1.34 and "
+    "1.35): refusing --dynamic-mig, since without counters the scheduler could hand out "
+    "overlapping MIG devices; publishing the existing MIG devices only (static MIG). Turn the "
+    "gate on in kube-apiserver, kube-scheduler and kube-controller-manager, or run without "
+    "--dynamic-mig"
+)

@@ -15,6 +15,9 @@ object and record what they do; nothing here knows how they work.
 - `dra_gpu_mps_daemons`: MPS control daemons running, counted at each scrape.
 - `dra_gpu_slice_publish_total{result}`: ResourceSlice syncs; `error` = failed.
 - `dra_gpu_unhealthy_devices`: devices tainted unhealthy.
+- `dra_gpu_claim_*{namespace,claim,pod,device}`: GPU use per claim and pod
+  (`--usage-interval`), from `kubelet_plugin.usage_metrics` via `track_usage`.
+- `dra_gpu_claim_status_writes_total{result}`: `status.devices` applies.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from contextlib import contextmanager
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.registry import Collector
 
 from dra_driver.errors import ConfigError
 
@@ -112,6 +116,13 @@ class PluginMetrics:
             namespace=_NAMESPACE,
             registry=r,
         )
+        self.status_writes = Counter(
+            "claim_status_writes",
+            "Server-side applies of ResourceClaim status.devices, by result",
+            ["result"],
+            namespace=_NAMESPACE,
+            registry=r,
+        )
         self.unhealthy_devices = Gauge(
             "unhealthy_devices",
             "Devices tainted unhealthy in the node's ResourceSlices",
@@ -127,6 +138,10 @@ class PluginMetrics:
     def track_mps_daemons(self, running: Callable[[], int]) -> None:
         """Read the number of running MPS control daemons from `running` at every scrape."""
         self.mps_daemons.set_function(running)
+
+    def track_usage(self, collector: Collector) -> None:
+        """Serve the per-claim usage metrics of `collector` (`kubelet_plugin.usage_metrics`)."""
+        self.registry.register(collector)
 
     @contextmanager
     def mig_operation(self, operation: str) -> Iterator[None]:

@@ -30,8 +30,8 @@ SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 
 Kubelets 1.34+ take the first entry they know, so v1 comes first; kubelets
 1.32/1.33 know only v1beta1. When the plugin serves the device-health stream,
-`v1alpha1.DRAResourceHealth` follows them (newer kubelets open the stream only
-when it is advertised).
+`v1.DRAResourceHealth` and `v1alpha1.DRAResourceHealth` follow them (kubelet
+1.37 opens the stream only when it is advertised, and prefers v1).
 """
 
 

@@ -6,8 +6,8 @@ The kubelet reaches a DRA driver only through two sockets, named by
 - `<kubelet-root>/plugins/<driver>/dra.sock` (`dra-<pod uid>.sock`) serves
   the DRA API (`k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin` and
   `...v1beta1.DRAPlugin`), and, when given a health servicer, the kubelet's
-  device-health stream (`v1alpha1.DRAResourceHealth`, advertised in
-  `supported_versions`);
+  device-health stream (`v1.DRAResourceHealth` and
+  `v1alpha1.DRAResourceHealth`, advertised in `supported_versions`);
 - `<kubelet-root>/plugins_registry/<driver>-reg.sock` (with a pod UID, the
   helper's rolling-update name) serves `pluginregistration.Registration`;
   its appearance registers the plugin and its removal deregisters it.
@@ -67,9 +67,8 @@ from kubelet_plugin.gen.dra.v1 import api_pb2 as dra_v1
 from kubelet_plugin.gen.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from kubelet_plugin.gen.dra.v1beta1 import api_pb2 as dra_v1beta1
 from kubelet_plugin.gen.dra.v1beta1 import api_pb2_grpc as dra_v1beta1_grpc
-from kubelet_plugin.gen.dra_health.v1alpha1 import api_pb2_grpc as health_grpc
 from kubelet_plugin.gen.pluginregistration.v1 import api_pb2_grpc as registration_grpc
-from kubelet_plugin.health_stream import SERVICE_NAME as HEALTH_SERVICE_NAME
+from kubelet_plugin.health_stream import SERVICE_NAMES as HEALTH_SERVICE_NAMES
 from kubelet_plugin.health_stream import DeviceHealthServicer
 from kubelet_plugin.metrics import PluginMetrics
 from kubelet_plugin.registration import (
@@ -584,12 +583,12 @@ class PluginServer:
         dra_v1_grpc.add_DRAPluginServicer_to_server(_DraV1Servicer(self._caller), server)
         dra_v1beta1_grpc.add_DRAPluginServicer_to_server(_DraV1beta1Servicer(self._caller), server)
         if self._health is not None:
-            health_grpc.add_DRAResourceHealthServicer_to_server(self._health, server)
+            self._health.add_to_server(server)
 
     def _add_registration_servicer(self, server: grpc.Server) -> None:
         versions: tuple[str, ...] = SUPPORTED_VERSIONS
         if self._health is not None:
-            versions = (*versions, HEALTH_SERVICE_NAME)
+            versions = (*versions, *HEALTH_SERVICE_NAMES)
         servicer = RegistrationServicer(
             driver_name=self.driver_name,
             endpoint=self.dra_socket,

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
+from fractions import Fraction
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dra_driver.claims.allocated import AllocatedClaim, DeviceResult, OpaqueConfig
-from dra_driver.errors import ClaimError
+from dra_driver.errors import ClaimError, ConfigError
 from dra_driver.kube.quantity import parse_quantity
 
 API_VERSION = "resource.nvidia.com/v1beta1"
@@ -66,7 +67,7 @@ class MpsConfig(_Strict):
     @field_validator("default_pinned_device_memory_limit")
     @classmethod
     def _limit(cls, value: str | None) -> str | None:
-        if value is not None and parse_quantity(value) < 2**20:
+        if value is not None and _bytes(value) < 2**20:
             raise ValueError("must be at least 1Mi")
         return value
 
@@ -74,9 +75,17 @@ class MpsConfig(_Strict):
     @classmethod
     def _limits(cls, value: dict[str, str] | None) -> dict[str, str] | None:
         for device, limit in (value or {}).items():
-            if parse_quantity(limit) < 2**20:
+            if _bytes(limit) < 2**20:
                 raise ValueError(f"limit of {device!r} must be at least 1Mi")
         return value
+
+
+def _bytes(text: str) -> Fraction:
+    """A quantity; a malformed one is a ValueError, so pydantic names the field with it."""
+    try:
+        return parse_quantity(text)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 class GpuSharing(_Strict):

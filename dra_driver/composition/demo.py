@@ -10,17 +10,24 @@ runs with `--dynamic-mig`, so one step asks for MIG slices by profile and
 shows them created at Prepare and gone at Unprepare; another has two claims
 share one GPU through MPS, each with its own limits, served by one control
 daemon (a real process) that comes with the first and goes with the last
-(`dra-gpu status` shows it). The simulated node has a fake NVIDIA driver
-root, so each CDI spec shows the driver files a container gets. It finishes
-in seconds
-and removes everything it made (unless `--keep`).
+(`dra-gpu status` shows it). A last step lets pods run simulated CUDA
+processes (`dra-gpu sim workload`) and shows what the plugin reports per
+claim: an idle claim, a claim over its share, each claim's status.devices,
+the `dra_gpu_claim_*` metrics and a `GPUIdle` Event. The simulated node has
+a fake NVIDIA driver root, so each CDI spec shows the driver files a
+container gets. It finishes in seconds and removes everything it made
+(unless `--keep`).
 """
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
@@ -84,7 +91,12 @@ def run_demo(*, allocate: NodeAllocator, keep: bool = False, out: TextIO = sys.s
         prefix="dra-gpu-demo-",
         keep=keep,
         wait_for_ready=True,
-        extra_args=["--dynamic-mig"],
+        extra_args=[
+            "--dynamic-mig",
+            f"--usage-interval={USAGE_INTERVAL:g}",
+            f"--idle-claim-after={IDLE_AFTER:g}s",
+            "--metrics-address=127.0.0.1:0",
+        ],
     )
     work = plugin.work
     try:
@@ -197,6 +209,7 @@ def run_demo(*, allocate: NodeAllocator, keep: bool = False, out: TextIO = sys.s
         _show_mig_status(p, plugin, minor, "after Unprepare:")
 
         _mps_step(p, plugin, version)
+        _usage_step(p, plugin, version)
 
         p.step("SIGTERM: the plugin stops and removes its sockets")
         code = plugin.terminate()
@@ -251,6 +264,147 @@ def _mps_step(p: _Printer, plugin: PluginProcess, version: str) -> None:
         _show_node_status(p, plugin, title)
 
 
+USAGE_INTERVAL = 0.5
+IDLE_AFTER = 2.0
+
+
+@dataclass(frozen=True)
+class _UsageClaim:
+    name: str
+    uid: str
+    device: str
+    pod_uid: str
+    share_id: str | None = None  # a share of the device, consuming `memory`
+    memory: str | None = None
+    workload: tuple[int, str] | None = None  # the pod's process: SM %, memory used
+
+
+USAGE_CLAIMS = (
+    _UsageClaim("notebook", "4d1c2b3a-0e9f-4a8b-9c7d-6e5f4a3b2c10", "gpu-6",
+                "7a6b5c4d-3e2f-4a1b-8c9d-0e1f2a3b4c01"),
+    _UsageClaim("serve-a", "5e2d3c4b-1f0a-4b9c-8d7e-6f5a4b3c2d20", "gpu-7",
+                "7a6b5c4d-3e2f-4a1b-8c9d-0e1f2a3b4c02", "0d5c7e9a-1b3f-4d6e-8a0c-0000000000a1",
+                "20Gi", (35, "30Gi")),
+    _UsageClaim("serve-b", "6f3e4d5c-2a1b-4c0d-9e8f-7a6b5c4d3e30", "gpu-7",
+                "7a6b5c4d-3e2f-4a1b-8c9d-0e1f2a3b4c03", "0d5c7e9a-1b3f-4d6e-8a0c-0000000000b2",
+                "40Gi", (20, "10Gi")),
+)  # fmt: skip
+
+
+def _sim_workload(plugin: PluginProcess, claim: _UsageClaim, *args: str) -> list[str]:
+    """Run `dra-gpu sim workload` for the claim's pod; the command line as shown."""
+    command = [
+        "sim",
+        "workload",
+        f"--sim-state={plugin.sim_state}",
+        f"--device={claim.device}",
+        f"--pod-uid={claim.pod_uid}",
+        *args,
+    ]
+    subprocess.run(
+        [sys.executable, "-m", "dra_driver.cli", *command], check=True, capture_output=True
+    )
+    return command
+
+
+def _usage_step(p: _Printer, plugin: PluginProcess, version: str) -> None:
+    """Pods use their GPUs; the plugin reports who is idle and who is over its share."""
+    p.step("See what your GPUs do: an idle claim, a claim over its share")
+    refs = []
+    for usage in USAGE_CLAIMS:
+        claim = _allocated_claim("ml-team", usage.name, usage.uid, usage.device)
+        result = claim["status"]["allocation"]["devices"]["results"][0]
+        if usage.share_id is not None:
+            result["shareID"] = usage.share_id
+            result["consumedCapacity"] = {"memory": usage.memory}
+        pod = {"resource": "pods", "name": f"{usage.name}-0", "uid": usage.pod_uid}
+        claim["status"]["reservedFor"] = [pod]
+        plugin.store_claim(claim)
+        refs.append(ClaimRef("ml-team", usage.uid, usage.name))
+        what = usage.device
+        if usage.share_id is not None:
+            what = f"a share of {usage.device} consuming {usage.memory} of memory"
+        p.line(f"ml-team/{usage.name} (pod {usage.name}-0): {what}")
+    for ref in refs:
+        error = plugin.client.prepare([ref], version=version)[ref.uid].error
+        if error:
+            p.line(f"{ref.name}: error: {error}")
+    for usage in USAGE_CLAIMS:
+        if usage.workload is not None:
+            sm, used = usage.workload
+            command = _sim_workload(plugin, usage, f"--sm={sm}", f"--memory={used}")
+            p.line(f"$ dra-gpu {' '.join(command).replace(str(plugin.work), '<work>')}")
+    data_dir = plugin_data_dir(plugin.kubelet_root, plugin.driver)
+
+    def reported() -> bool:
+        view = node_status.collect_claims(plugin.hardware(), data_dir=data_dir)
+        rows = {c.claim: c for c in view.claims}
+        infer, notebook = rows.get("serve-a"), rows.get("notebook")
+        return (
+            infer is not None
+            and infer.over_share
+            and notebook is not None
+            and (notebook.idle_seconds or 0) >= IDLE_AFTER
+        )
+
+    plugin.wait_for(reported, "the sampled usage", timeout=60)
+    view = node_status.collect_claims(plugin.hardware(), data_dir=data_dir)
+    mine = tuple(c for c in view.claims if c.namespace == "ml-team")
+    p.line("dra-gpu status --claims:")
+    p.line(node_status.render_claims(node_status.ClaimsView(mine, view.source)).rstrip(), indent=5)
+    p.line("on /metrics (dra_gpu_claim_*):")
+    for line in _claim_metrics(plugin, ("serve-a", "notebook")):
+        p.line(line, indent=5)
+    claim = plugin.cluster.get_resource_claim("ml-team", "serve-a")
+    (entry,) = claim["status"]["devices"]
+    ready = entry["conditions"][0]
+    p.line(
+        f"serve-a status.devices: {entry['device']} Ready={ready['status']} ({ready['reason']}), "
+        f"uuid {entry['data']['uuid']}, shareID {entry['shareID'][:8]}…"
+    )
+    event = _idle_event(plugin, "notebook")
+    p.line(f"Event {event.get('reason')} on ml-team/notebook: {event.get('note')}")
+    for usage in USAGE_CLAIMS:
+        if usage.workload is not None:
+            _sim_workload(plugin, usage, "--stop")
+    answers = plugin.client.unprepare(refs, version=version)
+    p.line("unprepare: " + ", ".join(f"{r.name} {answers[r.uid].error or 'ok'}" for r in refs))
+
+
+def _claim_metrics(plugin: PluginProcess, claims: Sequence[str]) -> list[str]:
+    """The /metrics lines of the per-claim series of `claims`."""
+    found = re.search(
+        r"serving metrics on http://127\.0\.0\.1:(\d+)/metrics", plugin.log_tail(20000)
+    )
+    if found is None:
+        return ["(metrics address not found in the plugin's log)"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{found.group(1)}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    wanted = tuple(f'claim="{name}"' for name in claims)
+    return [
+        line
+        for line in text.splitlines()
+        if line.startswith("dra_gpu_claim_") and any(w in line for w in wanted)
+    ]
+
+
+def _idle_event(plugin: PluginProcess, claim: str) -> dict[str, Any]:
+    """The GPUIdle Event the plugin posted on `claim` (waits for it)."""
+    found: list[dict[str, Any]] = []
+
+    def posted() -> bool:
+        directory = plugin.cluster_root / "events" / "ml-team"
+        for path in sorted(directory.glob("*.yaml")) if directory.is_dir() else ():
+            event = yaml_io.load(path.read_text())
+            if event.get("reason") == "GPUIdle" and event["regarding"].get("name") == claim:
+                found.append(event)
+                return True
+        return False
+
+    plugin.wait_for(posted, f"the GPUIdle Event of {claim}", timeout=60)
+    return found[0]
+
+
 def _mps_claim(name: str, uid: str, percentage: int, memory: str, index: int) -> dict[str, Any]:
     """An MPS claim allocated a share of the demo GPU, as the scheduler would write it for a
     device published with allowMultipleAllocations."""
@@ -276,7 +430,7 @@ def _show_node_status(p: _Printer, plugin: PluginProcess, title: str) -> None:
         data_dir=plugin_data_dir(plugin.kubelet_root, plugin.driver),
     )
     p.line(title + ":")
-    table = node_status.render_table([s for s in statuses if s.name == f"gpu-{MPS_GPU}"])
+    table = node_status.render_table([s for s in statuses if s.name == f"gpu-{MPS_GPU}"], wide=True)
     p.line(table.rstrip().replace(str(plugin.work), "<work>"), indent=5)
 
 

@@ -6,10 +6,10 @@ instance per node, so every node has its own GPU UUIDs),
 `dra_driver.node.inventory.discover`, `dra_driver.node.devices.build_devices` and
 `controller.slices.build_resource_slices`, the same calls the kubelet plugin
 makes, so the slices are exactly the ones our publisher would publish.
-`mig="dynamic"` (the simulator's default) is the plugin run with
-`--dynamic-mig`, where every MIG placement is a partitionable device, and
-`mig="static"` the plugin's own default (existing MIG devices only), with the
-slice layout the plugin picks for that Kubernetes release.
+`mig="static"` (the default, as for the plugin) publishes the existing MIG
+devices only, and `mig="dynamic"` is the plugin run with `--dynamic-mig`,
+where every MIG placement is a partitionable device, with the slice layout
+the plugin picks for that Kubernetes release.
 
 It joins the simulated GPUs and the controller's slice building, which the
 rest of the code keeps apart, so it lives with the composition root: the CLI
@@ -24,18 +24,21 @@ renaming (the test suite checks that this equals a full build).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from controller.slices import build_resource_slices, choose_layout, resource_slice_name
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.hardware.simulated.boot import booted_node_state
 from dra_driver.hardware.simulated.hardware import SimHardware
 from dra_driver.hardware.simulated.nvml import SimNvml
 from dra_driver.hardware.simulated.shapes import NodeShape, load_shape
-from dra_driver.hardware.simulated.state import new_node_state
 from dra_driver.kube.objects import Obj
 from dra_driver.node.consumable_shares import ConsumableShares
-from dra_driver.node.devices import build_devices
+from dra_driver.node.devices import AllocatableDevice, build_devices
 from dra_driver.node.inventory import NodeInventory, discover
 from dra_driver.scheduling.allocator import Node, Release
 from dra_driver.scheduling.whatif.nodes import (
@@ -50,7 +53,7 @@ def build_simulated_nodes(
     requests: Sequence[NodeRequest],
     *,
     driver: str = DEFAULT_DRIVER_NAME,
-    mig: MigMode = "dynamic",
+    mig: MigMode = "static",
     release: Release = "1.35",
     consumable_shares: ConsumableShares | None = None,
 ) -> SimulatedNodes:
@@ -59,6 +62,9 @@ def build_simulated_nodes(
     for request in requests:
         shape = load_shape(request.shape)
         template: tuple[str, list[Obj]] | None = None
+        devices = _ShapeDevices(
+            shape, f"{request.prefix}-0", mig=mig, consumable_shares=consumable_shares
+        )
         for index in range(request.count):
             name = f"{request.prefix}-{index}"
             if template is None:
@@ -75,7 +81,55 @@ def build_simulated_nodes(
                 slices = _renamed(template, name, shape, driver)
             built.nodes.append(Node(name, {HOSTNAME_LABEL: name}))
             built.slices.extend(slices)
+            built.devices[name] = functools.partial(devices.of, name)
     return built
+
+
+class _ShapeDevices:
+    """The devices of the nodes of one shape: the first node's built from its simulated
+    hardware, the others' derived from them with their own UUIDs (as their slices are)."""
+
+    def __init__(
+        self,
+        shape: NodeShape,
+        template: str,
+        *,
+        mig: MigMode,
+        consumable_shares: ConsumableShares | None,
+    ) -> None:
+        self._shape = shape
+        self._template = template
+        self._mig = mig
+        self._shares = consumable_shares
+        self._built: list[AllocatableDevice] | None = None
+        self._template_uuids: tuple[str, ...] = ()
+
+    def of(self, node_name: str) -> list[AllocatableDevice]:
+        if self._built is None:
+            self._built = node_devices(
+                self._shape, self._template, mig=self._mig, consumable_shares=self._shares
+            )
+            self._template_uuids = _uuids(self._shape, self._template)
+        if node_name == self._template:
+            return self._built
+        mapping = dict(zip(self._template_uuids, _uuids(self._shape, node_name), strict=True))
+        memo: dict[int, Any] = {}
+        return [_replace_in(device, mapping, memo) for device in self._built]
+
+
+def node_devices(
+    shape: NodeShape,
+    node_name: str,
+    *,
+    mig: MigMode = "static",
+    consumable_shares: ConsumableShares | None = None,
+) -> list[AllocatableDevice]:
+    """The devices the kubelet plugin of a freshly booted node of `shape` publishes."""
+    return build_devices(
+        _inventory(shape, node_name),
+        dynamic_mig=mig == "dynamic",
+        consumable_shares=consumable_shares,
+    )
 
 
 def node_slices(
@@ -83,7 +137,7 @@ def node_slices(
     node_name: str,
     *,
     driver: str = DEFAULT_DRIVER_NAME,
-    mig: MigMode = "dynamic",
+    mig: MigMode = "static",
     release: Release = "1.35",
     consumable_shares: ConsumableShares | None = None,
 ) -> list[Obj]:
@@ -117,7 +171,7 @@ def _renamed(
     """The template node's slices with this node's name and UUIDs.
 
     A node's UUIDs are those of its simulated hardware as first booted
-    (`new_node_state`), so the two nodes' states pair them up in order.
+    (`booted_node_state`), so the two nodes' states pair them up in order.
     """
     template_name, slices = template
     mapping: dict[str, str] = {template_name: name}
@@ -129,13 +183,49 @@ def _renamed(
     return [_replace_strings(s, mapping) for s in slices]
 
 
-def _uuids(shape: NodeShape, node_name: str) -> list[str]:
+@functools.lru_cache(maxsize=4096)  # asked for by a node's slices and again by its devices
+def _uuids(shape: NodeShape, node_name: str) -> tuple[str, ...]:
     """The GPU and MIG device UUIDs of a freshly booted node, in state order."""
     uuids: list[str] = []
-    for gpu in new_node_state(shape, node_name).gpus:
+    for gpu in booted_node_state(shape, node_name).gpus:
         uuids.append(gpu.uuid)
         uuids.extend(ci.uuid for gi in gpu.gis for ci in gi.cis)
-    return uuids
+    return tuple(uuids)
+
+
+def _replace_in(value: Any, mapping: Mapping[str, str], memo: dict[int, Any]) -> Any:
+    """`value` (a frozen device record, its attributes, ...) with the strings of `mapping`
+    replaced, rebuilt only where something changed; `memo` maps the ids of the records
+    already done (the devices of one GPU share its records, GPUs of a model their profiles)."""
+    if isinstance(value, str):
+        return mapping.get(value, value)
+    if isinstance(value, int | float | bool) or value is None:
+        return value
+    done = memo.get(id(value))
+    if done is not None:
+        return done[1]
+    new: Any = value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for item in dataclasses.fields(value):
+            old = getattr(value, item.name)
+            replaced = _replace_in(old, mapping, memo)
+            if replaced is not old:
+                changes[item.name] = replaced
+        new = dataclasses.replace(value, **changes) if changes else value
+    elif isinstance(value, tuple):
+        items = tuple(_replace_in(item, mapping, memo) for item in value)
+        new = value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    elif isinstance(value, Mapping):
+        replaced_items = {key: _replace_in(item, mapping, memo) for key, item in value.items()}
+        if any(replaced_items[key] is not item for key, item in value.items()):
+            new = (
+                MappingProxyType(replaced_items)
+                if isinstance(value, MappingProxyType)
+                else replaced_items
+            )
+    memo[id(value)] = (value, new)  # the original is kept alive so its id stays unique
+    return new
 
 
 def _replace_strings(value: Any, mapping: Mapping[str, str]) -> Any:

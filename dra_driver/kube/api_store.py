@@ -74,6 +74,8 @@ def _api_path(api_version: str) -> str:
 
 
 _LIST_PAGE_SIZE: Final = 500
+APPLY_PATCH: Final = "application/apply-patch+yaml"
+"""Content-Type of a server-side apply."""
 
 
 def load_api_client(kubeconfig: str | None = None) -> kubernetes.client.ApiClient:
@@ -158,6 +160,22 @@ class KubeCluster:
     def update_resource_claim_status(self, obj: Obj) -> Obj:
         namespace, name = rules.object_key(RESOURCE_CLAIM, obj)
         return self._send(RESOURCE_CLAIM, "PUT", namespace, name, obj, subresource="status")
+
+    def apply_resource_claim_status(
+        self, obj: Obj, *, field_manager: str, force: bool = True
+    ) -> Obj:
+        namespace, name = rules.object_key(RESOURCE_CLAIM, obj)
+        query = [("fieldManager", field_manager), ("force", "true" if force else "false")]
+        return self._send(
+            RESOURCE_CLAIM,
+            "PATCH",
+            namespace,
+            name,
+            obj,
+            subresource="status",
+            query=query,
+            content_type=APPLY_PATCH,
+        )
 
     def delete_resource_claim(self, namespace: str, name: str) -> None:
         rules.check_name(RESOURCE_CLAIM, namespace, name)
@@ -361,8 +379,15 @@ class KubeCluster:
         body: Obj,
         *,
         subresource: str | None = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
     ) -> Obj:
-        """POST to the collection or PUT to the object (or its subresource), JSON in and out."""
+        """POST to the collection, or PUT or PATCH the object (or its subresource); JSON out.
+
+        A server-side apply is a PATCH with `content_type` APPLY_PATCH (the
+        client serialises the body as JSON, which is YAML) and the field
+        manager in `query`.
+        """
         path = _api_path(kind.api_version)
         if kind.namespaced:
             path += f"/namespaces/{quote(str(namespace), safe='')}"
@@ -372,7 +397,7 @@ class KubeCluster:
         if subresource:
             path += f"/{subresource}"
         what = rules.describe(kind, namespace, name)
-        verb = {"POST": "create", "PUT": "update"}.get(method, method.lower())
+        verb = {"POST": "create", "PUT": "update", "PATCH": "apply"}.get(method, method.lower())
         if subresource:
             verb += f" {subresource}"
 
@@ -380,7 +405,8 @@ class KubeCluster:
             serialized = self._client.param_serialize(
                 method=method,
                 resource_path=path,
-                header_params={"Content-Type": "application/json", "Accept": "application/json"},
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                query_params=query,
                 body=body,
                 auth_settings=["BearerToken"],
             )

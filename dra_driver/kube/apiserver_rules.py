@@ -5,20 +5,25 @@ must treat writes the way kube-apiserver does, or code tested against them
 would break on a real cluster: system metadata (`uid`, `creationTimestamp`,
 `generation`, `resourceVersion`) is owned by the server, updates carry
 optimistic-concurrency preconditions, `status` of a ResourceClaim is written
-only through `/status`, and an update that changes nothing changes nothing
-(no new resourceVersion). Keeping those rules here, apart from any I/O, gives
-both stores one definition to follow.
+only through `/status` (its `devices` checked and pruned by
+`dra_driver.kube.device_status`), an update that changes nothing changes
+nothing (no new resourceVersion), and the fields of a disabled feature gate
+are dropped from a written ResourceSlice (`drop_disabled_fields`). Keeping
+those rules here, apart from any I/O, gives both stores one definition to
+follow.
 """
 
 from __future__ import annotations
 
 import copy
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
 from dra_driver.errors import ClusterError, NotFoundError
+from dra_driver.kube import device_status
 from dra_driver.kube.cluster import API_VERSION, AlreadyExistsError, ConflictError
 from dra_driver.kube.names import DNS_SUBDOMAIN_MAX_LENGTH, is_dns_label, is_dns_subdomain
 from dra_driver.kube.objects import Obj
@@ -29,9 +34,11 @@ __all__ = [
     "RESOURCE_SLICE",
     "ResourceKind",
     "already_exists",
+    "SLICE_GATED_FIELDS",
     "check_name",
     "check_namespace",
     "describe",
+    "drop_disabled_fields",
     "matches_field_selector",
     "not_found",
     "object_key",
@@ -79,6 +86,53 @@ EVENT: Final = ResourceKind(
 """events.k8s.io/v1 Events the plugin reports, e.g. a failed Prepare."""
 
 _SYSTEM_METADATA = ("uid", "creationTimestamp", "generation", "resourceVersion")
+
+SLICE_GATED_FIELDS: Final = {
+    "DRAPartitionableDevices": (
+        ("spec", "sharedCounters"),
+        ("spec", "perDeviceNodeSelection"),
+        ("device", "consumesCounters"),
+        ("device", "nodeName"),
+        ("device", "nodeSelector"),
+        ("device", "allNodes"),
+    ),
+    "DRADeviceTaints": (("device", "taints"),),
+    "DRAConsumableCapacity": (
+        ("device", "allowMultipleAllocations"),
+        ("capacity", "requestPolicy"),
+    ),
+    "DRADeviceBindingConditions": (
+        ("device", "bindsToNode"),
+        ("device", "bindingConditions"),
+        ("device", "bindingFailureConditions"),
+    ),
+}
+"""ResourceSlice fields kube-apiserver drops on create and update while their feature gate
+is off (`dropDisabledFields` in pkg/registry/resource/resourceslice/strategy.go): where the
+field lives (the slice's spec, each device, each device capacity) and its name."""
+
+
+def drop_disabled_fields(obj: Obj, disabled_gates: Iterable[str]) -> Obj:
+    """A ResourceSlice as an API server with `disabled_gates` off stores it (a copy)."""
+    gated = [field for gate in disabled_gates for field in SLICE_GATED_FIELDS.get(gate, ())]
+    if not gated:
+        return obj
+    new = copy.deepcopy(obj)
+    spec = new.get("spec")
+    if not isinstance(spec, dict):
+        return new
+    devices = [d for d in spec.get("devices") or [] if isinstance(d, dict)]
+    for where, name in gated:
+        if where == "spec":
+            spec.pop(name, None)
+        for device in devices:
+            if where == "device":
+                device.pop(name, None)
+            elif where == "capacity":
+                for capacity in (device.get("capacity") or {}).values():
+                    if isinstance(capacity, dict):
+                        capacity.pop(name, None)
+    return new
 
 
 def describe(kind: ResourceKind, namespace: str | None, name: str) -> str:
@@ -223,6 +277,9 @@ def prepare_update(
             new["status"] = copy.deepcopy(obj["status"])
         else:
             new.pop("status", None)
+        if kind == RESOURCE_CLAIM:
+            device_status.drop_deallocated(new, stored)
+            device_status.validate_device_statuses(new, what)
     else:
         new = copy.deepcopy(obj)
         new["apiVersion"] = kind.api_version

@@ -71,6 +71,21 @@ class Cluster(Protocol):
         """
         ...
 
+    def apply_resource_claim_status(
+        self, obj: Obj, *, field_manager: str, force: bool = True
+    ) -> Obj:
+        """Server-side apply of `obj["status"]["devices"]` to an existing claim's status.
+
+        `obj` is an apply configuration: apiVersion, kind, metadata name and
+        namespace, and `status.devices` (the complete set of entries this
+        `field_manager` wants; entries it applied before and leaves out are
+        removed, other managers' stay). `ConflictError` if an entry is another
+        manager's and `force` is false; `ClusterError` naming the field if
+        the apiserver refuses an entry (see `dra_driver.kube.device_status`).
+        Returns the stored claim.
+        """
+        ...
+
     def delete_resource_claim(self, namespace: str, name: str) -> None:
         """Delete the claim; a claim that is already gone is not an error."""
         ...

@@ -39,7 +39,7 @@ from dra_driver.errors import ClusterError, NotFoundError, yaml_problem
 from dra_driver.files.atomic import atomic_write, remove_file
 from dra_driver.files.flock import file_lock
 from dra_driver.kube import apiserver_rules as rules
-from dra_driver.kube import yaml_io
+from dra_driver.kube import device_status, yaml_io
 from dra_driver.kube.apiserver_rules import (
     DEVICE_CLASS,
     EVENT,
@@ -152,6 +152,22 @@ class LocalCluster:
 
     def update_resource_claim_status(self, obj: Obj) -> Obj:
         return self._update(RESOURCE_CLAIM, obj, status_only=True)
+
+    def apply_resource_claim_status(
+        self, obj: Obj, *, field_manager: str, force: bool = True
+    ) -> Obj:
+        namespace, name = rules.object_key(RESOURCE_CLAIM, obj)
+        with self._write_lock():
+            stored = self._get(RESOURCE_CLAIM, namespace, name)
+            new = device_status.apply_device_status(
+                stored,
+                obj,
+                field_manager=field_manager,
+                force=force,
+                now=rules.timestamp_now(),
+                what=rules.describe(RESOURCE_CLAIM, namespace, name),
+            )
+            return stored if new is None else self._store_new(RESOURCE_CLAIM, new)
 
     def delete_resource_claim(self, namespace: str, name: str) -> None:
         self._delete(RESOURCE_CLAIM, namespace, name)

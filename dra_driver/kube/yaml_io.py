@@ -10,6 +10,11 @@ Everything that reads or writes YAML in bulk goes through `load`, `load_all`,
 `dump` and `dump_all` (safe loading and dumping only). Errors are PyYAML's
 `YAMLError` (re-exported), whose marks `errors.yaml_problem` words.
 
+`load_all_strict` reads what users hand to `kubectl apply`: a mapping key
+given twice is an error (`DuplicateKeysError`, every duplicate with its line,
+as kubectl's YAML decoder reports them) instead of the last one silently
+winning, and each document comes with the line it starts on.
+
 libyaml only emits; PyYAML's representer, which turns Python values into YAML
 nodes, is Python and was then half of writing 5,000 placements. `_Dumper`
 represents the JSON-shaped values the API uses (dict, list, str, int, bool,
@@ -33,7 +38,17 @@ try:
 except ImportError:  # PyYAML built without libyaml
     from yaml import SafeDumper, SafeLoader  # type: ignore[assignment]
 
-__all__ = ["SafeDumper", "SafeLoader", "YAMLError", "dump", "dump_all", "load", "load_all"]
+__all__ = [
+    "DuplicateKeysError",
+    "SafeDumper",
+    "SafeLoader",
+    "YAMLError",
+    "dump",
+    "dump_all",
+    "load",
+    "load_all",
+    "load_all_strict",
+]
 
 Source = str | bytes | IO[str] | IO[bytes]
 
@@ -89,6 +104,61 @@ class _Dumper(SafeDumper):
             return ScalarNode(_NULL, "null")
         node: Node = super().represent_data(data)
         return node
+
+
+class DuplicateKeysError(YAMLError):
+    """Mapping keys given twice in one document: `(line, key, first line)` each, 1-based."""
+
+    def __init__(self, duplicates: list[tuple[int, str, int]]) -> None:
+        self.duplicates = duplicates
+        lines = "".join(
+            f"\n  line {line}: mapping key {key!r} already defined at line {first}".replace(
+                repr(key), '"' + key + '"'
+            )
+            for line, key, first in duplicates
+        )
+        super().__init__(f"yaml: unmarshal errors:{lines}")
+
+
+class _StrictLoader(SafeLoader):
+    """SafeLoader that records mapping keys given twice (merge keys `<<` excepted)."""
+
+    def __init__(self, stream: Source) -> None:
+        super().__init__(stream)
+        self.duplicates: list[tuple[int, str, int]] = []
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> Any:
+        if isinstance(node, MappingNode):
+            first: dict[tuple[str, str], int] = {}
+            for key_node, _value in node.value:
+                if not isinstance(key_node, ScalarNode) or key_node.tag.endswith(":merge"):
+                    continue
+                key = (key_node.tag, key_node.value)
+                line = key_node.start_mark.line + 1
+                if key in first:
+                    self.duplicates.append((line, key_node.value, first[key]))
+                else:
+                    first[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_all_strict(source: Source) -> Iterator[tuple[Any, int]]:
+    """(document, the 1-based line it starts on) for each document of `source`.
+
+    Raises `DuplicateKeysError` at a document with a key given twice, and
+    PyYAML's `YAMLError` at one that does not parse.
+    """
+    loader = _StrictLoader(source)
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            line = node.start_mark.line + 1 if node is not None else 0
+            document = loader.construct_document(node)
+            if loader.duplicates:
+                raise DuplicateKeysError(sorted(loader.duplicates))
+            yield document, line
+    finally:
+        loader.dispose()
 
 
 def load(source: Source, loader: type[SafeLoader] = SafeLoader) -> Any:

@@ -54,6 +54,7 @@ Everything here is pure: inventory records in, records out.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -202,18 +203,52 @@ def whole_gpu_counters(profiles: Collection[GpuInstanceProfile]) -> dict[str, in
     """The counter values of an untouched GPU: its MIG budget and its memory slices.
 
     Capacity counters take the values of the profile(s) spanning the whole
-    memory-slice grid, and never less than any single profile needs.
+    memory-slice grid, and never less than any single profile needs. A GPU
+    that lists no whole-GPU profile (a simulated model whose largest profiles
+    were never verified) gets, per capacity, the most that any layout NVML
+    allows needs (`_densest_layouts`): three 2g and a two-slice 1g on a B200
+    need 138 SMs, so they fit, as they fit the hardware.
     """
     grid = memory_slice_grid(profiles)
     whole = [p for p in profiles if Placement(0, grid) in p.placements]
+    densest = {} if whole else _densest_layouts(tuple(profiles))
     counters: dict[str, int] = {}
     for capacity, counter in CAPACITY_COUNTERS:
         spanning = max((profile_capacity(p)[capacity] for p in whole), default=0)
         largest = max((profile_capacity(p)[capacity] for p in profiles), default=0)
-        counters[counter] = max(spanning, largest)
+        counters[counter] = max(spanning, largest, densest.get(capacity, 0))
     for index in range(grid):
         counters[memory_slice_counter(index)] = 1
     return counters
+
+
+@functools.cache
+def _densest_layouts(profiles: tuple[GpuInstanceProfile, ...]) -> dict[str, int]:
+    """Per capacity, the most any set of GPU instances NVML would allow together needs:
+    placements that do not overlap, at most `instance_count` of each profile."""
+    options = sorted(
+        ((p, placement) for p in profiles for placement in p.placements),
+        key=lambda option: (option[1].start, option[1].size),
+    )
+    best: dict[str, int] = {}
+
+    def visit(
+        index: int, used: frozenset[int], counts: dict[int, int], total: dict[str, int]
+    ) -> None:
+        for capacity, amount in total.items():
+            best[capacity] = max(best.get(capacity, 0), amount)
+        for position in range(index, len(options)):
+            profile, placement = options[position]
+            slices = set(placement.slices)
+            if slices & used or counts.get(profile.id, 0) >= profile.instance_count:
+                continue
+            counts[profile.id] = counts.get(profile.id, 0) + 1
+            more = {k: total.get(k, 0) + v for k, v in profile_capacity(profile).items()}
+            visit(position + 1, used | slices, counts, more)
+            counts[profile.id] -= 1
+
+    visit(0, frozenset(), {}, {})
+    return best
 
 
 def consumption(profile: GpuInstanceProfile, placement: Placement) -> dict[str, int]:

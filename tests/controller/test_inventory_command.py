@@ -32,3 +32,20 @@ def test_the_plugin_takes_the_same_flag() -> None:
         ["kubelet-plugin", "--node-name", "n1", "--nvml", "real", "--consumable-shares", "memory"]
     )
     assert args.consumable_shares == "memory"
+
+
+def test_a_gpu_in_mig_mode_without_mig_devices_is_named_in_the_summary(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """dgx-a100-40gb boots with MIG on and no instances: static MIG publishes nothing."""
+    args = ("inventory", "--node-name", "n1", "--nvml", "sim:dgx-a100-40gb")
+    assert main(list(args)) == 0
+    out = capsys.readouterr().out
+    assert "0 devices in 1 ResourceSlice(s)" in out
+    assert (
+        "8 GPUs have MIG mode on but no MIG devices, so nothing is published for them: "
+        "gpu-0, gpu-1, gpu-2, gpu-3, gpu-4, gpu-5, gpu-6, gpu-7 (create MIG devices, or run "
+        "the plugin with --dynamic-mig)"
+    ) in out
+    assert main([*args, "--dynamic-mig"]) == 0  # dynamic MIG offers their placements
+    assert "no MIG devices" not in capsys.readouterr().out

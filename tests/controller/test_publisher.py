@@ -329,6 +329,7 @@ def test_fields_dropped_by_the_apiserver_are_reported_once_and_not_rewritten(
     assert len(warnings) == 1
     assert "spec.devices[0].taints" in warnings[0]
     assert "DRADeviceTaints" in warnings[0]
+    assert publisher.dropped_gates == {"DRADeviceTaints"}
 
 
 def test_a_name_moving_to_another_pool_is_replaced(

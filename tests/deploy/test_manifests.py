@@ -268,6 +268,8 @@ def test_the_daemonset_mounts_requests_and_rolls_with_a_surge_pod(directory: Pat
     # No host port or host network: two pods of one node would collide.
     assert not pod.get("hostNetwork")
     assert all("hostPort" not in port for port in container["ports"])
+    # GPU processes are host pids: usage per claim maps them to pods through /proc.
+    assert pod["hostPID"] is True
 
 
 def test_gpu_operator_overlay_uses_the_operators_driver_root_and_hook() -> None:
@@ -379,7 +381,17 @@ def test_a_device_plugin_mig_pod_places_through_the_overlays_classes(
         "      resources:\n        limits:\n          nvidia.com/mig-3g.40gb: 2\n"
     )
     classes = ROOT / "deploy/components/extended-resources/mig-classes.yaml"
-    argv = ["simulate", "-f", str(classes), "-f", str(pod), "--nodes", "dgx-h100=1"]
+    argv = [
+        "simulate",
+        "-f",
+        str(classes),
+        "-f",
+        str(pod),
+        "--nodes",
+        "dgx-h100=1",
+        "--mig",
+        "dynamic",
+    ]
     code = main([*argv, "--kubernetes", "1.37", "-o", "yaml"])
 
     (record,) = yaml.safe_load(capsys.readouterr().out)

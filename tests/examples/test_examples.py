@@ -42,9 +42,10 @@ PLACEMENTS: dict[str, dict[str, str | None]] = {
         "gpu-monitoring/dcgm-exporter": "l4-node-0 gpu-0,gpu-1,gpu-2,gpu-3",
         "gpu-monitoring/trainer": "l4-node-0 gpu-0",
     },
-    "mig-static-same-gpu.yaml": {
+    "mig-static-same-gpu.yaml": {  # the admin-made devices of dgx-a100-40gb-balanced
         "mig-static/mig-pod": (
-            "dgx-a100-40gb-0 gpu-0-mig-1g5gb-19-6,gpu-0-mig-1g5gb-19-5,gpu-0-mig-2g10gb-14-2"
+            "dgx-a100-40gb-balanced-0 "
+            "gpu-0-mig-1g5gb-19-2,gpu-0-mig-1g5gb-19-3,gpu-0-mig-2g10gb-14-0"
         ),
     },
     "mig-dynamic.yaml": {

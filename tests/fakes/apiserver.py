@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import yaml
+
 from dra_driver.errors import ClusterError
 from dra_driver.kube import apiserver_rules as cluster_rules
+from dra_driver.kube import device_status
 from dra_driver.kube.cluster import API_VERSION, Cluster, ConflictError
 
 _FAKE_API_GROUPS: dict[tuple[str, ...], dict[str, cluster_rules.ResourceKind]] = {
@@ -45,7 +48,9 @@ class FakeApiServer:
     """An in-memory kube-apiserver for the resource.k8s.io/v1 calls dra-gpu makes.
 
     It serves `/version` and, for resourceslices and deviceclasses (cluster
-    scoped) and resourceclaims (namespaced, with `/status`), list (with
+    scoped) and resourceclaims (namespaced, with `/status`, which also takes a
+    server-side apply of `status.devices` with field-manager ownership and
+    the apiserver's validation, `dra_driver.kube.device_status`), list (with
     `fieldSelector`, `limit`/`continue`), get, create, replace and delete;
     a `watch=true` list of any of them streams ADDED events for what exists,
     then ADDED/MODIFIED/DELETED as objects change, until `timeoutSeconds`.
@@ -57,18 +62,25 @@ class FakeApiServer:
     status only through `/status`. Errors are `Status` objects worded like the
     apiserver's, and list items carry no `apiVersion`/`kind`, as on a real
     apiserver. `requests` records `(method, path?query)` of every request.
+    `disabled_gates` (e.g. `{"DRAPartitionableDevices"}`, as on a default 1.34/1.35
+    cluster) drops their ResourceSlice fields on write, as the apiserver does
+    (`apiserver_rules.drop_disabled_fields`).
 
         with FakeApiServer() as server:
             cluster = KubeCluster(server.api_client())
     """
 
-    def __init__(self, *, version: tuple[str, str] = ("1", "34")) -> None:
+    def __init__(
+        self, *, version: tuple[str, str] = ("1", "34"), disabled_gates: Collection[str] = ()
+    ) -> None:
         self.version = version
+        self.disabled_gates = frozenset(disabled_gates)
         self.requests: list[tuple[str, str]] = []
         self._objects: dict[tuple[str, str | None, str], dict[str, Any]] = {}
         self._resource_version = 0
         self._lock = threading.Lock()
         self._failures: list[tuple[str, int, str]] = []
+        self._content_type = ""  # of the request being routed (set under the lock)
         self._stopping = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -103,6 +115,9 @@ class FakeApiServer:
 
             def do_DELETE(self) -> None:
                 server._handle(self, "DELETE")
+
+            def do_PATCH(self) -> None:
+                server._handle(self, "PATCH")
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
@@ -180,6 +195,7 @@ class FakeApiServer:
             return
         try:
             with self._lock:
+                self._content_type = handler.headers.get("Content-Type") or ""
                 code, payload = self._route(method, url.path, parse_qs(url.query), raw_body)
         except _ApiFailure as failure:
             code = failure.code
@@ -242,6 +258,8 @@ class FakeApiServer:
                 return 200, self._get(kind, namespace, name)
             if method == "PUT":
                 return 200, self._update(kind, namespace, name, body, status_only=True)
+            if method == "PATCH" and kind is cluster_rules.RESOURCE_CLAIM:
+                return 200, self._apply_status(namespace, name, query, raw_body, self._content_type)
         raise _ApiFailure(405, "MethodNotAllowed", f"{method} is not supported on {path}")
 
     @staticmethod
@@ -374,6 +392,8 @@ class FakeApiServer:
     ) -> dict[str, Any]:
         try:
             ns, name = cluster_rules.object_key(kind, body, namespace)
+            if kind is cluster_rules.RESOURCE_SLICE:
+                body = cluster_rules.drop_disabled_fields(body, self.disabled_gates)
             if (kind.plural, ns, name) in self._objects:
                 raise _ApiFailure(
                     409, "AlreadyExists", f'{kind.plural}.resource.k8s.io "{name}" already exists'
@@ -398,6 +418,8 @@ class FakeApiServer:
         stored = self._get(kind, namespace, name)
         try:
             body_ns, body_name = cluster_rules.object_key(kind, body, namespace)
+            if kind is cluster_rules.RESOURCE_SLICE:
+                body = cluster_rules.drop_disabled_fields(body, self.disabled_gates)
             if body_name != name:
                 raise ClusterError(
                     f"the name of the object ({body_name}) does not match the name on the URL "
@@ -419,6 +441,55 @@ class FakeApiServer:
         self._resource_version += 1
         new["metadata"]["resourceVersion"] = str(self._resource_version)
         self._objects[(kind.plural, body_ns, name)] = new
+        return new
+
+    def _apply_status(
+        self,
+        namespace: str | None,
+        name: str,
+        query: dict[str, list[str]],
+        raw_body: bytes,
+        content_type: str,
+    ) -> dict[str, Any]:
+        """Server-side apply of a claim's status.devices (the only apply dra-gpu makes)."""
+        if content_type.split(";", maxsplit=1)[0].strip() != "application/apply-patch+yaml":
+            raise _ApiFailure(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types "
+                f"include: application/apply-patch+yaml (got {content_type!r})",
+            )
+        manager = (query.get("fieldManager") or [""])[0]
+        if not manager:
+            raise _ApiFailure(400, "BadRequest", "fieldManager is required for apply requests")
+        force = (query.get("force") or ["false"])[0] == "true"
+        try:
+            body = yaml.safe_load(raw_body)
+        except yaml.YAMLError as exc:
+            raise _ApiFailure(400, "BadRequest", f"the body is not YAML: {exc}") from exc
+        if not isinstance(body, dict):
+            raise _ApiFailure(400, "BadRequest", "the body is not an object")
+        stored = self._get(cluster_rules.RESOURCE_CLAIM, namespace, name)
+        what = cluster_rules.describe(cluster_rules.RESOURCE_CLAIM, namespace, name)
+        try:
+            cluster_rules.object_key(cluster_rules.RESOURCE_CLAIM, body, namespace)
+            new = device_status.apply_device_status(
+                stored,
+                body,
+                field_manager=manager,
+                force=force,
+                now=cluster_rules.timestamp_now(),
+                what=what,
+            )
+        except ConflictError as exc:
+            raise _ApiFailure(409, "Conflict", str(exc)) from exc
+        except ClusterError as exc:
+            raise _ApiFailure(422, "Invalid", str(exc)) from exc
+        if new is None:
+            return stored
+        self._resource_version += 1
+        new["metadata"]["resourceVersion"] = str(self._resource_version)
+        self._objects[("resourceclaims", namespace, name)] = new
         return new
 
 
@@ -497,6 +568,20 @@ class RecordingCluster:
         obj = self._obj(method, obj)
         result: dict[str, Any] = self._write(
             method, obj["metadata"]["name"], lambda: self.inner.update_resource_claim_status(obj)
+        )
+        return result
+
+    def apply_resource_claim_status(
+        self, obj: dict[str, Any], *, field_manager: str, force: bool = True
+    ) -> dict[str, Any]:
+        method = "apply_resource_claim_status"
+        obj = self._obj(method, obj)
+        result: dict[str, Any] = self._write(
+            method,
+            obj["metadata"]["name"],
+            lambda: self.inner.apply_resource_claim_status(
+                obj, field_manager=field_manager, force=force
+            ),
         )
         return result
 

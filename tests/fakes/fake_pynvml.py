@@ -177,8 +177,10 @@ class FakePynvml(ModuleType):
 
     Test hooks: `calls` counts calls per function name; `fail_next(name, code)`
     makes the next call(s) of a function raise that NVMLError (a GPU falling
-    off the bus, a missing privilege). `initialized` is true between init and
-    the matching shutdown (calls are ref-counted, like pynvml's).
+    off the bus, a missing privilege); `unsupported_fields` are field ids
+    `nvmlDeviceGetFieldValues` answers NOT_SUPPORTED for (a driver before
+    R565). `initialized` is true between init and the matching shutdown
+    (calls are ref-counted, like pynvml's).
     """
 
     def __init__(self, hw: SimHardware) -> None:
@@ -190,6 +192,7 @@ class FakePynvml(ModuleType):
         self._failures: dict[str, list[int]] = {}
         self._refcount = 0
         self._lock = threading.Lock()
+        self.unsupported_fields: set[int] = set()  # field ids answered NOT_SUPPORTED (old drivers)
         self._tokens: dict[_FakeHandle, int] = {}
         self._handles: dict[int, _FakeHandle] = {}
         for name in _PYNVML_STRUCTS:
@@ -722,6 +725,65 @@ class FakePynvml(ModuleType):
     @_pynvml_call
     def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, migDevice: Any) -> Any:
         return self._device_pointer(self._mig(self._resolve(migDevice, "mig")).gpu_index)
+
+    # -- per-process use and field values (the simulated workloads) -------------
+
+    def _device_uuid(self, handle: Any) -> str:
+        h = self._resolve(handle, "gpu", "mig")
+        return self._mig(h).uuid if h.kind == "mig" else self.hw.gpu(h.gpu).uuid
+
+    def _process_infos(self, workloads: list[Any]) -> list[Any]:
+        """pynvml's friendly objects of `c_nvmlProcessInfo_t`, as its wrapper returns them."""
+        infos = []
+        for w in workloads:
+            info = _real_pynvml.c_nvmlProcessInfo_t()
+            info.pid = w.pid
+            info.usedGpuMemory = w.memory_bytes
+            info.gpuInstanceId = info.computeInstanceId = 0xFFFFFFFF
+            infos.append(_real_pynvml.nvmlStructToFriendlyObject(info))
+        return infos
+
+    @_pynvml_call
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        return self._process_infos(self.hw.processes_on(self._device_uuid(handle)))
+
+    @_pynvml_call
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        """Simulated workloads are plain CUDA processes: no MPS clients to list."""
+        self._device_uuid(handle)
+        return []
+
+    @_pynvml_call
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[Any]:
+        """ctypes samples, as pynvml returns them; NOT_FOUND when none is newer than
+        `timeStamp`, NOT_SUPPORTED under MIG."""
+        samples = self.hw.utilization_samples(self._device_uuid(handle))
+        now_us = time.time_ns() // 1000
+        if not samples or now_us <= int(timeStamp):
+            raise NvmlError(nvml_codes.ERROR_NOT_FOUND, "no utilization samples")
+        out = []
+        for w in samples:
+            sample = _real_pynvml.c_nvmlProcessUtilizationSample_t()
+            sample.pid, sample.timeStamp, sample.smUtil = w.pid, now_us, w.sm_percent
+            out.append(sample)
+        return out
+
+    @_pynvml_call
+    def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: list[Any]) -> Any:
+        """Field 230 (the GPU recovery action) is known; any other answers NOT_SUPPORTED
+        in its own `nvmlReturn`, as NVML does for fields a GPU lacks."""
+        gpu = self._resolve(handle, "gpu").gpu
+        values = (_real_pynvml.c_nvmlFieldValue_t * len(fieldIds))()
+        for i, field_id in enumerate(fieldIds):
+            values[i].fieldId = int(field_id)
+            known = int(field_id) == nvml_codes.FI_DEV_GET_GPU_RECOVERY_ACTION
+            if not known or int(field_id) in self.unsupported_fields:
+                values[i].nvmlReturn = nvml_codes.ERROR_NOT_SUPPORTED
+                continue
+            values[i].valueType = nvml_codes.VALUE_TYPE_UNSIGNED_INT
+            values[i].value.uiVal = self.hw.recovery_action(gpu)
+            values[i].nvmlReturn = nvml_codes.SUCCESS
+        return values
 
 
 def fake_pynvml(hw: SimHardware) -> FakePynvml:

@@ -136,11 +136,6 @@ def test_usage_sampling_sees_a_real_cuda_process(real: Hardware) -> None:
     """The claim-status issue's per-process sampling (Nvml.running_compute_processes and
     Nvml.process_utilization) against a process holding a CUDA context and 256 MiB."""
     gpu = whole_gpu(real)
-    running = getattr(real.nvml, "running_compute_processes", None)
-    utilization = getattr(real.nvml, "process_utilization", None)
-    missing = "Nvml.running_compute_processes / process_utilization are missing (issue 18)"
-    assert running is not None, missing
-    assert utilization is not None, missing
     files = real.driver.files(real.driver_version())
     libcuda = files.library("libcuda.so.1")
     assert libcuda is not None
@@ -155,14 +150,14 @@ def test_usage_sampling_sees_a_real_cuda_process(real: Hardware) -> None:
         assert load.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 10
         while True:
-            seen = {p.pid: p for p in running(gpu.uuid)}
+            seen = {p.pid: p for p in real.nvml.running_compute_processes(gpu.uuid)}
             if load.pid in seen or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
         assert load.pid in seen, f"pid {load.pid} not among {sorted(seen)}"
         used = seen[load.pid].used_memory_bytes
         assert used is None or used >= 256 << 20
-        samples = utilization(gpu.uuid, 0)  # an idle context: samples may be absent, never made up
+        samples = real.nvml.process_utilization(gpu.uuid, 0)  # idle: may be absent, never made up
         assert all(0 <= s.sm_percent <= 100 for s in samples)
     finally:
         load.kill()

@@ -102,7 +102,10 @@ class _HealthStream:
 
 
 def test_an_injected_xid_taints_exactly_its_gpus_devices_until_it_is_healthy_again() -> None:
-    with PluginProcess(extra_args=["--dynamic-mig"], publish_interval=300) as plugin:
+    """Until the GPU is reset: NVML sends no event then, the recovery-action poll notices it,
+    and the taint goes without a plugin restart."""
+    args = ["--dynamic-mig", "--health-poll-interval=0.5"]
+    with PluginProcess(extra_args=args, publish_interval=300) as plugin:
         _wait(lambda: bool(_devices(plugin)), "ResourceSlices", plugin)
         all_names = list(_devices(plugin))
         gpu3 = _of_gpu(all_names, 3)
@@ -114,6 +117,7 @@ def test_an_injected_xid_taints_exactly_its_gpus_devices_until_it_is_healthy_aga
             assert set(first) == set(all_names)
             assert {d.health for d in first.values()} == {dra_health_pb2.HEALTHY}
 
+            _sim_health(plugin, "--gpu=3", "--xid=13")  # an application error: no recovery
             _sim_health(plugin, "--gpu=3", "--xid=79")
             _wait(lambda: set(_tainted(plugin)) == gpu3, "taints on GPU 3's devices", plugin)
             taint = _tainted(plugin)["gpu-3"]
@@ -126,8 +130,7 @@ def test_an_injected_xid_taints_exactly_its_gpus_devices_until_it_is_healthy_aga
             unhealthy = {n for n, d in health.items() if d.health == dra_health_pb2.UNHEALTHY}
             assert unhealthy == gpu3
 
-            _sim_health(plugin, "--gpu=3", "--xid=13")  # an application error: ignored
-            _sim_health(plugin, "--gpu=3", "--healthy")
+            _sim_health(plugin, "--gpu=3", "--healthy")  # reset: no event, the poll sees it
             _wait(lambda: not _tainted(plugin), "taints removed", plugin)
             stream.until(lambda h: {d.health for d in h.values()} == {dra_health_pb2.HEALTHY})
         finally:

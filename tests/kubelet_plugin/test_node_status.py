@@ -38,7 +38,9 @@ GPUS = [
 
 
 def test_table_shows_time_slice_mps_and_mig_devices() -> None:
-    lines = render_table(GPUS).splitlines()
+    short = render_table(GPUS).splitlines()
+    assert short[1].endswith("running pid 4242 (ml/a)")  # the pipe directory is in -o wide
+    lines = render_table(GPUS, wide=True).splitlines()
     assert lines[0].split() == ["NAME", "UUID", "MIG", "TIMESLICE", "MPS"]
     assert lines[1].split()[:4] == ["gpu-0", "GPU-1", "Disabled", "Long"]
     assert lines[1].endswith("running pid 4242 (ml/a) /k/mps/GPU-1/pipe")

@@ -122,11 +122,12 @@ def test_get_info_describes_a_dra_driver_serving_v1_first(plugin: PluginProcess)
     assert info.type == "DRAPlugin"
     assert info.name == DEFAULT_DRIVER_NAME
     assert info.endpoint == str(plugin.dra_socket)
-    # The device-health stream is advertised after the DRA services (newer
-    # kubelets open it only when it is listed).
+    # The device-health stream is advertised after the DRA services, v1 and
+    # v1alpha1 (kubelet 1.37 opens it only when it is listed and prefers v1).
     assert list(info.supported_versions) == [
         "v1.DRAPlugin",
         "v1beta1.DRAPlugin",
+        "v1.DRAResourceHealth",
         "v1alpha1.DRAResourceHealth",
     ]
     assert tuple(info.supported_versions[:2]) == SUPPORTED_VERSIONS

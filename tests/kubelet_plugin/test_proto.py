@@ -74,6 +74,7 @@ def test_every_proto_file_is_found() -> None:
     assert [p.as_posix() for p in PROTOS] == [
         "dra/v1/api.proto",
         "dra/v1beta1/api.proto",
+        "dra_health/v1/api.proto",
         "dra_health/v1alpha1/api.proto",
         "pluginregistration/v1/api.proto",
     ]
@@ -208,11 +209,13 @@ def test_registration_api_matches_the_kubelet() -> None:
     assert _fields(api_pb2, "InfoRequest") == {}
 
 
-def test_health_api_matches_the_kubelet() -> None:
-    from kubelet_plugin.gen.dra_health.v1alpha1 import api_pb2
+@pytest.mark.parametrize("version", ["v1", "v1alpha1"])
+def test_health_api_matches_the_kubelet(version: str) -> None:
+    """v1 (kubelet 1.37) is v1alpha1 under another package: the same fields and method."""
+    api_pb2 = importlib.import_module(f"kubelet_plugin.gen.dra_health.{version}.api_pb2")
 
-    assert api_pb2.DESCRIPTOR.package == "v1alpha1"
-    assert _method_paths(api_pb2.DESCRIPTOR) == {"/v1alpha1.DRAResourceHealth/NodeWatchResources"}
+    assert api_pb2.DESCRIPTOR.package == version
+    assert _method_paths(api_pb2.DESCRIPTOR) == {f"/{version}.DRAResourceHealth/NodeWatchResources"}
     method = api_pb2.DESCRIPTOR.services_by_name["DRAResourceHealth"].methods[0]
     assert method.server_streaming
     assert not method.client_streaming

@@ -132,3 +132,26 @@ CI_ENUM_SLICES: Final[dict[int, int]] = {
     7: 1,  # 1_SLICE_REV1 (default CI of the H100-class 1g.20gb GI)
     8: 7,  # 7_SLICE_NVL
 }
+
+# nvmlDeviceGpuRecoveryAction_t (nvml.h; BUS_RESET and SYSTEM_REBOOT only in pynvml 13.615+),
+# read through the field value NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (drivers 565+).
+FI_DEV_GET_GPU_RECOVERY_ACTION: Final = 230
+VALUE_TYPE_UNSIGNED_INT: Final = 1  # nvmlValueType_t NVML_VALUE_TYPE_UNSIGNED_INT
+RECOVERY_ACTION_NONE: Final = 0
+RECOVERY_ACTION_GPU_RESET: Final = 1
+RECOVERY_ACTION_NODE_REBOOT: Final = 2
+RECOVERY_ACTION_DRAIN_P2P: Final = 3
+RECOVERY_ACTION_DRAIN_AND_RESET: Final = 4
+RECOVERY_ACTION_RECOVER_IMEX_DOMAIN: Final = 5
+RECOVERY_ACTION_BUS_RESET: Final = 6
+RECOVERY_ACTION_SYSTEM_REBOOT: Final = 7
+RECOVERY_ACTION_NAMES: Final[dict[int, str]] = {
+    RECOVERY_ACTION_NONE: "none",
+    RECOVERY_ACTION_GPU_RESET: "gpu-reset",
+    RECOVERY_ACTION_NODE_REBOOT: "node-reboot",
+    RECOVERY_ACTION_DRAIN_P2P: "drain-p2p",
+    RECOVERY_ACTION_DRAIN_AND_RESET: "drain-and-reset",
+    RECOVERY_ACTION_RECOVER_IMEX_DOMAIN: "recover-imex-domain",
+    RECOVERY_ACTION_BUS_RESET: "bus-reset",
+    RECOVERY_ACTION_SYSTEM_REBOOT: "system-reboot",
+}

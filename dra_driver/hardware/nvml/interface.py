@@ -146,6 +146,33 @@ class MigDeviceInfo:
     memory_bytes: int
 
 
+@dataclass(frozen=True)
+class ProcessMemory:
+    """A compute process running on a GPU or MIG device (`nvmlProcessInfo_t`).
+
+    `pid` is the host's (the driver's) pid. `used_memory_bytes` is None where
+    NVML cannot tell (`NVML_VALUE_NOT_AVAILABLE`), never a guessed 0.
+    """
+
+    pid: int
+    used_memory_bytes: int | None
+
+
+@dataclass(frozen=True)
+class ProcessUtilization:
+    """One per-process utilization sample (`nvmlProcessUtilizationSample_t`).
+
+    NVML returns a sample only for processes that had non-zero utilization in
+    the sample period; `timestamp_us` is CPU time in microseconds, the value
+    to pass as `last_seen_us` next time.
+    """
+
+    pid: int
+    timestamp_us: int
+    sm_percent: int
+    memory_percent: int
+
+
 class Nvml(Protocol):
     """What dra-gpu needs from NVML. All GPUs are addressed by UUID."""
 
@@ -198,6 +225,28 @@ class Nvml(Protocol):
 
     def destroy_gpu_instance(self, uuid: str, gpu_instance_id: int) -> None: ...
 
+    # -- per-process use (sampled by `kubelet_plugin.usage_sampler`) ---------------
+
+    def running_compute_processes(self, uuid: str) -> list[ProcessMemory]:
+        """The compute processes on a GPU (`GPU-...`) or one MIG device (`MIG-...`).
+
+        `nvmlDeviceGetComputeRunningProcesses` merged with
+        `nvmlDeviceGetMPSComputeRunningProcesses` (MPS clients; skipped where
+        NOT_SUPPORTED), one entry per pid. A MIG device's UUID gives only that
+        MIG device's processes (NVML needs the MIG handle for per-instance data).
+        """
+        ...
+
+    def process_utilization(self, uuid: str, last_seen_us: int) -> list[ProcessUtilization]:
+        """`nvmlDeviceGetProcessUtilization` samples newer than `last_seen_us` (0: all kept).
+
+        An empty list means NVML has no new sample (it answers NOT_FOUND):
+        callers must treat that as "not measured", not as 0 %. Raises
+        `NvmlError` with `ERROR_NOT_SUPPORTED` on a MIG device or a GPU with
+        MIG enabled (NVML does not sample processes under MIG).
+        """
+        ...
+
 
 # --------------------------------------------------------------------------- device health events
 
@@ -249,5 +298,13 @@ class HealthEventSource(Protocol):
 
         A GPU that cannot be registered (old GPUs answer NOT_SUPPORTED) is
         skipped and logged by the backend; the set still covers the others.
+        """
+        ...
+
+    def gpu_recovery_action(self, uuid: str) -> int | None:
+        """The GPU's recovery action (`NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`, a
+        `codes.RECOVERY_ACTION_*` value), or None where the driver cannot report it
+        (before R565). `uuid` is a physical GPU's; raises `NvmlError` (e.g.
+        `ERROR_GPU_IS_LOST`) when the GPU does not answer.
         """
         ...

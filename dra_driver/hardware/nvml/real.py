@@ -51,6 +51,8 @@ from dra_driver.hardware.nvml.interface import (
     HealthEventKind,
     MigDeviceInfo,
     Placement,
+    ProcessMemory,
+    ProcessUtilization,
     SystemInfo,
 )
 from dra_driver.hardware.nvml.naming import ci_profile_offered, mig_profile_name
@@ -436,6 +438,95 @@ class RealNvml:
                 monitored.append(uuid)
             return RealHealthEventSet(self._lib, event_set, monitored)
 
+    def gpu_recovery_action(self, uuid: str) -> int | None:
+        """`NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` of a physical GPU (None before R565).
+
+        `nvmlDeviceGetFieldValues` fails only on the call's own return code;
+        the field's `nvmlReturn` and `valueType` are checked here, as NVIDIA's
+        driver does. NOT_SUPPORTED (an older driver) gives None.
+        """
+        with self._lock:
+            handle = self._handle(uuid)
+            values = self._call(
+                f"read the recovery action of {uuid}",
+                self._lib.nvmlDeviceGetFieldValues,
+                handle,
+                [codes.FI_DEV_GET_GPU_RECOVERY_ACTION],
+            )
+            value = values[0]
+            code = int(value.nvmlReturn)
+            if code == codes.ERROR_NOT_SUPPORTED:
+                return None
+            if code != codes.SUCCESS:
+                raise NvmlError(
+                    code,
+                    f"read the recovery action of {uuid}: "
+                    f"{codes.ERROR_STRINGS.get(code, f'NVML error {code}')}",
+                )
+            if int(value.valueType) != codes.VALUE_TYPE_UNSIGNED_INT:
+                raise NvmlError(
+                    codes.ERROR_UNKNOWN,
+                    f"read the recovery action of {uuid}: value type {int(value.valueType)}, "
+                    "expected unsigned int",
+                )
+            return int(value.value.uiVal)
+
+    # ---------------------------------------------------------------- per-process use
+
+    def running_compute_processes(self, uuid: str) -> list[ProcessMemory]:
+        with self._lock:
+            handle = self._device_handle(uuid)
+            compute = self._call_versioned(
+                f"list the compute processes of {uuid}",
+                self._lib.nvmlDeviceGetComputeRunningProcesses,
+                handle,
+            )
+            try:
+                mps = self._call_versioned(
+                    f"list the MPS client processes of {uuid}",
+                    self._lib.nvmlDeviceGetMPSComputeRunningProcesses,
+                    handle,
+                )
+            except NvmlError as exc:
+                if exc.code != codes.ERROR_NOT_SUPPORTED:  # pre-Volta GPUs have no MPS list
+                    raise
+                mps = []
+            found: dict[int, ProcessMemory] = {}
+            for process in [*compute, *mps]:
+                pid = int(process.pid)
+                raw = process.usedGpuMemory
+                used = None if raw is None else int(raw)
+                known = found.get(pid)
+                if known is None or known.used_memory_bytes is None:
+                    found[pid] = ProcessMemory(pid=pid, used_memory_bytes=used)
+            return sorted(found.values(), key=lambda p: p.pid)
+
+    def process_utilization(self, uuid: str, last_seen_us: int) -> list[ProcessUtilization]:
+        with self._lock:
+            handle = self._device_handle(uuid)
+            try:
+                samples = self._call(
+                    f"read the per-process utilization of {uuid}",
+                    self._lib.nvmlDeviceGetProcessUtilization,
+                    handle,
+                    int(last_seen_us),
+                )
+            except NvmlError as exc:
+                # NOT_FOUND: no sample since last_seen_us. pynvml raises NVMLError(SUCCESS)
+                # when NVML answers the sizing call with SUCCESS (no buffer needed).
+                if exc.code in (codes.ERROR_NOT_FOUND, codes.SUCCESS):
+                    return []
+                raise
+            return [
+                ProcessUtilization(
+                    pid=int(sample.pid),
+                    timestamp_us=int(sample.timeStamp),
+                    sm_percent=int(sample.smUtil),
+                    memory_percent=int(sample.memUtil),
+                )
+                for sample in samples
+            ]
+
     # ---------------------------------------------------------------- calling pynvml
 
     def _call(self, action: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -460,6 +551,19 @@ class RealNvml:
                 return None
             raise
 
+    def _call_versioned(self, action: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """`_call` for pynvml's unversioned wrappers, which raise NVMLLibraryMismatchError
+        (not an NVMLError) when the library lacks the versioned entry point."""
+        mismatch = getattr(self._lib, "NVMLLibraryMismatchError", None)
+        try:
+            return self._call(action, fn, *args)
+        except Exception as exc:
+            if mismatch is not None and isinstance(exc, mismatch):
+                raise NvmlError(
+                    codes.ERROR_NOT_SUPPORTED, f"{action}: the NVML library is too old: {exc}"
+                ) from exc
+            raise
+
     def _raise(self, exc: Any, action: str) -> NoReturn:
         code = int(getattr(exc, "value", codes.ERROR_UNKNOWN))
         raise NvmlError(code, f"{action}: {error_text(exc, code)}") from exc
@@ -477,6 +581,15 @@ class RealNvml:
         handle = self._call(f"look up GPU {uuid}", self._lib.nvmlDeviceGetHandleByUUID, uuid)
         self._handles[uuid] = handle
         return handle
+
+    def _device_handle(self, uuid: str) -> Any:
+        """The handle of a GPU (cached) or of a MIG device (`MIG-...`, looked up each time:
+        a MIG UUID names one instance's life, and NVML resolves it directly)."""
+        if uuid.startswith("MIG-"):
+            return self._call(
+                f"look up MIG device {uuid}", self._lib.nvmlDeviceGetHandleByUUID, uuid
+            )
+        return self._handle(uuid)
 
     def _forget(self, uuid: str) -> None:
         self._handles.pop(uuid, None)
@@ -774,9 +887,8 @@ class RealNvml:
 class RealHealthEventSet:
     """`HealthEventSet` over one NVML event set (`nvmlEventSetWait_v2`).
 
-    NVML reports no recovery: a GPU that had a critical Xid stays reported
-    until the plugin restarts (a new registration does not see old events),
-    which is what an admin does after resetting the GPU.
+    NVML sends no event when a GPU recovers: the health monitor polls
+    `RealNvml.gpu_recovery_action` for that.
     """
 
     def __init__(self, lib: ModuleType, event_set: Any, uuids: list[str]) -> None:

@@ -81,6 +81,7 @@ from dra_driver.errors import ConfigError, NvmlError
 from dra_driver.hardware.nvml import codes
 from dra_driver.hardware.nvml.interface import Placement
 from dra_driver.hardware.simulated import lookup, rules, views
+from dra_driver.hardware.simulated.boot import booted_node_state
 from dra_driver.hardware.simulated.latency import LATENCY_KEYS, check_latency, parse_latency
 from dra_driver.hardware.simulated.lookup import GpuRef
 from dra_driver.hardware.simulated.models import CiProfileSpec, GiProfileSpec
@@ -90,11 +91,12 @@ from dra_driver.hardware.simulated.state import (
     MAX_HEALTH_EVENTS,
     CiState,
     GiState,
+    GpuState,
     HealthEventState,
     NodeState,
+    WorkloadState,
     mig_uuid,
     new_boot_id,
-    new_node_state,
 )
 from dra_driver.hardware.simulated.store import StateStore
 from dra_driver.hardware.simulated.views import (
@@ -102,6 +104,7 @@ from dra_driver.hardware.simulated.views import (
     GpuFacts,
     GpuInstanceView,
     NodeSnapshot,
+    WorkloadView,
 )
 
 __all__ = ["LATENCY_KEYS", "GpuRef", "SimHardware", "parse_latency"]
@@ -136,7 +139,7 @@ class SimHardware:
                 raise ConfigError(
                     f"simulated hardware: {where} and no node shape was given to create it from"
                 )
-            return new_node_state(shape, node_name)
+            return booted_node_state(shape, node_name)
 
         def check(state: NodeState) -> None:
             held = tuple(g.model_key for g in state.gpus)
@@ -208,13 +211,14 @@ class SimHardware:
     def reset_gpu(self, gpu: GpuRef) -> None:
         with self._store.mutate() as st:
             g = lookup.find_gpu(st, gpu)
-            if g.busy:
+            if g.busy or _workloads_of(st, g):
                 raise NvmlError(codes.ERROR_IN_USE, f"{lookup.gpu_name(g)}: in use, cannot reset")
             lookup.power_cycle(g)
 
     def reboot(self) -> None:
         with self._store.mutate() as st:
             st.boot_id = new_boot_id()
+            st.workloads.clear()
             for g in st.gpus:
                 g.busy = False
                 lookup.power_cycle(g)
@@ -393,7 +397,15 @@ class SimHardware:
         with self._store.mutate() as st:
             g = lookup.mig_gpu(st, gpu)
             gi = lookup.find_gi(g, gi_id)
-            gi.cis.remove(lookup.find_ci(g, gi, ci_id))
+            ci = lookup.find_ci(g, gi, ci_id)
+            running = [w.pid for w in st.workloads if w.device_uuid == ci.uuid]
+            if running:
+                raise NvmlError(
+                    codes.ERROR_IN_USE,
+                    f"{lookup.gpu_name(g)}: compute instance {gi_id}/{ci_id} runs process(es) "
+                    f"{', '.join(map(str, running))}",
+                )
+            gi.cis.remove(ci)
 
     # -- MIG devices ---------------------------------------------------------
 
@@ -432,10 +444,31 @@ class SimHardware:
 
     # -- device health events ----------------------------------------------------
 
-    def inject_health_event(self, gpu: GpuRef, kind: str, xid: int | None = None) -> int:
-        """Queue a health event of `gpu` (what `dra-gpu sim health` does); returns its seq."""
+    def inject_health_event(
+        self,
+        gpu: GpuRef,
+        kind: str,
+        xid: int | None = None,
+        *,
+        recovery_action: int | None = None,
+    ) -> int:
+        """Queue a health event of `gpu` (what `dra-gpu sim health` does); returns its seq.
+
+        The GPU's recovery action follows, as the driver sets it: `recovery_action`
+        when given, else `rules.recovery_action_of(kind, xid)`; a lost GPU stops
+        answering; a "recovered" event clears both (a reset).
+        """
         with self._store.mutate() as st:
             g = lookup.find_gpu(st, gpu)
+            if kind == "recovered":
+                g.recovery_action, g.lost = codes.RECOVERY_ACTION_NONE, False
+            else:
+                action = recovery_action
+                if action is None:
+                    action = rules.recovery_action_of(kind, xid)
+                if g.recovery_action == codes.RECOVERY_ACTION_NONE:
+                    g.recovery_action = action
+                g.lost = g.lost or kind == "gpu-lost"
             st.health_seq += 1
             st.health_events.append(
                 HealthEventState(seq=st.health_seq, gpu_index=g.index, kind=kind, xid=xid)
@@ -449,6 +482,121 @@ class SimHardware:
             events = [(st.gpus[e.gpu_index].uuid, e) for e in st.health_events if e.seq > seq]
             return events, st.health_seq
 
+    # -- recovery action (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) -------------------
+
+    def recovery_action(self, gpu: GpuRef) -> int:
+        """What the driver asks for before the GPU can be used again (0: nothing).
+
+        NvmlError GPU_IS_LOST while the GPU is lost (fallen off the bus).
+        """
+        with self._store.read() as st:
+            g = lookup.find_gpu(st, gpu)
+            if g.lost:
+                raise NvmlError(codes.ERROR_GPU_IS_LOST, f"{lookup.gpu_name(g)}: GPU is lost")
+            return g.recovery_action
+
+    def need_recovery(self, gpu: GpuRef, action: int, *, lost: bool = False) -> None:
+        """Record a fault's recovery action; a pending action stays until the GPU is reset."""
+        with self._store.mutate() as st:
+            g = lookup.find_gpu(st, gpu)
+            if g.recovery_action == codes.RECOVERY_ACTION_NONE:
+                g.recovery_action = action
+            g.lost = g.lost or lost
+
+    def recover(self, gpu: GpuRef) -> None:
+        """The GPU was reset by the admin and answers again: no recovery action pending.
+
+        Unlike `reset_gpu` this keeps MIG instances and settings (a simulated
+        node has no processes to lose them for); its running workloads end.
+        """
+        with self._store.mutate() as st:
+            g = lookup.find_gpu(st, gpu)
+            g.recovery_action = codes.RECOVERY_ACTION_NONE
+            g.lost = False
+            ended = {w.pid for w in _workloads_of(st, g)}
+            st.workloads = [w for w in st.workloads if w.pid not in ended]
+
+    # -- workloads (simulated CUDA processes, `dra-gpu sim workload`) ------------
+
+    def workloads(self) -> list[WorkloadView]:
+        with self._store.read() as st:
+            return [views.workload_view(w) for w in st.workloads]
+
+    def run_workload(
+        self, device_uuid: str, pod_uid: str, *, sm_percent: int, memory_bytes: int
+    ) -> WorkloadView:
+        """Start a process of pod `pod_uid` on a GPU or MIG device, or change the one it runs.
+
+        The device must exist and hold the memory (a GPU with MIG on runs
+        processes only on its MIG devices); `sm_percent` is 0..100.
+        """
+        if not 0 <= sm_percent <= 100:
+            raise ConfigError(f"SM utilization {sm_percent}: expected 0 to 100 percent")
+        if memory_bytes < 0:
+            raise ConfigError(f"memory {memory_bytes}: must not be negative")
+        with self._store.mutate() as st:
+            capacity = _device_memory(st, device_uuid)
+            others = sum(
+                w.memory_bytes
+                for w in st.workloads
+                if w.device_uuid == device_uuid and w.pod_uid != pod_uid
+            )
+            if others + memory_bytes > capacity:
+                raise ConfigError(
+                    f"device {device_uuid}: out of memory ({memory_bytes} bytes asked, "
+                    f"{capacity - others} of {capacity} free)"
+                )
+            for w in st.workloads:
+                if w.device_uuid == device_uuid and w.pod_uid == pod_uid:
+                    w.sm_percent, w.memory_bytes = sm_percent, memory_bytes
+                    return views.workload_view(w)
+            workload = WorkloadState(
+                pid=st.next_pid,
+                device_uuid=device_uuid,
+                pod_uid=pod_uid,
+                sm_percent=sm_percent,
+                memory_bytes=memory_bytes,
+            )
+            st.next_pid += 1
+            st.workloads.append(workload)
+            return views.workload_view(workload)
+
+    def processes_on(self, device_uuid: str) -> list[WorkloadView]:
+        """What `nvmlDeviceGetComputeRunningProcesses` lists for a GPU or MIG device handle.
+
+        A GPU with MIG on answers for all of its MIG devices (NVML's aggregate
+        view); NOT_FOUND for an unknown UUID.
+        """
+        with self._store.read() as st:
+            uuids = _device_uuids(st, device_uuid)
+            return [views.workload_view(w) for w in st.workloads if w.device_uuid in uuids]
+
+    def utilization_samples(self, device_uuid: str) -> list[WorkloadView]:
+        """The processes `nvmlDeviceGetProcessUtilization` reports: those using SMs.
+
+        NOT_SUPPORTED on a MIG device and on a GPU with MIG on, as NVML says.
+        """
+        with self._store.read() as st:
+            if _under_mig(st, device_uuid):
+                raise NvmlError(
+                    codes.ERROR_NOT_SUPPORTED,
+                    f"{device_uuid}: per-process utilization is not supported with MIG",
+                )
+            return [
+                views.workload_view(w)
+                for w in st.workloads
+                if w.device_uuid == device_uuid and w.sm_percent > 0
+            ]
+
+    def stop_workload(self, device_uuid: str, pod_uid: str) -> int | None:
+        """End the process of `pod_uid` on the device; its pid, or None if none ran."""
+        with self._store.mutate() as st:
+            for w in st.workloads:
+                if w.device_uuid == device_uuid and w.pod_uid == pod_uid:
+                    st.workloads.remove(w)
+                    return w.pid
+        return None
+
     # -- helpers -------------------------------------------------------------
 
     def _delay(self, operation: str) -> None:
@@ -456,3 +604,46 @@ class SimHardware:
         seconds = self.latency.get(operation, 0.0)
         if seconds > 0:
             self._sleep(seconds)
+
+
+def _workloads_of(st: NodeState, g: GpuState) -> list[WorkloadState]:
+    """The workloads on GPU `g` or on one of its MIG devices."""
+    uuids = {g.uuid} | {ci.uuid for gi in g.gis for ci in gi.cis}
+    return [w for w in st.workloads if w.device_uuid in uuids]
+
+
+def _device_memory(st: NodeState, device_uuid: str) -> int:
+    """Memory of a GPU with MIG off, or of a MIG device; NOT_FOUND / ConfigError otherwise."""
+    for g in st.gpus:
+        if g.uuid == device_uuid:
+            if g.model.mig_capable and g.mig_current:
+                raise ConfigError(
+                    f"{lookup.gpu_name(g)}: MIG is enabled; processes run on its MIG devices"
+                )
+            return g.model.memory_bytes
+        for gi in g.gis:
+            for ci in gi.cis:
+                if ci.uuid == device_uuid:
+                    return lookup.find_gi_profile(g, gi.profile_id).memory_mib * 2**20
+    raise NvmlError(codes.ERROR_NOT_FOUND, f"no GPU or MIG device with UUID {device_uuid}")
+
+
+def _device_uuids(st: NodeState, device_uuid: str) -> set[str]:
+    """The device UUIDs a handle of `device_uuid` covers: itself, or a MIG-on GPU's MIG devices."""
+    for g in st.gpus:
+        if g.uuid == device_uuid:
+            if g.model.mig_capable and g.mig_current:
+                return {ci.uuid for gi in g.gis for ci in gi.cis} or {"-"}
+            return {g.uuid}
+        if any(ci.uuid == device_uuid for gi in g.gis for ci in gi.cis):
+            return {device_uuid}
+    raise NvmlError(codes.ERROR_NOT_FOUND, f"no GPU or MIG device with UUID {device_uuid}")
+
+
+def _under_mig(st: NodeState, device_uuid: str) -> bool:
+    """Whether `device_uuid` is a MIG device or a GPU with MIG on (NOT_FOUND if neither exists)."""
+    _device_uuids(st, device_uuid)
+    for g in st.gpus:
+        if g.uuid == device_uuid:
+            return g.model.mig_capable and g.mig_current
+    return True

@@ -106,6 +106,8 @@ def power_cycle(g: GpuState) -> None:
     g.gis.clear()
     g.compute_mode = "DEFAULT"
     g.time_slice = 0
+    g.recovery_action = 0
+    g.lost = False
     if not g.model.mig_capable:
         return
     if g.model.mig_toggle_supported:

@@ -7,6 +7,19 @@ which took them from real `nvidia-smi` output; the GI profile rows use the
 compact §7 notation `id:name:inst:MiB:SM:CE:DEC:ENC:JPG:OFA[:{starts}/size]`
 verbatim so they can be checked against the reference by eye. The record
 types and the derivation of compute-instance profiles live in `specs`.
+
+Where no real output exists, nothing is made up. B200 and GB200 are
+simulated with the profiles `nvidia-smi mig -lgip` was seen to print
+(1g, 1g+me, the two-slice 1g and 2g); NVIDIA's MIG user guide (Supported MIG
+Profiles, B200 table) names their 3g, 4g and 7g profiles but gives only
+fractions of memory and SMs, so those profiles are listed in
+`GpuModel.unverified_profiles` and not offered: a simulated B200 cannot
+create a 3g.90gb instance, and says why. The GB200's full-GPU SM count is
+not known either (`multiprocessors` is None). Two models are left out on
+purpose: the GH200 144 GB (its total memory and
+its 3g/4g/7g rows were never seen in real output) and the H20 (no
+`nvidia-smi` MIG table or device totals were found; the user guide lists
+it only as "H20, 96GB, 7 instances").
 """
 
 from __future__ import annotations
@@ -99,12 +112,13 @@ def _model(
     arch: int,
     cc: tuple[int, int],
     memory_mib: int,
-    sms: int,
+    sms: int | None,
     slots: int = 0,
     compute_slices: int = 0,
     rows: tuple[str, ...] = (),
     enums: Mapping[int, int] = MappingProxyType({}),
     pci_domain: int = 0,
+    unverified: tuple[str, ...] = (),
 ) -> GpuModel:
     gis = _gi_rows(rows, enums)
     memory_bytes = memory_mib * 2**20
@@ -129,6 +143,7 @@ def _model(
         pci_domain=pci_domain,
         gi_profiles=gis,
         ci_profiles=MappingProxyType(cis),
+        unverified_profiles=unverified,
     )
 
 
@@ -204,6 +219,24 @@ _H200_ROWS = (
     "5:4g.71gb:1:71168:64:4:4:0:4:0",
     "0:7g.141gb:1:143104:132:8:7:0:7:1",
 )
+# §2.9 / §7: B200, the rows real `nvidia-smi mig -lgip` printed (mig-parted #166, gpu-operator
+# #1242, driver 570-era "22.00 GiB" set). The user guide's B200 table (Supported MIG Profiles)
+# agrees on names, instance counts and memory fractions (1/8, 1/8, 2/8, 2/8 of 8 slots).
+_B200_ROWS = (
+    "19:1g.23gb:7:22528:18:2:1:0:1:0",
+    "20:1g.23gb+me:1:22528:18:2:1:0:1:1",
+    "15:1g.45gb:4:45312:30:2:1:0:1:0",
+    "14:2g.45gb:3:45312:36:4:2:0:2:0",
+)
+_B200_UNVERIFIED = ("3g.90gb", "4g.90gb", "7g.180gb")  # user guide: names and fractions only
+# §2.10 / §7: GB200 (mig-parted #227, gpu-operator #1303; the later "1g.23gb" driver)
+_GB200_ROWS = (
+    "19:1g.23gb:7:22528:18:2:1:0:1:0",
+    "20:1g.23gb+me:1:22528:18:2:1:0:1:1",
+    "15:1g.47gb:4:46592:32:2:1:0:1:0",
+    "14:2g.47gb:3:46592:38:4:2:0:2:0",
+)
+_GB200_UNVERIFIED = ("3g.93gb", "4g.93gb", "7g.186gb")  # mig-parted config names only (§2.10)
 # §2.1 / §7 (driver 535.183.01)
 _A30_ROWS = (
     "14:1g.6gb:4:5952:14:1:1:0:0:0:{0,1,2,3}/1",
@@ -251,6 +284,13 @@ _MODELS: tuple[GpuModel, ...] = (
            pci_domain=0x0009),
     _model("H200", "NVIDIA H200", 0x2335, arch=_HOPPER, cc=(9, 0),
            memory_mib=143771, sms=132, slots=8, compute_slices=7, rows=_H200_ROWS),
+    # Blackwell B200 / GB200: §3 table (names, device ids, totals, SMs), §2.9-2.10 MIG rows; the
+    # 8-slot grid (§1: "Grid sizes: 8 on ... B200, GB200"). GB200 SMs: unverified (None).
+    _model("B200", "NVIDIA B200", 0x2901, arch=_BLACKWELL, cc=(10, 0), memory_mib=183359,
+           sms=148, slots=8, compute_slices=7, rows=_B200_ROWS, unverified=_B200_UNVERIFIED),
+    _model("GB200", "NVIDIA GB200", 0x2941, arch=_BLACKWELL, cc=(10, 0), memory_mib=189471,
+           sms=None, slots=8, compute_slices=7, rows=_GB200_ROWS, pci_domain=0x0008,
+           unverified=_GB200_UNVERIFIED),
     # Blackwell: §2.12 / §3 (a 12-unit placement grid, 4 compute slices)
     _model("RTX-PRO-6000-BW-SERVER", "NVIDIA RTX PRO 6000 Blackwell Server Edition", 0x2BB5,
            arch=_BLACKWELL, cc=(12, 0), memory_mib=97887, sms=188,

@@ -10,6 +10,10 @@ Protocol choices where NVML itself would raise: a GPU without MIG, or with MIG
 off, has no GPU instances, compute instances or MIG devices (empty lists);
 `gpu_instance_profiles` answers with MIG on or off, like NVML's v1 call.
 
+Per-process use: the workloads of `dra-gpu sim workload` are the compute
+processes; utilization samples exist only for those using SMs (an empty
+list is NVML's NOT_FOUND), and MIG answers NOT_SUPPORTED, as on hardware.
+
 Health events: `health_events` registers like `nvmlEventSetCreate` +
 `nvmlDeviceRegisterEvents`: only events injected after the registration
 (`SimHardware.inject_health_event`, from `dra-gpu sim health`, possibly in
@@ -33,6 +37,8 @@ from dra_driver.hardware.nvml.interface import (
     HealthEventKind,
     MigDeviceInfo,
     Placement,
+    ProcessMemory,
+    ProcessUtilization,
     SystemInfo,
 )
 from dra_driver.hardware.simulated.hardware import SimHardware
@@ -148,6 +154,28 @@ class SimNvml:
 
     def destroy_gpu_instance(self, uuid: str, gpu_instance_id: int) -> None:
         self.hw.destroy_gpu_instance(uuid, gpu_instance_id)
+
+    def gpu_recovery_action(self, uuid: str) -> int | None:
+        return self.hw.recovery_action(uuid)
+
+    def running_compute_processes(self, uuid: str) -> list[ProcessMemory]:
+        return [
+            ProcessMemory(pid=w.pid, used_memory_bytes=w.memory_bytes)
+            for w in self.hw.processes_on(uuid)
+        ]
+
+    def process_utilization(self, uuid: str, last_seen_us: int) -> list[ProcessUtilization]:
+        """Each SM-using process's current percentage, stamped now (one sample period)."""
+        samples = self.hw.utilization_samples(uuid)
+        now_us = time.time_ns() // 1000
+        if now_us <= last_seen_us:
+            return []
+        return [
+            ProcessUtilization(
+                pid=w.pid, timestamp_us=now_us, sm_percent=w.sm_percent, memory_percent=0
+            )
+            for w in samples
+        ]
 
 
 def _snapshot_of(hw: SimHardware, uuid: str) -> NodeSnapshot:

@@ -1,9 +1,11 @@
 """A fake `/proc` tree that mirrors the simulated hardware.
 
-The kubelet plugin reads three things from procfs that NVML does not tell it:
+The kubelet plugin reads four things from procfs that NVML does not tell it:
 the dynamic majors in `/proc/devices`, the MIG capability minors under
 `/proc/driver/nvidia/capabilities/` (and the static table of every possible
-one in `/proc/driver/nvidia-caps/mig-minors`), and the boot id. `dra_driver.node.host`
+one in `/proc/driver/nvidia-caps/mig-minors`), the boot id, and which pod a GPU
+process belongs to (`/proc/<pid>/cgroup` of each simulated workload, as a
+cgroup v2 node with the systemd driver, kubeadm's default, shows it). `dra_driver.node.host`
 reads them below a configurable root, so the simulator writes the same files,
 in the same formats as the kernel module, below its own root and keeps them in
 step with the instances that exist (files appear on create and disappear on
@@ -13,6 +15,7 @@ destroy). Writes are atomic so a concurrent reader never sees half a file.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from pathlib import Path
 
 from dra_driver.errors import ConfigError
@@ -84,6 +87,16 @@ def render_mig_minors() -> str:
 _MIG_MINORS = render_mig_minors()
 
 
+def render_cgroup(pod_uid: str, pid: int) -> str:
+    """`/proc/<pid>/cgroup` of a container process of a Burstable pod, cgroup v2, systemd driver."""
+    container = hashlib.sha256(f"{pod_uid}/{pid}".encode()).hexdigest()
+    pod = pod_uid.replace("-", "_")
+    return (
+        "0::/kubepods.slice/kubepods-burstable.slice/"
+        f"kubepods-burstable-pod{pod}.slice/cri-containerd-{container}.scope\n"
+    )
+
+
 def render_cap(minor: int, mode: int) -> str:
     """A capability `access` file of the nvidia kernel module."""
     return f"DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n"
@@ -114,6 +127,10 @@ class ProcTree:
                 for ci in gi.cis:
                     minor = rules.ci_cap_minor(gpu.minor, gi.id, ci.id)
                     files[gi_dir / f"ci{ci.id}" / "access"] = render_cap(minor, CAP_MODE)
+        for workload in state.workloads:
+            files[self.root / str(workload.pid) / "cgroup"] = render_cgroup(
+                workload.pod_uid, workload.pid
+            )
         return files
 
     def sync(self, state: NodeState) -> None:
@@ -142,15 +159,27 @@ class ProcTree:
             atomic_write(path, data, mode=0o444)
 
     def _instance_files(self) -> list[Path]:
+        """The files that come and go with instances and workloads."""
+        found = [p / "cgroup" for p in self._process_dirs() if (p / "cgroup").exists()]
         if not self.caps.is_dir():
-            return []
+            return found
         pattern = "gpu*/mig/gi*"
-        found = [p / "access" for p in self.caps.glob(pattern) if (p / "access").exists()]
+        found += [p / "access" for p in self.caps.glob(pattern) if (p / "access").exists()]
         found += [p / "access" for p in self.caps.glob(pattern + "/ci*") if (p / "access").exists()]
         return found
 
+    def _process_dirs(self) -> list[Path]:
+        if not self.root.is_dir():
+            return []
+        return [p for p in self.root.iterdir() if p.name.isdigit() and p.is_dir()]
+
     def _prune(self, directory: Path) -> None:
-        """Remove `directory` and its emptied parents up to the `mig` directory."""
+        """Remove `directory` and its emptied parents up to the `mig` directory (or a
+        process directory, whose parent is the root)."""
+        if directory.parent == self.root:
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+            return
         while directory.name != "mig" and directory != self.caps:
             with contextlib.suppress(OSError):  # not empty, or already gone
                 directory.rmdir()

@@ -12,7 +12,7 @@ No I/O here: `SimHardware` calls these under its lock.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from dra_driver.errors import NvmlError
 from dra_driver.hardware.nvml import codes
@@ -44,36 +44,75 @@ def gi_placement(gi: GiState) -> Placement:
     return Placement(gi.start, gi.size)
 
 
-def _media_conflict(model: GpuModel, gis: list[GiState], profile: GiProfileSpec) -> str | None:
+def _gpu_instance(gi: GiState) -> str:
+    return f"GPU instance {gi.id}"
+
+
+def _media_conflict(
+    model: GpuModel,
+    gis: list[GiState],
+    profile: GiProfileSpec,
+    label: Callable[[GiState], str] = _gpu_instance,
+) -> str | None:
     enums = []
     for gi in gis:
         existing = model.gi_profile_by_id(gi.profile_id)
         if existing is not None:
-            enums.append((gi.id, existing.enum))
-    for gi_id, enum in enums:
+            enums.append((gi, existing.enum))
+    for gi, enum in enums:
         if profile.enum in _REV1_ENUMS and enum in _REV1_ENUMS:
-            return f"GI {gi_id} already holds the media extensions (+me)"
+            return f"{label(gi)} already holds the media extensions (+me)"
         if enum in _ALL_ME_ENUMS and profile.enum not in _NO_ME_ENUMS:
-            return f"GI {gi_id} holds all media engines (+me.all); only -me profiles fit"
+            return f"{label(gi)} holds all media engines (+me.all); only -me profiles fit"
         if profile.enum in _ALL_ME_ENUMS and enum not in _NO_ME_ENUMS:
-            return f"+me.all needs every other GI to be -me, but GI {gi_id} is not"
+            return f"+me.all needs every other GPU instance to be -me, but {label(gi)} is not"
     return None
 
 
 def _gi_refusal(
-    model: GpuModel, gis: list[GiState], profile: GiProfileSpec, placement: Placement
+    model: GpuModel,
+    gis: list[GiState],
+    profile: GiProfileSpec,
+    placement: Placement,
+    label: Callable[[GiState], str] = _gpu_instance,
 ) -> str | None:
     """Why a listed placement cannot take a new GI now (None: it can)."""
     for gi in gis:
         if gi_placement(gi).overlaps(placement):
             return (
-                f"placement {placement.start}:{placement.size} overlaps GPU instance {gi.id} "
+                f"placement {placement.start}:{placement.size} overlaps {label(gi)} "
                 f"at {gi.start}:{gi.size}"
             )
     count = sum(1 for gi in gis if gi.profile_id == profile.id)
     if count >= profile.instance_count:
         return f"profile {profile.name} already has its {profile.instance_count} instance(s)"
-    return _media_conflict(model, gis, profile)
+    return _media_conflict(model, gis, profile, label)
+
+
+def layout_problem(
+    model: GpuModel,
+    wanted: Sequence[tuple[GiProfileSpec, Placement]],
+    label: Callable[[int], str] = lambda index: f"entry {index}",
+) -> tuple[int, str] | None:
+    """The first GPU instance of `wanted` NVML would refuse to create after the ones
+    before it, and why (`(index, reason)`); None when the whole layout can be made.
+
+    For GPU layouts given as data (a shape's admin-made MIG devices): the same
+    checks as `check_gi_create`, with the other entries named by `label(index)`.
+    """
+    gis: list[GiState] = []
+    for index, (profile, placement) in enumerate(wanted):
+        if placement not in profile.placements:
+            starts = ", ".join(str(p.start) for p in profile.placements)
+            return index, (
+                f"{placement.start} is not a placement of {profile.name} on {model.key} "
+                f"(placements: {starts})"
+            )
+        reason = _gi_refusal(model, gis, profile, placement, lambda gi: label(gi.id))
+        if reason is not None:
+            return index, reason
+        gis.append(GiState(index, profile.id, placement.start, placement.size))
+    return None
 
 
 def check_gi_create(gpu: GpuState, profile: GiProfileSpec, placement: Placement) -> None:
@@ -172,3 +211,21 @@ def ci_remaining_capacity(
             return added
         used.append((start, ci_profile.slice_count, ci_profile.id))
         added += 1
+
+
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+"""Xids an application causes (NVIDIA's Xid catalogue): the driver asks for no recovery."""
+
+
+def recovery_action_of(kind: str, xid: int | None) -> int:
+    """The recovery action the driver reports after a health event of `kind`.
+
+    The simulator's choice, from NVIDIA's Xid catalogue: application Xids
+    need nothing; every other Xid, a double-bit ECC error and a lost GPU need
+    a GPU reset.
+    """
+    if kind == "xid" and xid in APPLICATION_XIDS:
+        return codes.RECOVERY_ACTION_NONE
+    if kind in ("xid", "double-bit-ecc", "gpu-lost"):
+        return codes.RECOVERY_ACTION_GPU_RESET
+    return codes.RECOVERY_ACTION_NONE

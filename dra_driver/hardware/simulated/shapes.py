@@ -11,13 +11,25 @@ YAML file:
       - model: A100-SXM4-40GB     # a key of `models.MODELS` or the product name
         migEnabled: true          # optional (default false): MIG mode at boot
         count: 2                  # optional (default 1)
+        migDevices:               # optional: MIG devices an admin made (mig-parted),
+          - {profile: 3g.20gb, placement: 4}   # on each GPU of the entry; implies
+          - {profile: 2g.10gb, placement: 0}   # migEnabled: true
       - model: L4
 
-Built-in shapes boot Ampere MIG nodes with MIG already on (on Ampere the mode
-needs a reset to change, so a node meant for MIG has it set), and every other
-node with MIG off (Hopper turns it on at once when asked). Driver/CUDA pairs
-are real observed ones (`gpu-mig-nvml.md` §3). PCI bus ids are DGX-like
-layouts; GPUs are paired behind PCIe roots and split across two NUMA nodes.
+`migDevices` are checked against the model's placement table the way NVML
+checks a create (a listed placement, no overlap, the profile's instance
+count, one `+me` at a time), so a shape cannot describe a GPU that real
+hardware could not be partitioned into. Each becomes a GPU instance with the
+compute instance that fills it, as `nvidia-smi mig -cgi <profile> -C` makes.
+
+Built-in shapes that boot with MIG on: `dgx-a100-40gb` and `a30-node` (on
+Ampere the mode needs a reset to change, so a node meant for MIG has it set),
+with no MIG devices: the plugin without `--dynamic-mig` publishes nothing for
+them until an admin creates some (a shape file with `migDevices` describes
+that). Every other shape boots with MIG off (Hopper and Blackwell switch it
+on at once when asked). Driver/CUDA pairs are real observed ones
+(`gpu-mig-nvml.md` §3). PCI bus ids are DGX-like layouts; GPUs are paired
+behind PCIe roots and split across two NUMA nodes.
 """
 
 from __future__ import annotations
@@ -29,17 +41,29 @@ from types import MappingProxyType
 from typing import Any
 
 from dra_driver.errors import ConfigError, yaml_problem
-from dra_driver.hardware.simulated.models import MODELS, GpuModel, find_model
+from dra_driver.hardware.nvml.interface import Placement
+from dra_driver.hardware.simulated import rules
+from dra_driver.hardware.simulated.models import MODELS, GiProfileSpec, GpuModel, find_model
 from dra_driver.kube import yaml_io
 
 MAX_GPUS = 32  # the MIG capability minors cover gpu0..gpu31 (§5)
-DEFAULT_DRIVER = ("570.172.08", 12080)  # R570 -> CUDA 12.8 (§3)
+DEFAULT_DRIVER = ("570.172.08", 12080)  # R570 -> CUDA 12.8 (§3); also seen on B200
 _AMPERE_DRIVER = ("550.54.15", 12040)  # R550 -> CUDA 12.4, seen on A100 (§3)
 _A30_DRIVER = ("535.183.01", 12020)  # R535 -> CUDA 12.2, seen on A30 (§2.1)
+_GB200_DRIVER = ("580.95.05", 13000)  # R580 -> CUDA 13.0, seen on GB200 (§3)
+_GH200_DRIVER = ("550.127.05", 12040)  # R550 -> CUDA 12.4, seen on GH200 96GB (§3)
 
 _DGX_A100_BUSES = (0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD)
 _DGX_H100_BUSES = (0x1B, 0x43, 0x52, 0x61, 0x9D, 0xC3, 0xD1, 0xDF)
 _GENERIC_BUSES = (0x18, 0x3B, 0x5E, 0x86, 0xAF, 0xD8)
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """A MIG device an admin created before the node (re)booted: GI profile and placement."""
+
+    profile: GiProfileSpec
+    placement: Placement
 
 
 @dataclass(frozen=True)
@@ -51,6 +75,7 @@ class ShapeGpu:
     pci_bus_id: str  # normalized "0000:18:00.0"
     numa_node: int
     pcie_root: str  # "pci0000:10"
+    mig_devices: tuple[MigDevice, ...] = ()  # in creation order
 
 
 @dataclass(frozen=True)
@@ -67,28 +92,43 @@ class NodeShape:
         return tuple(g.model.key for g in self.gpus)
 
 
+@dataclass(frozen=True)
+class _Group:
+    """`count` GPUs of one model, MIG mode and admin-made MIG devices."""
+
+    model: GpuModel
+    mig_enabled: bool
+    count: int
+    mig_devices: tuple[MigDevice, ...] = ()
+
+
 def _layout(
     name: str,
-    groups: list[tuple[GpuModel, bool, int]],
+    groups: list[_Group],
     driver: tuple[str, int],
     buses: tuple[int, ...] = _GENERIC_BUSES,
 ) -> NodeShape:
-    """Lay out `(model, mig_enabled, count)` groups on PCI buses, roots and NUMA nodes."""
-    flat = [(model, mig) for model, mig, count in groups for _ in range(count)]
+    """Lay out the groups on PCI buses, roots and NUMA nodes."""
+    flat = [group for group in groups for _ in range(group.count)]
     n = len(flat)
-    all_buses = list(buses) + [b for b in range(0x01, 0x100) if b not in buses]
+    # More GPUs than listed buses: the next free buses above the listed ones, so that
+    # PCI order (the order devices are published in) stays the NVML index order.
+    above = list(range(max(buses) + 1, 0x100))
+    all_buses = list(buses) + above + [b for b in range(0x01, max(buses)) if b not in buses]
     gpus = []
-    for i, (model, mig) in enumerate(flat):
+    for i, group in enumerate(flat):
+        model = group.model
         domain = model.pci_domain
         bus = all_buses[i]
         root_bus = all_buses[i - i % 2] & 0xF0
         gpus.append(
             ShapeGpu(
                 model=model,
-                mig_enabled=mig,
+                mig_enabled=group.mig_enabled,
                 pci_bus_id=f"{domain:04x}:{bus:02x}:00.0",
                 numa_node=i * 2 // n,
                 pcie_root=f"pci{domain:04x}:{root_bus:02x}",
+                mig_devices=group.mig_devices,
             )
         )
     return NodeShape(name, tuple(gpus), driver[0], driver[1])
@@ -97,15 +137,28 @@ def _layout(
 def _builtin() -> Mapping[str, NodeShape]:
     m = MODELS
     shapes = [
-        _layout("dgx-a100-40gb", [(m["A100-SXM4-40GB"], True, 8)], _AMPERE_DRIVER, _DGX_A100_BUSES),
         _layout(
-            "dgx-a100-80gb", [(m["A100-SXM4-80GB"], False, 8)], _AMPERE_DRIVER, _DGX_A100_BUSES
+            "dgx-a100-40gb", [_Group(m["A100-SXM4-40GB"], True, 8)], _AMPERE_DRIVER, _DGX_A100_BUSES
         ),
-        _layout("dgx-h100", [(m["H100-SXM5-80GB"], False, 8)], DEFAULT_DRIVER, _DGX_H100_BUSES),
-        _layout("dgx-h200", [(m["H200"], False, 8)], DEFAULT_DRIVER, _DGX_H100_BUSES),
-        _layout("a30-node", [(m["A30"], True, 4)], _A30_DRIVER),
-        _layout("l4-node", [(m["L4"], False, 4)], DEFAULT_DRIVER),
-        _layout("h100-pcie-node", [(m["H100-PCIE"], False, 2)], DEFAULT_DRIVER),
+        _layout(
+            "dgx-a100-80gb",
+            [_Group(m["A100-SXM4-80GB"], False, 8)],
+            _AMPERE_DRIVER,
+            _DGX_A100_BUSES,
+        ),
+        _layout(
+            "dgx-h100", [_Group(m["H100-SXM5-80GB"], False, 8)], DEFAULT_DRIVER, _DGX_H100_BUSES
+        ),
+        _layout("dgx-h200", [_Group(m["H200"], False, 8)], DEFAULT_DRIVER, _DGX_H100_BUSES),
+        # DGX B200: eight B200 on an HGX board laid out like the DGX H100's (bus ids assumed).
+        _layout("dgx-b200", [_Group(m["B200"], False, 8)], DEFAULT_DRIVER, _DGX_H100_BUSES),
+        # A GB200 compute tray: four GB200 GPUs (PCI domain 0x0008, §3).
+        _layout("gb200-node", [_Group(m["GB200"], False, 4)], _GB200_DRIVER),
+        # Two GH200 96GB superchips (PCI domain 0x0009, §3), as in NVIDIA's MIG 1g.12gb spec.
+        _layout("gh200-node", [_Group(m["GH200-96GB"], False, 2)], _GH200_DRIVER),
+        _layout("a30-node", [_Group(m["A30"], True, 4)], _A30_DRIVER),
+        _layout("l4-node", [_Group(m["L4"], False, 4)], DEFAULT_DRIVER),
+        _layout("h100-pcie-node", [_Group(m["H100-PCIE"], False, 2)], DEFAULT_DRIVER),
     ]
     return MappingProxyType({s.name: s for s in shapes})
 
@@ -127,7 +180,8 @@ def load_shape(spec: str) -> NodeShape:
 
 
 _TOP_KEYS = {"driverVersion", "cudaDriverVersion", "gpus"}
-_GPU_KEYS = {"model", "migEnabled", "count"}
+_GPU_KEYS = {"model", "migEnabled", "count", "migDevices"}
+_MIG_DEVICE_KEYS = {"profile", "placement"}
 
 
 def load_shape_file(path: Path) -> NodeShape:
@@ -156,13 +210,13 @@ def load_shape_file(path: Path) -> NodeShape:
     if not isinstance(entries, list) or not entries:
         raise ConfigError(f"shape file {path}: gpus must be a non-empty list")
     groups = [_gpu_group(path, i, entry) for i, entry in enumerate(entries)]
-    total = sum(count for _, _, count in groups)
+    total = sum(group.count for group in groups)
     if total > MAX_GPUS:
         raise ConfigError(f"shape file {path}: gpus: {total} GPUs, at most {MAX_GPUS} supported")
     return _layout(str(path), groups, (driver, cuda))
 
 
-def _gpu_group(path: Path, i: int, entry: Any) -> tuple[GpuModel, bool, int]:
+def _gpu_group(path: Path, i: int, entry: Any) -> _Group:
     where = f"shape file {path}: gpus[{i}]"
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: must be a mapping with a 'model' key")
@@ -173,15 +227,57 @@ def _gpu_group(path: Path, i: int, entry: Any) -> tuple[GpuModel, bool, int]:
     model = find_model(name)
     if model is None:
         raise ConfigError(f"{where}.model: unknown GPU model {name!r} (known: {', '.join(MODELS)})")
-    mig = entry.get("migEnabled", False)
+    devices = _mig_devices(where, model, entry.get("migDevices", []))
+    mig = entry.get("migEnabled", bool(devices))
     if not isinstance(mig, bool):
         raise ConfigError(f"{where}.migEnabled: must be true or false, got {mig!r}")
     if mig and not model.mig_capable:
         raise ConfigError(f"{where}.migEnabled: {model.key} does not support MIG")
+    if devices and not mig:
+        raise ConfigError(f"{where}.migEnabled: false, but migDevices need MIG mode on")
     count = entry.get("count", 1)
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ConfigError(f"{where}.count: must be a positive integer, got {count!r}")
-    return model, mig, count
+    return _Group(model, mig, count, devices)
+
+
+def _mig_devices(where: str, model: GpuModel, entries: Any) -> tuple[MigDevice, ...]:
+    """`migDevices`, checked against the model's profiles and placement table."""
+    if not isinstance(entries, list):
+        raise ConfigError(f"{where}.migDevices: must be a list of {{profile, placement}}")
+    if entries and not model.mig_capable:
+        raise ConfigError(f"{where}.migDevices: {model.key} does not support MIG")
+    devices: list[MigDevice] = []
+    for j, entry in enumerate(entries):
+        at = f"{where}.migDevices[{j}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{at}: must be a mapping with profile and placement")
+        _no_unknown_keys(entry, _MIG_DEVICE_KEYS, at)
+        name = entry.get("profile")
+        profile = next((p for p in model.gi_profiles if p.name == name), None)
+        if profile is None:
+            known = ", ".join(p.name for p in model.gi_profiles)
+            unverified = (
+                f"; {', '.join(model.unverified_profiles)} exist on real hardware but are not "
+                "simulated (their sizes are unverified)"
+                if model.unverified_profiles
+                else ""
+            )
+            raise ConfigError(
+                f"{at}.profile: {model.key} has no MIG profile {name!r} (profiles: {known}"
+                f"{unverified})"
+            )
+        start = entry.get("placement")
+        if isinstance(start, bool) or not isinstance(start, int):
+            raise ConfigError(f"{at}.placement: must be the placement's start slice, got {start!r}")
+        devices.append(MigDevice(profile, Placement(start, profile.memory_slice_count)))
+    problem = rules.layout_problem(
+        model, [(d.profile, d.placement) for d in devices], lambda j: f"migDevices[{j}]"
+    )
+    if problem is not None:
+        index, reason = problem
+        raise ConfigError(f"{where}.migDevices[{index}]: {reason}")
+    return tuple(devices)
 
 
 def _no_unknown_keys(doc: dict[Any, Any], allowed: set[str], where: str) -> None:

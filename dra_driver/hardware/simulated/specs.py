@@ -87,7 +87,7 @@ class GpuModel:
     architecture_id: int  # nvmlDeviceGetArchitecture
     compute_capability: tuple[int, int]
     memory_mib: int  # nvidia-smi "Memory-Usage" total; memory.total = MiB * 2**20
-    multiprocessors: int
+    multiprocessors: int | None  # None: not seen in real output (never made up)
     brand_id: int = BRAND_NVIDIA
     memory_slices: int = 0  # placement grid size; 0 = not MIG-capable
     compute_slices: int = 0
@@ -96,6 +96,9 @@ class GpuModel:
     ci_profiles: Mapping[int, tuple[CiProfileSpec, ...]] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, hash=False
     )  # by GI profile id
+    # Profiles NVIDIA documents for this model whose numbers were never seen in real output:
+    # not simulated (an instance of them cannot be created), named so tools can say so.
+    unverified_profiles: tuple[str, ...] = ()
 
     @property
     def mig_capable(self) -> bool:

@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dra_driver.errors import ConfigError
 from dra_driver.hardware.simulated.models import MODELS, GpuModel
-from dra_driver.hardware.simulated.shapes import NodeShape
+
+if TYPE_CHECKING:
+    from dra_driver.hardware.simulated.shapes import NodeShape
 
 STATE_VERSION = 1
 _UUID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/dra-gpu/sim")
@@ -63,6 +65,8 @@ class GpuState:
     gis: list[GiState] = field(default_factory=list)
     compute_mode: str = "DEFAULT"  # nvidia-smi -c: DEFAULT, EXCLUSIVE_PROCESS, PROHIBITED
     time_slice: int = 0  # nvidia-smi compute-policy --set-timeslice: 0 Default .. 3 Long
+    recovery_action: int = 0  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; 0 = none needed
+    lost: bool = False  # fallen off the bus: NVML answers GPU_IS_LOST until a reset
 
     @property
     def model(self) -> GpuModel:
@@ -83,6 +87,24 @@ class HealthEventState:
     xid: int | None = None
 
 
+@dataclass
+class WorkloadState:
+    """A simulated CUDA process (`dra-gpu sim workload`) on a GPU or MIG device.
+
+    `pid` is a host pid of the simulated node (its fake `/proc/<pid>/cgroup`
+    names the pod); `device_uuid` is the `GPU-...` or `MIG-...` it runs on.
+    """
+
+    pid: int
+    device_uuid: str
+    pod_uid: str
+    sm_percent: int
+    memory_bytes: int
+
+
+FIRST_WORKLOAD_PID = 40001
+"""Simulated workload pids start here, far from the plugin's real children."""
+
 MAX_HEALTH_EVENTS = 256
 """Injected events kept in the state file; older ones are dropped (readers keep up)."""
 
@@ -100,6 +122,8 @@ class NodeState:
     gpus: list[GpuState]
     health_seq: int = 0  # seq of the last injected health event
     health_events: list[HealthEventState] = field(default_factory=list)
+    workloads: list[WorkloadState] = field(default_factory=list)
+    next_pid: int = FIRST_WORKLOAD_PID
 
 
 def gpu_uuid(node_name: str, index: int) -> str:
@@ -189,6 +213,18 @@ def _node(doc: Any) -> NodeState:
         # Optional: state files written before health events existed have none.
         health_seq=_get(doc, "health_seq", int) if "health_seq" in doc else 0,
         health_events=[_health_event(e) for e in _optional_list(doc, "health_events")],
+        workloads=[_workload(w) for w in _optional_list(doc, "workloads")],
+        next_pid=_get(doc, "next_pid", int) if "next_pid" in doc else FIRST_WORKLOAD_PID,
+    )
+
+
+def _workload(doc: Any) -> WorkloadState:
+    return WorkloadState(
+        pid=_get(doc, "pid", int),
+        device_uuid=_get(doc, "device_uuid", str),
+        pod_uid=_get(doc, "pod_uid", str),
+        sm_percent=_get(doc, "sm_percent", int),
+        memory_bytes=_get(doc, "memory_bytes", int),
     )
 
 
@@ -237,6 +273,8 @@ def _gpu(doc: Any) -> GpuState:
         # Added later: state files written before have the power-on defaults.
         compute_mode=_get(doc, "compute_mode", str) if "compute_mode" in doc else "DEFAULT",
         time_slice=_get(doc, "time_slice", int) if "time_slice" in doc else 0,
+        recovery_action=_get(doc, "recovery_action", int) if "recovery_action" in doc else 0,
+        lost=_get(doc, "lost", bool) if "lost" in doc else False,
     )
     for gi in gpu.gis:
         if gpu.model.gi_profile_by_id(gi.profile_id) is None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from dra_driver.hardware.nvml.interface import Placement
 from dra_driver.hardware.simulated import rules
 from dra_driver.hardware.simulated.models import CiProfileSpec, GiProfileSpec, GpuModel
-from dra_driver.hardware.simulated.state import GiState, GpuState, NodeState
+from dra_driver.hardware.simulated.state import GiState, GpuState, NodeState, WorkloadState
 
 
 @dataclass(frozen=True)
@@ -161,3 +161,18 @@ def snapshot(state: NodeState) -> NodeSnapshot:
         gpu_instances=tuple(gis),
         compute_instances=tuple(cis),
     )
+
+
+@dataclass(frozen=True)
+class WorkloadView:
+    """A simulated CUDA process (`SimHardware.run_workload`)."""
+
+    pid: int
+    device_uuid: str
+    pod_uid: str
+    sm_percent: int
+    memory_bytes: int
+
+
+def workload_view(w: WorkloadState) -> WorkloadView:
+    return WorkloadView(w.pid, w.device_uuid, w.pod_uid, w.sm_percent, w.memory_bytes)

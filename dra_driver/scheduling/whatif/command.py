@@ -21,12 +21,21 @@ from dra_driver.kube.objects import Obj
 from dra_driver.node.consumable_shares import ConsumableShares
 from dra_driver.node.device_classes import default_device_classes
 from dra_driver.scheduling.allocator import Features, Node, Release
+from dra_driver.scheduling.whatif.admission import check_objects
 from dra_driver.scheduling.whatif.claims import PodClaim
+from dra_driver.scheduling.whatif.diagnosis import Diagnosis
 from dra_driver.scheduling.whatif.documents import read_documents
-from dra_driver.scheduling.whatif.engine import Simulation, WorkItem, Workload, build_workload
+from dra_driver.scheduling.whatif.engine import (
+    NodeChecks,
+    Simulation,
+    WorkItem,
+    Workload,
+    build_workload,
+)
 from dra_driver.scheduling.whatif.explain import AllocatedClaim, render_report
 from dra_driver.scheduling.whatif.extended import attach_extended_resource_claim, class_mapping
 from dra_driver.scheduling.whatif.inputs import SimulationInputs, collect_inputs
+from dra_driver.scheduling.whatif.node_checks import PluginChecks
 from dra_driver.scheduling.whatif.nodes import (
     MigMode,
     NodeBuilder,
@@ -34,7 +43,7 @@ from dra_driver.scheduling.whatif.nodes import (
     parse_node_spec,
 )
 from dra_driver.scheduling.whatif.progress import ProgressBar
-from dra_driver.scheduling.whatif.render import render_table, render_yaml
+from dra_driver.scheduling.whatif.render import render_json, render_table, render_yaml
 
 FEATURE_GATES: Final = {
     "DRAAdminAccess": "admin_access",
@@ -55,6 +64,26 @@ class Scenario:
     nodes: list[Node] = field(default_factory=list)
     slices: list[Obj] = field(default_factory=list)
     classes: list[Obj] = field(default_factory=list)
+    node_checks: NodeChecks | None = None
+
+
+PARTITIONABLE_GATE: Final = "DRAPartitionableDevices"
+DYNAMIC_MIG_REFUSED: Final = (
+    "the API server drops the counters that keep overlapping MIG devices apart "
+    f"({PARTITIONABLE_GATE} is off), so the kubelet plugin refuses --dynamic-mig and publishes "
+    "the existing MIG devices only"
+)
+
+
+def partitionable_fields_kept(gates: str, release: Release) -> bool:
+    """Whether the API server stores sharedCounters/consumesCounters: `--feature-gates`
+    DRAPartitionableDevices=..., else its default (alpha and off in 1.34/1.35, beta and on
+    from 1.36; docs/kubernetes-versions.md). Without them dynamic MIG is unprotected."""
+    for part in gates.split(","):
+        name, _, value = part.partition("=")
+        if name.strip() == PARTITIONABLE_GATE:
+            return value.strip().lower() == "true"
+    return release not in ("1.34", "1.35")
 
 
 def parse_features(
@@ -98,28 +127,47 @@ class ScenarioOptions:
     nodes: str | None = None
     namespace: str = "default"
     release: Release = "1.35"
-    mig: MigMode = "dynamic"
+    mig: MigMode = "static"
     feature_gates: str = ""
     consumable_shares: ConsumableShares | None = None
+    recursive: bool = False
 
 
 def load_scenario(options: ScenarioOptions, err: TextIO | None = None) -> Scenario:
     """Read the files, build the `--nodes`, add our DeviceClasses where the files have none."""
     err = err or sys.stderr
-    inputs = collect_inputs(read_documents(options.files), default_namespace=options.namespace)
+    objects = read_documents(options.files, recursive=options.recursive)
+    features = parse_features(
+        options.feature_gates, options.release, consumable_shares=options.consumable_shares
+    )
+    check_objects(
+        objects, release=options.release, features=features, default_namespace=options.namespace
+    )
+    inputs = collect_inputs(objects, default_namespace=options.namespace)
     if inputs.ignored:
         kinds = ", ".join(f"{kind} ({count})" for kind, count in sorted(inputs.ignored.items()))
         total = sum(inputs.ignored.values())
         err.write(f"note: ignored {total} object(s) the simulator does not use: {kinds}\n")
     scenario = Scenario(inputs)
     if options.nodes:
+        mig = options.mig
+        if mig == "dynamic" and not partitionable_fields_kept(
+            options.feature_gates, options.release
+        ):
+            err.write(
+                f"note: --mig dynamic on Kubernetes {options.release}: {DYNAMIC_MIG_REFUSED}, "
+                f"as simulated here (--feature-gates {PARTITIONABLE_GATE}=true turns the gate "
+                "on)\n"
+            )
+            mig = "static"
         built = options.build_nodes(
             parse_node_spec(options.nodes),
-            mig=options.mig,
+            mig=mig,
             release=options.release,
             consumable_shares=options.consumable_shares,
         )
         scenario.nodes, scenario.slices = built.nodes, built.slices
+        scenario.node_checks = PluginChecks(built.devices)
     scenario.slices = scenario.slices + inputs.slices
     by_name = {node.name: node for node in scenario.nodes}
     for node in nodes_from_objects(inputs.nodes, inputs.slices):
@@ -133,7 +181,9 @@ def load_scenario(options: ScenarioOptions, err: TextIO | None = None) -> Scenar
             by_name[node.name] = merged
     given = {str((c.get("metadata") or {}).get("name")) for c in inputs.classes}
     defaults = [c for c in default_device_classes() if c["metadata"]["name"] not in given]
-    scenario.classes = inputs.classes + defaults
+    # Our classes come with the driver, so the files' classes are newer: when both map
+    # the same extended resource, the scheduler's cache keeps the later one (theirs).
+    scenario.classes = defaults + inputs.classes
     return scenario
 
 
@@ -160,8 +210,12 @@ def run_simulate(
             bar.close()
         if output == "yaml":
             out.write(render_yaml(placements))
+        elif output == "json":
+            out.write(render_json(placements))
         else:
-            out.write(render_table(placements, node_count=len(scenario.nodes)))
+            out.write(
+                render_table(placements, node_count=len(scenario.nodes), wide=output == "wide")
+            )
     return 0 if all(placement.placed for placement in placements) else 1
 
 
@@ -191,6 +245,7 @@ def _simulation(scenario: Scenario, workload: Workload, features: Features) -> S
         nodes=scenario.nodes,
         claims=workload.claims,
         features=features,
+        node_checks=scenario.node_checks,
     )
 
 
@@ -356,6 +411,7 @@ def _explain(
     if pending and not problem:
         labels = {claim.claim: claim.name for claim in item.claims}
         diagnosis = simulation.diagnoser.diagnose(pending, nodes, labels=labels)
+    refused = _refused(simulation, keys, pending, diagnosis)
     out.write(
         render_report(
             subject=subject,
@@ -365,11 +421,36 @@ def _explain(
             diagnoser=simulation.diagnoser,
             verbose=verbose,
             problem=problem,
+            refused=refused,
         )
     )
-    if problem or (diagnosis is not None and not diagnosis.fitting):
+    if problem or refused or (diagnosis is not None and not diagnosis.fitting):
         return 1
     return 0
+
+
+def _refused(
+    simulation: Simulation,
+    keys: Sequence[str],
+    pending: Sequence[Obj],
+    diagnosis: Diagnosis | None,
+) -> tuple[str, str] | None:
+    """(node, the plugin's error) when the node the subject lands on would refuse a claim:
+    one refused already, or one of the allocations that fit on the first fitting node."""
+    for key in keys:
+        found = simulation.refused(key)
+        if found is not None:
+            return found
+    checks = simulation.node_checks
+    if checks is None or diagnosis is None or not diagnosis.fitting:
+        return None
+    first = diagnosis.fitting[0]
+    for claim, allocation in zip(pending, first.results or [], strict=False):
+        allocated = {**claim, "status": {**(claim.get("status") or {}), "allocation": allocation}}
+        error = checks.refusal(first.node.name, allocated, commit=False)
+        if error is not None:
+            return first.node.name, error
+    return None
 
 
 def _subject(item: WorkItem) -> str:

@@ -48,13 +48,14 @@ from dra_driver.scheduling.allocator.selectors import CelSelectorEvaluator, Sele
 from dra_driver.scheduling.allocator.taints import untolerated_taint
 from dra_driver.scheduling.allocator.trace import (
     AttributeMissing,
+    CapacityUndefined,
     ConstraintMismatch,
     CountersExhausted,
     DistinctViolation,
     PickedInThisAttempt,
     Reason,
 )
-from dra_driver.scheduling.whatif import selector_text
+from dra_driver.scheduling.whatif import hints, selector_text
 
 Cause = Literal["allocated", "counters", "capacity", "taint", "unusable"]
 
@@ -197,6 +198,7 @@ class Diagnoser:
         self._classes = {str((c.get("metadata") or {}).get("name")): c for c in classes}
         self._selectors = _selector_memo(self.features.consumable_capacity)
         self._availability: dict[int, tuple[int, Availability]] = {}
+        self.attribute_names: set[str] = set()  # for "did you mean" (`hints`), set by the caller
 
     def diagnose(
         self,
@@ -230,6 +232,8 @@ class Diagnoser:
             if node_diagnosis.fatal and not diagnosis.error:
                 diagnosis.error = node_diagnosis.error
             diagnosis.nodes.append(node_diagnosis)
+        if diagnosis.error:
+            diagnosis.error = hints.did_you_mean(diagnosis.error, self.attribute_names)
         diagnosis.summary = self._summary(diagnosis, claims)
         return diagnosis
 
@@ -615,8 +619,23 @@ def shortage_text(
 ) -> str:
     """Why one request lacks free devices on every one of these nodes (one line).
 
-    `skipped` are the pools the nodes could not use (incomplete, invalid)."""
-    index = _closest_alternative(groups)
+    `skipped` are the pools the nodes could not use (incomplete, invalid). A
+    request with `firstAvailable` alternatives names why each one fails."""
+    alternatives = len(groups[0].alternatives)
+    if alternatives == 1:
+        return _shortage_of(groups, 0, node_names, skipped)
+    texts = [
+        _shortage_of(groups, index, node_names, skipped).removeprefix("request ")
+        for index in range(alternatives)
+    ]
+    label = groups[0].label
+    return f"{label}: none of its {alternatives} alternatives fits: {'; '.join(texts)}"
+
+
+def _shortage_of(
+    groups: Sequence[RequestGroup], index: int, node_names: Sequence[str], skipped: Sequence[str]
+) -> str:
+    """`shortage_text` for alternative `index` of the groups' request."""
     stats = [group.alternatives[index] for group in groups]
     label = stats[0].label
     request = stats[0].request
@@ -646,17 +665,6 @@ def shortage_text(
         expression = request.selectors[position]
         return f"{label}: {_selector_phrase(expression, in_class, check)}"
     return _blocked_text(stats, node_names, label)
-
-
-def _closest_alternative(groups: Sequence[RequestGroup]) -> int:
-    first = groups[0]
-    if len(first.alternatives) == 1:
-        return 0
-    scores = [
-        sum((group.alternatives[i].satisfaction for group in groups), Fraction(0))
-        for i in range(len(first.alternatives))
-    ]
-    return scores.index(max(scores))
 
 
 def _in_class(stats: RequestOnNode) -> list[DeviceRecord]:
@@ -740,4 +748,6 @@ def _combination_reason(reason: Reason) -> str:
             f"the claim's own devices use up counter {reason.counter_set}/{reason.counter} "
             f"of {reason.domain}"
         )
+    if isinstance(reason, CapacityUndefined):
+        return hints.missing_capacity(reason.describe(), reason.capacities)
     return reason.describe()

@@ -23,8 +23,19 @@ node can only get worse as pods are placed. A pod whose claims have the same
 specs and node restrictions as an earlier pod's therefore starts at the node
 where that one landed, which makes placing thousands of replicas linear.
 
-Pods that do not fit get a one-line reason from `Diagnoser`. The engine is
-pure: inputs are dicts, nothing is read or written.
+Pods that do not fit get a one-line reason from `Diagnoser`.
+
+The scheduler does not know what the node's kubelet plugin accepts; the
+simulation does. With `node_checks` (`NodeChecks`, the plugin's own claim
+planning run against the node's devices and the claims already placed
+there), a claim the scheduler allocated but the plugin would refuse at
+Prepare (a misspelt opaque config, MPS on two GPUs, a time-slice interval
+clashing with a claim already on a shared GPU, ...) leaves its pod not
+placed, with the plugin's error. As in a cluster, the allocation stays (the
+devices are taken) and the pod does not run: `Placement.refused_on` names
+the node.
+
+The engine is pure: inputs are dicts, nothing is read or written.
 """
 
 from __future__ import annotations
@@ -35,12 +46,13 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from dra_driver.errors import AllocationError, ConfigError
 from dra_driver.kube.objects import Obj
 from dra_driver.scheduling.allocator import AllocatedState, Allocator, Features, Node
 from dra_driver.scheduling.allocator.nodes import selector_matches
+from dra_driver.scheduling.whatif import hints
 from dra_driver.scheduling.whatif.claims import PodClaim, claim_uid, resolve_pod_claims
 from dra_driver.scheduling.whatif.diagnosis import Diagnoser
 from dra_driver.scheduling.whatif.extended import attach_extended_resource_claim, class_mapping
@@ -88,12 +100,17 @@ class ClaimOutcome:
 
 @dataclass
 class Placement:
-    """Where an item went: `node` ("" when not placed), its claims, or why not."""
+    """Where an item went: `node` ("" when not placed), its claims, or why not.
+
+    `refused_on` names the node whose kubelet plugin would refuse to prepare
+    a claim the scheduler allocated there (`reason` has the plugin's error).
+    """
 
     item: WorkItem
     node: str
     claims: list[ClaimOutcome] = field(default_factory=list)
     reason: str = ""
+    refused_on: str = ""
 
     @property
     def placed(self) -> bool:
@@ -181,6 +198,21 @@ def build_workload(
     return Workload(items, claims)
 
 
+class NodeChecks(Protocol):
+    """What a node's kubelet plugin says about a claim allocated for it, at Prepare."""
+
+    def refusal(self, node: str, claim: Mapping[str, Any], *, commit: bool = True) -> str | None:
+        """Why the plugin on `node` would refuse to prepare `claim` (which carries its
+        allocation), or None. With `commit`, an accepted claim counts as prepared on the
+        node from then on (later claims are checked against it)."""
+        ...
+
+
+def refusal_text(node: str, error: str) -> str:
+    """A pod's reason when the plugin of the node it was allocated on refuses a claim."""
+    return f"allocated on {node}, but the node's kubelet plugin refuses to prepare it: {error}"
+
+
 class Simulation:
     """Places work items one after another (see the module docstring)."""
 
@@ -192,8 +224,11 @@ class Simulation:
         nodes: Sequence[Node],
         claims: Mapping[str, Obj],
         features: Features | None = None,
+        node_checks: NodeChecks | None = None,
     ) -> None:
         self.features = features or Features()
+        self.node_checks = node_checks
+        self._refused: dict[str, tuple[str, str]] = {}  # claim key -> (node, plugin error)
         self.nodes = list(nodes)
         self.claims: dict[str, Obj] = dict(claims)
         self.state = AllocatedState(
@@ -209,6 +244,7 @@ class Simulation:
             share_id_factory=self._share_id,
         )
         self.diagnoser = Diagnoser(self.allocator, classes, self.state, self.features)
+        self.diagnoser.attribute_names = hints.attribute_names(slices)
         self.reservations: Counter[str] = Counter(
             {
                 key: len((claim.get("status") or {}).get("reservedFor") or [])
@@ -255,6 +291,9 @@ class Simulation:
                     f"ResourceClaim {key} is already reserved for {RESERVED_FOR_MAX_SIZE} pods "
                     "(the limit of status.reservedFor)",
                 )
+        refused = self._refusal(item, keys)
+        if refused is not None:
+            return refused
         if item.pod is None and _allocation(self.claims[keys[0]]) is not None:
             node = self._allocated_node(self.claims[keys[0]])
             return Placement(item, node, self._outcomes(item, keys))
@@ -270,7 +309,8 @@ class Simulation:
         try:
             found = self.allocator.first_fit(candidates[start:], claims)
         except AllocationError as exc:
-            return Placement(item, "", self._outcomes(item, keys), str(exc))
+            reason = hints.did_you_mean(str(exc), self.diagnoser.attribute_names)
+            return Placement(item, "", self._outcomes(item, keys), reason)
         if found is None:
             self._cursor[signature] = len(candidates)
             reason = self._why(item, claims, candidates, signature)
@@ -284,7 +324,31 @@ class Simulation:
             claim["status"] = {**(claim.get("status") or {}), "allocation": allocation}
             self.claims[key] = claim
             self.state.add(claim)
+        if self.node_checks is not None:
+            for key in pending:
+                error = self.node_checks.refusal(chosen.name, self.claims[key])
+                if error is not None:
+                    self._refused[key] = (chosen.name, error)
+            refused = self._refusal(item, keys, newly=set(pending))
+            if refused is not None:
+                return refused
         return self._placed(item, keys, chosen.name, newly=set(pending))
+
+    def _refusal(
+        self, item: WorkItem, keys: Sequence[str], newly: set[str] | None = None
+    ) -> Placement | None:
+        """The placement of an item one of whose claims the node's plugin refused."""
+        for key in keys:
+            found = self._refused.get(key)
+            if found is not None:
+                node, error = found
+                outcomes = self._outcomes(item, keys, newly)
+                return Placement(item, "", outcomes, refusal_text(node, error), refused_on=node)
+        return None
+
+    def refused(self, key: str) -> tuple[str, str] | None:
+        """(node, the plugin's error) when the node refused to prepare claim "ns/name"."""
+        return self._refused.get(key)
 
     def claim_keys(self, item: WorkItem) -> list[str]:
         """The item's claims, each once, in pod order."""

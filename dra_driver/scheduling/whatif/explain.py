@@ -61,9 +61,11 @@ def render_report(
     diagnoser: Diagnoser,
     verbose: bool = False,
     problem: str = "",
+    refused: tuple[str, str] | None = None,
 ) -> str:
     """The whole report (see the module docstring). `diagnosis` is None when every
-    claim is allocated; `problem` is set when the subject cannot be scheduled at all."""
+    claim is allocated; `problem` is set when the subject cannot be scheduled at all;
+    `refused` is (node, error) when the node's kubelet plugin would refuse a claim."""
     lines = [subject]
     for done in allocated:
         lines.append(
@@ -75,14 +77,24 @@ def render_report(
     if problem:
         lines.append(f"Outcome: cannot be scheduled: {problem}")
         return "\n".join(lines) + "\n"
+    if refused is not None:
+        refused_on, error = refused
+        lines.append(
+            f"Outcome: the scheduler allocates it on {refused_on}, but the node's kubelet plugin "
+            "refuses to prepare it"
+        )
+        lines.append(f"Why: {error}")
+        return "\n".join(lines) + "\n"
     if diagnosis is None:
         lines.append("Outcome: every claim is allocated already")
         return "\n".join(lines) + "\n"
     total = len(diagnosis.nodes)
     fitting = diagnosis.fitting
     if diagnosis.error:
+        # Not about any node (a selector that fails to evaluate, a missing class): said once.
         lines.append(f"Outcome: error: {diagnosis.error}")
-    elif fitting:
+        return "\n".join(lines) + "\n"
+    if fitting:
         first = fitting[0].node.name
         lines.append(f"Outcome: fits on {len(fitting)} of {_plural(total, 'node')}; first: {first}")
     else:
@@ -171,7 +183,14 @@ def node_text(node: NodeDiagnosis) -> str:
 
 
 def _short_text(group: RequestGroup) -> str:
-    stats = group.closest
+    if len(group.alternatives) > 1:
+        texts = "; ".join(_alternative_text(stats) for stats in group.alternatives)
+        name = group.label.removeprefix("request ")
+        return f"{name}: no alternative fits: {texts}"
+    return _alternative_text(group.alternatives[0])
+
+
+def _alternative_text(stats: RequestOnNode) -> str:
     name = stats.label.removeprefix("request ")
     if stats.errors:
         return f"{name}: {stats.errors[0]}"

@@ -2,11 +2,11 @@
 
 A manifest mixes workloads (Pods, Deployments, Jobs, ReplicaSets,
 StatefulSets), the claims and templates they use, cluster objects
-(DeviceClasses, ResourceSlices, Nodes) and things the simulator has no
-opinion about (Services, ConfigMaps, Namespaces). `collect_inputs` keeps the
-first kind in document order (the order pods are placed in), indexes the
-second by namespace/name, and counts the rest so the command can say once
-what it ignored instead of failing on it.
+(DeviceClasses, ResourceSlices, Nodes, and Namespaces, whose labels decide
+admin access) and things the simulator has no opinion about (Services,
+ConfigMaps). `collect_inputs` keeps the first kind in document order (the
+order pods are placed in), indexes the second by namespace/name, and counts
+the rest so the command can say once what it ignored instead of failing on it.
 
 Older API versions are accepted where their shape is easy to map:
 resource.k8s.io/v1beta2 is v1's shape; v1beta1 requests and slice devices are
@@ -17,6 +17,7 @@ is ignored like an unknown kind.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ class SimulationInputs:
     classes: list[Obj] = field(default_factory=list)
     slices: list[Obj] = field(default_factory=list)
     nodes: list[Obj] = field(default_factory=list)
+    namespaces: dict[str, Obj] = field(default_factory=dict)
     ignored: Counter[str] = field(default_factory=Counter)
 
 
@@ -92,17 +94,22 @@ def collect_inputs(
         if kind in WORKLOAD_KINDS and group in _WORKLOAD_GROUPS[kind]:
             normalized = _with_namespace(obj, default_namespace, item.source)
             _check_unique(seen, kind, normalized, item.source)
-            inputs.items.append(SourcedObject(normalized, item.source))
+            inputs.items.append(dataclasses.replace(item, obj=normalized))
+        elif kind == "Namespace" and group == "":
+            if not object_name(obj):
+                raise ConfigError(f"{item.source}: Namespace has no metadata.name")
+            _check_unique(seen, kind, obj, item.source)
+            inputs.namespaces[object_name(obj)] = dict(obj)
         elif kind == "Node" and group == "":
             if not object_name(obj):
                 raise ConfigError(f"{item.source}: Node has no metadata.name")
             _check_unique(seen, kind, obj, item.source)
             inputs.nodes.append(dict(obj))
         elif kind in _RESOURCE_KINDS and group == RESOURCE_GROUP and version in _V1_SHAPED:
-            _add_resource(inputs, seen, kind, dict(obj), item.source, namespace=default_namespace)
+            _add_resource(inputs, seen, kind, dict(obj), item, namespace=default_namespace)
         elif kind in _RESOURCE_KINDS and group == RESOURCE_GROUP and version == _V1BETA1:
             converted = from_v1beta1(kind, obj)
-            _add_resource(inputs, seen, kind, converted, item.source, namespace=default_namespace)
+            _add_resource(inputs, seen, kind, converted, item, namespace=default_namespace)
         else:
             api_version = obj.get("apiVersion") or "?"
             inputs.ignored[kind if api_version == "v1" else f"{kind} ({api_version})"] += 1
@@ -114,16 +121,17 @@ def _add_resource(
     seen: dict[tuple[str, str, str], str],
     kind: str,
     obj: Obj,
-    source: str,
+    item: SourcedObject,
     *,
     namespace: str,
 ) -> None:
+    source = item.source
     if kind in ("ResourceClaim", "ResourceClaimTemplate"):
         obj = _with_namespace(obj, namespace, source)
         _check_unique(seen, kind, obj, source)
         meta = obj["metadata"]
         key = (str(meta["namespace"]), str(meta["name"]))
-        entry = SourcedObject(obj, source)
+        entry = dataclasses.replace(item, obj=obj)
         if kind == "ResourceClaim":
             inputs.claims[key] = entry
             inputs.items.append(entry)

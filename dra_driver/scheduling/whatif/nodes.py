@@ -17,7 +17,7 @@ ResourceSlices name.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
@@ -25,6 +25,7 @@ from typing import Any, Final, Literal, Protocol
 from dra_driver.errors import ConfigError
 from dra_driver.kube.objects import Obj
 from dra_driver.node.consumable_shares import ConsumableShares
+from dra_driver.node.devices import AllocatableDevice
 from dra_driver.scheduling.allocator import Node, Release
 
 MigMode = Literal["dynamic", "static"]
@@ -50,10 +51,13 @@ class NodeRequest:
 
 @dataclass
 class SimulatedNodes:
-    """Nodes in placement order and the slices published for them."""
+    """Nodes in placement order, the slices published for them, and (by node name) the
+    devices their kubelet plugin publishes, built when first asked for: what the plugin's
+    own claim validation runs against (`node_checks`)."""
 
     nodes: list[Node] = field(default_factory=list)
     slices: list[Obj] = field(default_factory=list)
+    devices: dict[str, Callable[[], Sequence[AllocatableDevice]]] = field(default_factory=dict)
 
 
 def parse_node_spec(spec: str) -> list[NodeRequest]:

@@ -23,16 +23,17 @@ every pod that was not placed, and a closing summary line.
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver import DEFAULT_DRIVER_NAME, text_table
 from dra_driver.kube import yaml_io
 from dra_driver.kube.objects import Obj
 from dra_driver.scheduling.whatif.engine import ClaimOutcome, Placement
 
-_COLUMN_CAP = 44
-_CONFIG_WIDTH = 160
+_COLUMN_CAP = 36
+_MIN_WRAP = 30  # the DEVICES column wraps at the table's width, but never narrower
 
 
 def placement_records(placements: Sequence[Placement]) -> list[Obj]:
@@ -92,57 +93,82 @@ def render_yaml(placements: Sequence[Placement]) -> str:
     return yaml_io.dump(placement_records(placements), sort_keys=False, width=1000)
 
 
-def render_table(placements: Sequence[Placement], *, node_count: int) -> str:
-    """The human view: a row per claim, reasons for unplaced pods, a summary line."""
-    rows: list[tuple[str, str, str, str]] = []
+def render_json(placements: Sequence[Placement]) -> str:
+    """The `-o yaml` records as JSON."""
+    return json.dumps(placement_records(placements), indent=2) + "\n"
+
+
+def render_table(placements: Sequence[Placement], *, node_count: int, wide: bool = False) -> str:
+    """The human view: a row per claim, reasons for unplaced pods, a summary line.
+
+    The table fits `text_table.WIDTH` columns: a claim made from a template is
+    shown by the pod's name for it (`gpu`, not `trainer-0-gpu-7x2kq`), and the
+    device lists, reasons and configs wrap. `wide` shows the claims' own
+    names and nothing wrapped.
+    """
+    rows: list[list[str]] = []
     notes: dict[int, list[str]] = {}
     for placement in placements:
         node = placement.node or "-"
         claims = placement.claims or []
         if not placement.placed:
-            first_claim = _claim_cell(claims[0], placement) if claims else ""
-            rows.append((placement.item.key, node, first_claim, f"not placed: {placement.reason}"))
+            first_claim = _claim_cell(claims[0], placement, wide) if claims else ""
+            rows.append([placement.item.key, node, first_claim, f"not placed: {placement.reason}"])
             continue
         if not claims:
-            rows.append((placement.item.key, node, "", "(no claims)"))
+            rows.append([placement.item.key, node, "", "(no claims)"])
             continue
         for position, claim in enumerate(claims):
             pod_cell = placement.item.key if position == 0 else ""
             node_cell = node if position == 0 else ""
             rows.append(
-                (
+                [
                     pod_cell,
                     node_cell,
-                    _claim_cell(claim, placement),
+                    _claim_cell(claim, placement, wide),
                     _devices(claim, placement.node),
-                )
+                ]
             )
             extended = [f"extended resource {text}" for text in _extended_notes(placement, claim)]
             configs = [f"config: {text}" for text in _configs(claim)]
             if extended or configs:
                 notes[len(rows) - 1] = extended + configs
-    header = ("POD", "NODE", "CLAIM", "DEVICES")
+    header = ["POD", "NODE", "CLAIM", "DEVICES"]
     widths = [
         min(max(len(row[column]) for row in [header, *rows]), _COLUMN_CAP) for column in range(3)
     ]
+    room = text_table.WIDTH - sum(widths) - 3 * len(text_table.GAP)
+    wrap = None if wide else max(room, _MIN_WRAP)
     lines = [_line(header, widths)]
     for index, row in enumerate(rows):
-        lines.append(_line(row, widths))
-        indent = " " * (sum(widths) + 6)
-        lines.extend(f"{indent}{note}" for note in notes.get(index, []))
+        text = row[3] if wrap is None else "\n".join(_wrap(row[3], wrap))
+        first, *rest = text.split("\n")
+        lines.append(_line([*row[:3], first], widths))
+        indent = " " * (sum(widths) + 3 * len(text_table.GAP))
+        lines.extend(f"{indent}{more}" for more in rest)
+        for note in notes.get(index, []):
+            pieces = [note] if wrap is None else _wrap(note, wrap)
+            lines.extend(f"{indent}{piece}" for piece in pieces)
     lines.append("")
     lines.append(summary_line(placements, node_count=node_count))
     return "\n".join(lines) + "\n"
 
 
+def _wrap(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width`, broken at spaces only (names keep their hyphens)."""
+    return textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False) or [""]
+
+
 def _line(row: Sequence[str], widths: Sequence[int]) -> str:
     cells = [f"{row[column]:<{widths[column]}}" for column in range(3)]
-    return "  ".join([*cells, row[3]]).rstrip()
+    return text_table.GAP.join([*cells, row[3]]).rstrip()
 
 
-def _claim_cell(claim: ClaimOutcome, placement: Placement) -> str:
+def _claim_cell(claim: ClaimOutcome, placement: Placement, wide: bool = True) -> str:
     namespace = placement.item.namespace
     name = claim.key.removeprefix(f"{namespace}/")
+    if not wide and claim.pod_claim:
+        name = claim.pod_claim  # the pod's own name for it; the claim's name is in -o wide
     if claim.state in ("shared", "pre-allocated"):
         return f"{name} ({claim.state})"
     return name
@@ -177,13 +203,9 @@ def _configs(claim: ClaimOutcome) -> list[str]:
         parameters.pop("apiVersion", None)
         requests = entry.get("requests") or []
         scope = f" for {', '.join(requests)}" if requests else ""
-        body = json.dumps(parameters, separators=(",", ":"), sort_keys=True) if parameters else ""
+        body = json.dumps(parameters, separators=(", ", ": "), sort_keys=True) if parameters else ""
         text = f"{entry.get('source', '')} {opaque.get('driver', '')} {kind}{scope} {body}".strip()
-        texts.append(
-            " ".join(text.split())
-            if len(text) <= _CONFIG_WIDTH
-            else text[: _CONFIG_WIDTH - 1] + "…"
-        )
+        texts.append(" ".join(text.split()))
     return texts
 
 

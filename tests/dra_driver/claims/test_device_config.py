@@ -100,6 +100,16 @@ def test_mig_config_for_a_mig_request() -> None:
             },
             r"at least 1Mi",
         ),
+        (  # a malformed quantity is a ClaimError naming the field, not a bare QuantityError
+            {
+                **GPU,
+                "sharing": {
+                    "strategy": "MPS",
+                    "mpsConfig": {"defaultPerDevicePinnedMemoryLimit": {"0": "lots"}},
+                },
+            },
+            r"defaultPerDevicePinnedMemoryLimit: Value error, quantity 'lots'",
+        ),
     ],
 )
 def test_bad_configs_name_claim_entry_and_field(parameters: dict[str, Any], message: str) -> None:

@@ -40,3 +40,20 @@ def test_demo_runs_through_and_its_mps_daemon_comes_and_goes() -> None:
     last = mps[mps.index("after the last claim") :].splitlines()[2]
     assert last.split()[0] == "gpu-7"
     assert last.split()[-1] == "-"  # no daemon any more
+
+    usage = text[text.index("See what your GPUs do") :]
+    rows = {line.split()[0]: line.split() for line in usage.splitlines() if "ml-team/" in line}
+    assert rows["ml-team/serve-a"][1:] == [
+        "gpu-7",
+        "serve-a-0",
+        "35%",
+        "30.0Gi/20.0Gi",
+        "(share)",
+        "0s",
+        "OVER",
+    ]
+    assert rows["ml-team/serve-b"][-1] == "ok"
+    assert rows["ml-team/notebook"][3:6] == ["-", "(no", "sample)"]  # idle: no sample, not 0 %
+    assert 'dra_gpu_claim_over_share{claim="serve-a"' in usage
+    assert "serve-a status.devices: gpu-7 Ready=True (Prepared)" in usage
+    assert "Event GPUIdle on ml-team/notebook" in usage

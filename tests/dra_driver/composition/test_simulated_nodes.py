@@ -6,6 +6,7 @@ import pytest
 
 from dra_driver.composition.hardware import open_hardware
 from dra_driver.composition.simulated_nodes import build_simulated_nodes, node_slices
+from dra_driver.node.devices import build_devices
 from dra_driver.node.inventory import discover
 from dra_driver.scheduling.whatif.nodes import NodeRequest
 
@@ -21,3 +22,18 @@ def test_derived_nodes_equal_a_full_build(release: str) -> None:
     first = [s for s in built.slices if s["spec"]["nodeName"] == "dgx-a100-40gb-0"]
     assert second == full
     assert first != second  # different names and GPU UUIDs
+
+
+@pytest.mark.parametrize(
+    ("shape", "mig"),
+    [("dgx-a100-40gb", "dynamic"), ("dgx-h100", "static"), ("dgx-h100", "dynamic")],
+)
+def test_derived_devices_equal_a_full_build(shape: str, mig: str) -> None:
+    """The devices node checks run against (the plugin's view), as cheap as the slices."""
+    built = build_simulated_nodes([NodeRequest(shape, 3)], mig=mig)  # type: ignore[arg-type]
+    inventory = discover(open_hardware(f"sim:{shape}", node_name=f"{shape}-2").nvml)
+
+    full = build_devices(inventory, dynamic_mig=mig == "dynamic")
+
+    assert built.devices[f"{shape}-2"]() == full
+    assert built.devices[f"{shape}-0"]() != full  # other GPU UUIDs

@@ -196,7 +196,7 @@ def test_mig_device_consumes_its_profile_and_its_memory_slices(
 
 
 @pytest.mark.parametrize(
-    "model", ["H100-SXM5-80GB", "A100-SXM4-40GB", "A30", "RTX-PRO-6000-BW-SERVER"]
+    "model", ["H100-SXM5-80GB", "A100-SXM4-40GB", "A30", "RTX-PRO-6000-BW-SERVER", "B200", "GB200"]
 )
 def test_counters_accept_exactly_what_nvml_accepts(tmp_path: Path, model: str) -> None:
     """Random create/destroy walks on the simulated GPU: a GPU instance can be
@@ -239,6 +239,26 @@ def test_counters_accept_exactly_what_nvml_accepts(tmp_path: Path, model: str) -
         for counter, amount in used.items():
             left[counter] -= amount
     assert outcomes == {"created", "refused"}
+
+
+def test_without_a_whole_gpu_profile_the_budget_lets_every_profile_fill_the_gpu(
+    tmp_path: Path,
+) -> None:
+    """The simulated B200 lists no 7g profile (its size is unverified): the budget is the
+    densest layout NVML allows (three 2g.45gb and a 1g.45gb: 3 x 36 + 30 SMs), so seven
+    1g.23gb instances fit the counters too, as they fit the hardware."""
+    hardware = open_hardware(_shape(tmp_path, {"model": "B200"}))
+    partitioning = partition_gpu(discover(hardware.nvml).gpus[0])
+    assert partitioning is not None
+    counters = partitioning.counter_set.counters
+    assert counters["multiprocessors"] == 3 * 36 + 30
+    ones = [spec for spec in partitioning.dynamic if spec.gi_profile.id == 19]
+    used: dict[str, int] = {}
+    for spec in ones:
+        for counter, amount in consumption(spec.gi_profile, spec.placement).items():
+            used[counter] = used.get(counter, 0) + amount
+    assert len(ones) == 7
+    assert all(counters[counter] >= amount for counter, amount in used.items())
 
 
 # --- devices --------------------------------------------------------------------------

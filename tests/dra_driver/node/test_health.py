@@ -9,6 +9,7 @@ import pytest
 from controller.slices import build_resource_slices
 from dra_driver.backoff import backoff_delay
 from dra_driver.errors import ConfigError
+from dra_driver.hardware.nvml import codes
 from dra_driver.hardware.nvml.interface import HealthEvent, HealthEventKind
 from dra_driver.node.devices import build_devices
 from dra_driver.node.health import (
@@ -60,9 +61,7 @@ def test_recovery_clears_only_that_gpu() -> None:
 
 
 def test_the_admin_can_ignore_more_xids_and_choose_noexecute() -> None:
-    policy = HealthPolicy(
-        ignored_xids=DEFAULT_IGNORED_XIDS | parse_xid_list("79, 94"), taint_effect="NoExecute"
-    )
+    policy = HealthPolicy(ignored_xids=parse_xid_list("79, 94"), taint_effect="NoExecute")
     health = NodeHealth(policy)
     assert not health.apply(xid("GPU-a", 79), NOW)
     assert health.apply(xid("GPU-a", 48), NOW)
@@ -121,3 +120,59 @@ def test_backoff_grows_exponentially_to_a_cap_with_jitter() -> None:
         ceiling = min(8.0, 2.0 ** (n - 1))
         assert ceiling / 2 <= delay <= ceiling
     assert len({round(d, 6) for d in delays}) == len(delays)  # jittered, not lock-step
+
+
+# -- the GPU recovery action (NVIDIA PR #1441; upstream-facts 5.3) ---------------------
+
+
+@pytest.mark.parametrize(
+    ("action", "fatal"),
+    [
+        (codes.RECOVERY_ACTION_NONE, False),
+        (codes.RECOVERY_ACTION_RECOVER_IMEX_DOMAIN, False),
+        (codes.RECOVERY_ACTION_GPU_RESET, True),
+        (codes.RECOVERY_ACTION_NODE_REBOOT, True),
+        (codes.RECOVERY_ACTION_DRAIN_P2P, True),
+        (codes.RECOVERY_ACTION_DRAIN_AND_RESET, True),
+        (codes.RECOVERY_ACTION_BUS_RESET, True),  # pynvml 13.615 only
+        (codes.RECOVERY_ACTION_SYSTEM_REBOOT, True),
+        (42, True),  # an action this dra-gpu does not know yet
+    ],
+)
+def test_an_xid_is_fatal_when_the_driver_asks_for_a_recovery(action: int, fatal: bool) -> None:
+    policy = HealthPolicy()
+    for number in (13, 79):  # the recovery action decides, not the Xid
+        fault = policy.fault_of(xid("GPU-a", number), NOW, action)
+        assert (fault is not None) == fatal
+        if fault is not None:
+            assert fault.reason == f"xid-{number}"
+            assert "the driver asks for" in fault.message
+
+
+def test_the_admins_ignore_list_wins_over_the_recovery_action() -> None:
+    policy = HealthPolicy(ignored_xids=frozenset({79}))
+    assert policy.fault_of(xid("GPU-a", 79), NOW, codes.RECOVERY_ACTION_NODE_REBOOT) is None
+    assert policy.fault_of(xid("GPU-a", 48), NOW, codes.RECOVERY_ACTION_GPU_RESET) is not None
+
+
+def test_without_a_recovery_action_the_application_xids_stay_ignored() -> None:
+    """Drivers before R565 cannot report the action: NVIDIA's old default list applies."""
+    policy = HealthPolicy()
+    assert policy.fault_of(xid("GPU-a", 43), NOW, None) is None
+    assert policy.fault_of(xid("GPU-a", 79), NOW, None) is not None
+
+
+def test_a_polled_recovery_action_clears_and_raises_faults() -> None:
+    health = NodeHealth(HealthPolicy())
+    assert health.apply(xid("GPU-a", 79), NOW, codes.RECOVERY_ACTION_GPU_RESET)
+    # Still waiting for the reset: nothing changes, the first fault stays.
+    assert not health.recovery_action_seen("GPU-a", codes.RECOVERY_ACTION_GPU_RESET, NOW + 10)
+    assert health.faults["GPU-a"].reason == "xid-79"
+    # Reset: the driver asks for nothing any more.
+    assert health.recovery_action_seen("GPU-a", codes.RECOVERY_ACTION_NONE, NOW + 20)
+    assert health.faults == {}
+    assert not health.recovery_action_seen("GPU-a", codes.RECOVERY_ACTION_NONE, NOW + 30)
+    # A GPU that needs a recovery no event told of (missed while the plugin was down).
+    assert health.recovery_action_seen("GPU-b", codes.RECOVERY_ACTION_NODE_REBOOT, NOW)
+    assert health.faults["GPU-b"].reason == "recovery-node-reboot"
+    assert "node-reboot" in health.faults["GPU-b"].message

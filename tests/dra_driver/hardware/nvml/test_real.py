@@ -478,3 +478,69 @@ def test_gi_profiles_are_read_once_per_mig_mode() -> None:
     nvml.set_mig_mode(uuid, True)
     nvml.gpu_instance_profiles(uuid)
     assert lib.calls["nvmlDeviceGetGpuInstanceProfileInfo"] == 2 * reads
+
+
+# ---------------------------------------------------------------- per-process use, recovery action
+
+
+def test_per_process_memory_and_utilization_of_a_gpu() -> None:
+    nvml, lib, hw = open_node("dgx-h100")
+    uuid = first_uuid(nvml)
+    assert nvml.running_compute_processes(uuid) == []
+    assert nvml.process_utilization(uuid, 0) == []  # NVML answers NOT_FOUND: no sample
+    busy = hw.run_workload(uuid, "pod-a", sm_percent=35, memory_bytes=3 * 2**30)
+    idle = hw.run_workload(uuid, "pod-b", sm_percent=0, memory_bytes=2**30)
+    processes = nvml.running_compute_processes(uuid)
+    assert [(p.pid, p.used_memory_bytes) for p in processes] == [
+        (busy.pid, 3 * 2**30),
+        (idle.pid, 2**30),
+    ]
+    (sample,) = nvml.process_utilization(uuid, 0)  # only processes with non-zero use
+    assert (sample.pid, sample.sm_percent) == (busy.pid, 35)
+    assert nvml.process_utilization(uuid, sample.timestamp_us + 10**9) == []
+    assert lib.calls["nvmlDeviceGetMPSComputeRunningProcesses"] == 2  # MPS clients asked too
+
+
+def test_mps_clients_are_optional_and_other_failures_are_errors() -> None:
+    nvml, lib, hw = open_node("dgx-h100")
+    uuid = first_uuid(nvml)
+    hw.run_workload(uuid, "pod-a", sm_percent=1, memory_bytes=1)
+    lib.fail_next("nvmlDeviceGetMPSComputeRunningProcesses", codes.ERROR_NOT_SUPPORTED)
+    assert len(nvml.running_compute_processes(uuid)) == 1
+    lib.fail_next("nvmlDeviceGetComputeRunningProcesses", codes.ERROR_NO_PERMISSION)
+    with pytest.raises(NvmlError, match=f"list the compute processes of {uuid}") as error:
+        nvml.running_compute_processes(uuid)
+    assert error.value.code == codes.ERROR_NO_PERMISSION
+
+
+def test_mig_devices_give_their_own_processes_and_no_utilization() -> None:
+    nvml, _lib, hw = open_node("a30-node")
+    uuid = first_uuid(nvml)
+    nvml.set_mig_mode(uuid, True)
+    gi = nvml.create_gpu_instance(uuid, 14, Placement(0, 1))
+    mig = nvml.create_compute_instance(uuid, gi.id, 0)
+    hw.run_workload(mig.uuid, "pod-m", sm_percent=50, memory_bytes=2**30)
+    (process,) = nvml.running_compute_processes(mig.uuid)
+    assert process.used_memory_bytes == 2**30
+    assert nvml.running_compute_processes(uuid) == [process]  # the parent's aggregate view
+    for device in (mig.uuid, uuid):
+        with pytest.raises(NvmlError) as error:
+            nvml.process_utilization(device, 0)
+        assert error.value.code == codes.ERROR_NOT_SUPPORTED
+
+
+def test_the_recovery_action_is_read_from_the_field_value() -> None:
+    nvml, lib, hw = open_node("dgx-h100")
+    uuid = first_uuid(nvml)
+    assert nvml.gpu_recovery_action(uuid) == codes.RECOVERY_ACTION_NONE
+    hw.inject_health_event(0, "xid", 79)
+    assert nvml.gpu_recovery_action(uuid) == codes.RECOVERY_ACTION_GPU_RESET
+    lib.unsupported_fields.add(codes.FI_DEV_GET_GPU_RECOVERY_ACTION)  # a driver before R565
+    assert nvml.gpu_recovery_action(uuid) is None
+    lib.unsupported_fields.clear()
+    hw.inject_health_event(0, "gpu-lost")
+    with pytest.raises(NvmlError) as error:
+        nvml.gpu_recovery_action(uuid)
+    assert error.value.code == codes.ERROR_GPU_IS_LOST
+    hw.recover(0)
+    assert nvml.gpu_recovery_action(uuid) == codes.RECOVERY_ACTION_NONE

@@ -84,3 +84,17 @@ def test_changes_through_one_backend_are_seen_by_the_other(tmp_path: Path) -> No
     real.destroy_gpu_instance(uuid, gi.id)
     assert sim.gpu_instances(uuid) == []
     assert_same_view(real, sim)
+
+
+def test_per_process_use_and_recovery_read_the_same(tmp_path: Path) -> None:
+    real, sim, hw = backends("dgx-h100", tmp_path)
+    gpus = [g.uuid for g in sim.gpus()]
+    hw.run_workload(gpus[0], "pod-a", sm_percent=20, memory_bytes=2**30)
+    hw.run_workload(gpus[1], "pod-b", sm_percent=0, memory_bytes=2**31)
+    hw.inject_health_event(2, "double-bit-ecc")
+    for uuid in gpus:
+        assert real.running_compute_processes(uuid) == sim.running_compute_processes(uuid)
+        assert real.gpu_recovery_action(uuid) == sim.gpu_recovery_action(uuid)
+        assert [(s.pid, s.sm_percent) for s in real.process_utilization(uuid, 0)] == [
+            (s.pid, s.sm_percent) for s in sim.process_utilization(uuid, 0)
+        ]

@@ -38,6 +38,8 @@ DEVICE_FACTS = {
     "H100-NVL": ("NVIDIA H100 NVL", 0x2321, 9, (9, 0), 95830, 132),
     "GH200-96GB": ("NVIDIA GH200 480GB", 0x2342, 9, (9, 0), 97871, 132),
     "H200": ("NVIDIA H200", 0x2335, 9, (9, 0), 143771, 132),
+    "B200": ("NVIDIA B200", 0x2901, 10, (10, 0), 183359, 148),
+    "GB200": ("NVIDIA GB200", 0x2941, 10, (10, 0), 189471, None),  # SMs never seen: None
     "RTX-PRO-6000-BW-SERVER": (
         "NVIDIA RTX PRO 6000 Blackwell Server Edition",
         0x2BB5,
@@ -102,6 +104,13 @@ GI_ROWS = {
     ("H200", 5): (0x3, "4g.71gb", 1, 71168, 64, 4, 4, 0, 4, 0, (0,), 4),
     ("H200", 0): (0x4, "7g.141gb", 1, 143104, 132, 8, 7, 0, 7, 1, (0,), 8),
     ("GH200-96GB", 9): (0x2, "3g.48gb", 2, 47616, 60, 3, 3, 0, 3, 0, (0, 4), 4),
+    ("B200", 19): (0x0, "1g.23gb", 7, 22528, 18, 2, 1, 0, 1, 0, SEVEN, 1),
+    ("B200", 20): (0x7, "1g.23gb+me", 1, 22528, 18, 2, 1, 0, 1, 1, SEVEN, 1),
+    ("B200", 15): (0x9, "1g.45gb", 4, 45312, 30, 2, 1, 0, 1, 0, (0, 2, 4, 6), 2),
+    ("B200", 14): (0x1, "2g.45gb", 3, 45312, 36, 4, 2, 0, 2, 0, (0, 2, 4), 2),
+    ("GB200", 19): (0x0, "1g.23gb", 7, 22528, 18, 2, 1, 0, 1, 0, SEVEN, 1),
+    ("GB200", 15): (0x9, "1g.47gb", 4, 46592, 32, 2, 1, 0, 1, 0, (0, 2, 4, 6), 2),
+    ("GB200", 14): (0x1, "2g.47gb", 3, 46592, 38, 4, 2, 0, 2, 0, (0, 2, 4), 2),
     ("A30", 14): (0x0, "1g.6gb", 4, 5952, 14, 1, 1, 0, 0, 0, (0, 1, 2, 3), 1),
     ("A30", 21): (0x7, "1g.6gb+me", 1, 5952, 14, 1, 1, 0, 1, 1, (0, 1, 2, 3), 1),
     ("A30", 5): (0x1, "2g.12gb", 2, 11968, 28, 2, 2, 0, 0, 0, (0, 2), 2),
@@ -132,20 +141,29 @@ def test_gi_profile_rows_match_the_reference(row):
     assert gi.placements == _placements(starts, size)
 
 
+EIGHT_SLOT_IDS = {0x0: 19, 0x7: 20, 0x9: 15, 0x1: 14, 0x2: 9, 0x3: 5, 0x4: 0}
+
+
 @pytest.mark.parametrize("key", [m.key for m in MIG_MODELS if m.memory_slices == 8])
 def test_eight_slot_models_map_enums_to_the_real_profile_ids(key):
     """The go-nvml mock's bug (id == enum) must not be repeated (§2.14)."""
     model = MODELS[key]
-    assert {p.enum: p.id for p in model.gi_profiles} == {
-        0x0: 19,
-        0x7: 20,
-        0x9: 15,
-        0x1: 14,
-        0x2: 9,
-        0x3: 5,
-        0x4: 0,
-    }
+    ids = {p.enum: p.id for p in model.gi_profiles}
+    if model.unverified_profiles:  # Blackwell: only the rows real output showed
+        assert ids == {e: i for e, i in EIGHT_SLOT_IDS.items() if e in (0x0, 0x7, 0x9, 0x1)}
+    else:
+        assert ids == EIGHT_SLOT_IDS
     assert (model.memory_slices, model.compute_slices) == (8, 7)
+
+
+def test_unverified_blackwell_profiles_are_named_not_simulated():
+    """NVIDIA's user guide names B200's 3g/4g/7g profiles but gives no sizes: not made up."""
+    assert MODELS["B200"].unverified_profiles == ("3g.90gb", "4g.90gb", "7g.180gb")
+    assert MODELS["GB200"].unverified_profiles == ("3g.93gb", "4g.93gb", "7g.186gb")
+    for key in ("B200", "GB200"):
+        names = {p.name for p in MODELS[key].gi_profiles}
+        assert not names & set(MODELS[key].unverified_profiles)
+    assert all(not m.unverified_profiles for k, m in MODELS.items() if k not in ("B200", "GB200"))
 
 
 def test_grids_of_a30_and_rtx_pro():
@@ -220,4 +238,5 @@ def test_find_model_by_key_or_product_name_in_any_case():
     assert find_model("h100-sxm5-80gb") is MODELS["H100-SXM5-80GB"]
     assert find_model("NVIDIA L4") is MODELS["L4"]
     assert find_model(" tesla t4 ") is MODELS["T4"]
-    assert find_model("NVIDIA B200") is None
+    assert find_model("NVIDIA B200") is MODELS["B200"]
+    assert find_model("NVIDIA GH200 144G HBM3e") is None  # total memory never verified

@@ -19,6 +19,9 @@ EXPECTED = {
     "dgx-a100-80gb": ("A100-SXM4-80GB", 8, False, "550.54.15", 12040),
     "dgx-h100": ("H100-SXM5-80GB", 8, False, "570.172.08", 12080),
     "dgx-h200": ("H200", 8, False, "570.172.08", 12080),
+    "dgx-b200": ("B200", 8, False, "570.172.08", 12080),
+    "gb200-node": ("GB200", 4, False, "580.95.05", 13000),
+    "gh200-node": ("GH200-96GB", 2, False, "550.127.05", 12040),
     "a30-node": ("A30", 4, True, "535.183.01", 12020),
     "l4-node": ("L4", 4, False, "570.172.08", 12080),
     "h100-pcie-node": ("H100-PCIE", 2, False, "570.172.08", 12080),
@@ -35,7 +38,8 @@ def test_builtin_shapes(name):
     buses = [g.pci_bus_id for g in shape.gpus]
     assert all(BUS_ID.match(b) for b in buses)
     assert len(set(buses)) == count
-    assert all(g.pcie_root.startswith("pci0000:") for g in shape.gpus)
+    domain = f"{shape.gpus[0].model.pci_domain:04x}"
+    assert all(g.pcie_root.startswith(f"pci{domain}:") for g in shape.gpus)
     assert {g.numa_node for g in shape.gpus} <= {0, 1}
 
 
@@ -82,6 +86,53 @@ def test_yaml_shape_defaults_to_a_r570_driver_and_mig_off(tmp_path: Path):
     assert shape.gpus[0].mig_enabled is False
 
 
+def test_yaml_shape_with_admin_made_mig_devices_boots_with_them(tmp_path: Path):
+    path = tmp_path / "balanced.yaml"
+    path.write_text(
+        _a100(
+            "{profile: 3g.20gb, placement: 4}",
+            "{profile: 2g.10gb, placement: 0}",
+            "{profile: 1g.5gb, placement: 2}",
+            "{profile: 1g.5gb, placement: 3}",
+        ).replace("model: A100-SXM4-40GB", "model: A100-SXM4-40GB\n    count: 2")
+    )
+    shape = load_shape(str(path))
+    assert all(g.mig_enabled for g in shape.gpus)  # implied by migDevices
+
+    hw = SimHardware(shape)
+    for gpu in (0, 1):
+        gis = hw.gpu_instances(gpu)
+        # GI ids as NVML hands them out: 4-slot at 4 -> 2, 2-slot at 0 -> 3, 1-slot at 2, 3 -> 9, 10
+        assert [(gi.id, gi.profile_id, gi.placement.start, gi.placement.size) for gi in gis] == [
+            (2, 9, 4, 4),
+            (3, 14, 0, 2),
+            (9, 19, 2, 1),
+            (10, 19, 3, 1),
+        ]
+        names = sorted(ci.profile.name for gi in gis for ci in hw.compute_instances(gpu, gi.id))
+        assert names == ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"]
+        assert hw.max_mig_devices(gpu) == 7
+        assert hw.gi_remaining_capacity(gpu, 19) == 0  # every memory slice is taken
+
+
+def test_hopper_admin_made_two_slice_1g_uses_ci_profile_7(tmp_path: Path):
+    """`nvidia-smi mig -cgi 15 -C` on an H100 makes CI profile 7 (26 SMs), not 0 (§2.4)."""
+    path = tmp_path / "h100.yaml"
+    path.write_text(
+        "gpus:\n  - model: H100-SXM5-80GB\n    migDevices:\n"
+        "      - {profile: 1g.20gb, placement: 6}\n"
+    )
+    hw = SimHardware(load_shape(str(path)))
+    (gi,) = hw.gpu_instances(0)
+    (ci,) = hw.compute_instances(0, gi.id)
+    assert (ci.profile.id, ci.profile.multiprocessors) == (7, 26)
+
+
+def _a100(*devices: str) -> str:
+    lines = "".join(f"      - {device}\n" for device in devices)
+    return f"gpus:\n  - model: A100-SXM4-40GB\n    migDevices:\n{lines}"
+
+
 @pytest.mark.parametrize(
     ("text", "field"),
     [
@@ -101,6 +152,29 @@ def test_yaml_shape_defaults_to_a_r570_driver_and_mig_off(tmp_path: Path):
         ("driverVersion: 570\ngpus:\n  - model: T4\n", "driverVersion"),
         ("cudaDriverVersion: 12.8\ngpus:\n  - model: T4\n", "cudaDriverVersion"),
         ("cudaDriverVersion: 12085\ngpus:\n  - model: T4\n", "cudaDriverVersion"),
+        ("gpus:\n  - model: L4\n    migDevices: [{profile: 1g.5gb, placement: 0}]\n", "gpus[0]"),
+        ("gpus:\n  - model: A30\n    migDevices: {profile: 1g.6gb}\n", "gpus[0].migDevices"),
+        (_a100("{profile: 1g.6gb, placement: 0}"), "gpus[0].migDevices[0].profile"),
+        (_a100("{profile: 1g.5gb, placement: 7}"), "gpus[0].migDevices[0]: 7 is not a placement"),
+        (_a100("{profile: 3g.20gb, placement: 2}"), "placements: 0, 4"),
+        (_a100("{profile: 1g.5gb}"), "gpus[0].migDevices[0].placement"),
+        (_a100("{profile: 1g.5gb, placement: 0, ci: 1}"), "unknown field(s) ci"),
+        (
+            _a100("{profile: 3g.20gb, placement: 4}", "{profile: 2g.10gb, placement: 4}"),
+            "gpus[0].migDevices[1]: placement 4:2 overlaps migDevices[0] at 4:4",
+        ),
+        (
+            _a100("{profile: 1g.5gb+me, placement: 0}", "{profile: 1g.5gb+me, placement: 1}"),
+            "migDevices[1]: profile 1g.5gb+me already has its 1 instance(s)",
+        ),
+        (
+            _a100("{profile: 1g.5gb, placement: 0}") + "    migEnabled: false\n",
+            "gpus[0].migEnabled: false, but migDevices need MIG mode on",
+        ),
+        (
+            "gpus:\n  - model: B200\n    migDevices: [{profile: 3g.90gb, placement: 0}]\n",
+            "3g.90gb, 4g.90gb, 7g.180gb exist on real hardware but are not simulated",
+        ),
     ],
 )
 def test_bad_yaml_shapes_name_the_file_and_the_field(tmp_path: Path, text: str, field: str):
@@ -130,7 +204,7 @@ def test_missing_shape_file(tmp_path: Path):
 
 def test_unknown_shape_name_lists_the_builtin_ones():
     with pytest.raises(ConfigError) as err:
-        load_shape("dgx-b200")
+        load_shape("dgx-b300")
     assert "dgx-h100" in str(err.value)
     assert "YAML" in str(err.value)
 

@@ -148,8 +148,7 @@ def test_cel_runtime_error_is_reported(tmp_path: Path, capsys: pytest.CaptureFix
     assert code == 1
     assert "Outcome: error: claim ml/broken: selector #0 on device gpu.nvidia.com/n1/" in out
     assert "CEL runtime error" in out
-    assert "selector #0 failed:" in out
-    assert "no such key: productName" in out
+    assert out.count("no such key: productName") == 1  # said once, not per node and device
 
 
 def test_device_already_allocated_names_the_holder(

@@ -270,6 +270,8 @@ def test_a_custom_mig_class_gets_a_1g_12gb_device_on_h100_nvl(
         f"{shape}=1",
         "--kubernetes",
         "1.37",
+        "--mig",
+        "dynamic",
     )
 
     assert code == 0
@@ -288,7 +290,9 @@ def test_on_an_h200_a_mig_class_gets_its_profile_and_1g_12gb_does_not_exist(
         _pod("wrong-profile", _container("main", {"nvidia.com/mig-1g.12gb": 1})),
     )
 
-    code, pods = _simulate(capsys, "-f", path, "--nodes", "dgx-h200=1", "--kubernetes", "1.37")
+    code, pods = _simulate(
+        capsys, "-f", path, "--nodes", "dgx-h200=1", "--kubernetes", "1.37", "--mig", "dynamic"
+    )
 
     assert code == 1
     (device,) = _devices(pods["default/small"])
@@ -309,6 +313,8 @@ def test_the_implicit_class_name_serves_init_and_app_containers_from_one_request
         "dgx-h200=1",
         "--kubernetes",
         "1.37",
+        "--mig",
+        "dynamic",
     )
 
     assert code == 0

@@ -22,7 +22,9 @@ EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 def test_mps_examples_share_one_device_among_all_their_pods(
     capsys: pytest.CaptureFixture[str], example: str, pods: int, device_prefix: str, kind: str
 ) -> None:
-    code = main(["simulate", "-f", str(EXAMPLES / example), "--nodes", "dgx-h100=1", "-o", "yaml"])
+    dynamic = ["--mig", "dynamic", "--feature-gates", "DRAPartitionableDevices=true"]
+    args = ["-f", str(EXAMPLES / example), "--nodes", "dgx-h100=1", *dynamic, "-o", "yaml"]
+    code = main(["simulate", *args])
     records = yaml.safe_load(capsys.readouterr().out)
 
     assert code == 0

@@ -20,6 +20,7 @@ from tests.fakes import (
 H100_SELECTOR = "device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('^.*h100.*$')"
 B200_SELECTOR = "device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('^.*b200.*$')"
 BIG_MEMORY_SELECTOR = "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0"
+DYNAMIC = ("--mig", "dynamic", "--feature-gates", "DRAPartitionableDevices=true")
 
 
 def _write(path: Path, *documents: dict[str, Any]) -> str:
@@ -149,12 +150,16 @@ def test_mig_profiles_share_one_parent_gpu_on_dynamic_mig_a100(
         "metadata": {"namespace": "ml", "name": "infer"},
         "spec": {
             "replicas": 2,
-            "template": {"spec": _pod_spec({"mig": {"resourceClaimTemplateName": "mixed"}})},
+            "selector": {"matchLabels": {"app": "infer"}},
+            "template": {
+                "metadata": {"labels": {"app": "infer"}},
+                "spec": _pod_spec({"mig": {"resourceClaimTemplateName": "mixed"}}),
+            },
         },
     }
     files = _write(tmp_path / "mig.yaml", template, deployment)
 
-    code, records, _ = _simulate_yaml(capsys, "-f", files, "--nodes", "dgx-a100-40gb=1")
+    code, records, _ = _simulate_yaml(capsys, "-f", files, "--nodes", "dgx-a100-40gb=1", *DYNAMIC)
 
     assert code == 0
     parents = []
@@ -207,11 +212,12 @@ def test_impossible_selector_is_reported_with_reason_and_exit_code(
     table = capsys.readouterr().out
 
     assert code == 1
-    assert (
+    assert (  # the reason wraps to fit the table's 100 columns
         "not placed: request gpus: no device has productName matching '^.*b200.*$' "
-        "(16 devices have 'NVIDIA H100 80GB HBM3')" in table
+        "(16 devices have 'NVIDIA H100 80GB HBM3')" in " ".join(table.split())
     )
     assert "1 pods: 0 placed, 1 not placed" in table
+    assert max(len(line) for line in table.splitlines()) <= 100
 
 
 def test_yaml_output_has_exactly_the_documented_fields(
@@ -313,7 +319,11 @@ def test_templates_give_each_replica_its_own_deterministic_claim(
         "metadata": {"namespace": "ml", "name": "db"},
         "spec": {
             "replicas": 3,
-            "template": {"spec": _pod_spec({"gpu": {"resourceClaimTemplateName": "one"}})},
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": _pod_spec({"gpu": {"resourceClaimTemplateName": "one"}}),
+            },
         },
     }
     job = {
@@ -376,8 +386,9 @@ def test_other_kinds_are_ignored_with_a_note(
     assert code == 0
     assert [r["pod"] for r in records] == ["ml/listed"]
     assert records[0]["claims"] == []
-    assert "ignored 3 object(s)" in err
-    assert "ConfigMap (1), Namespace (1), Service (1)" in err
+    assert "ignored 2 object(s)" in err
+    assert "ConfigMap (1), Service (1)" in err
+    assert "Namespace" not in err  # a Namespace is read (admin access), never "ignored"
 
 
 def test_bad_yaml_names_the_file_and_document(
@@ -422,4 +433,6 @@ def test_slices_from_files_define_the_nodes(
 def test_help_says_which_mig_mode_nodes_get_by_default(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["simulate", "--help"])
-    assert "dynamic (the default)" in " ".join(capsys.readouterr().out.split())
+    text = " ".join(capsys.readouterr().out.split())
+    assert "static = its default (the MIG devices that exist)" in text
+    assert "(default: static)" in text

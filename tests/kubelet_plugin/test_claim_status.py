@@ -1,0 +1,256 @@
+"""status.devices after Prepare, through the real client and the fake apiserver's rules.
+
+Prepare's answer never waits for, or fails because of, the status write: a
+failed write is retried, a Prepare error becomes `Ready=False` with the error,
+a dynamic MIG device reports its live UUID and a share its shareID, and
+repeating Prepare does not rewrite (or re-date) the status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+
+from dra_driver.claims.checkpoint import (
+    Checkpoint,
+    ClaimEntry,
+    ClaimState,
+    MigRecord,
+    MpsRecord,
+    PreparedDevice,
+    TimeSliceRecord,
+)
+from dra_driver.claims.device_status import device_data
+from dra_driver.kube.api_store import KubeCluster
+from dra_driver.node.devices import build_devices
+from kubelet_plugin.claim_status import ClaimStatusService, ClaimStatusWriter
+from kubelet_plugin.metrics import PluginMetrics
+from kubelet_plugin.service import ClaimRef, PrepareResult
+from kubelet_plugin.usage_sampler import ClaimPods
+from tests.fakes import (
+    TEST_POOL,
+    FakeApiServer,
+    FakeDraService,
+    dgx_h100_inventory,
+    make_allocated_claim,
+)
+
+DRIVER = "gpu.nvidia.com"
+UID = "0b7cf0d2-5d1e-4c61-9a0e-3f5a1c2b7d90"
+SHARE = "0d5c7e9a-1b3f-4d6e-8a0c-000000000001"
+DEVICES = build_devices(dgx_h100_inventory(), dynamic_mig=True)
+MIG = "gpu-3-mig-1g10gb-19-0"
+
+
+def _prepared(uid: str, *devices: PreparedDevice) -> Checkpoint:
+    entry = ClaimEntry(
+        uid=uid, namespace="ml", name="train", state=ClaimState.PrepareCompleted, devices=devices
+    )
+    return Checkpoint(boot_id="b", claims={uid: entry})
+
+
+def _device(name: str, **fields: Any) -> PreparedDevice:
+    return PreparedDevice(
+        request_names=("gpu",), pool=TEST_POOL, device=name, cdi_device_ids=(), **fields
+    )
+
+
+MIG_RECORD = MigRecord(
+    parent_uuid=next(d.gpu.uuid for d in DEVICES if d.name == "gpu-3"),
+    profile_id=19,
+    placement_start=0,
+    placement_size=1,
+    created_by_us=True,
+    gi_id=9,
+    ci_id=0,
+    uuid="MIG-5b1c7d2e-0000-5000-8000-000000000001",
+)
+
+
+class _Setup:
+    def __init__(self, server: FakeApiServer) -> None:
+        self.server = server
+        self.client = server.api_client()
+        self.cluster = KubeCluster(self.client)
+        self.inner = FakeDraService()
+        self.checkpoint = Checkpoint(boot_id="b")
+        self.uid = UID  # the stored claim's, once `store` made it (the apiserver picks it)
+        self.pods = ClaimPods()
+        self.metrics = PluginMetrics()
+        self.writer = ClaimStatusWriter(
+            self.cluster,
+            driver_name=DRIVER,
+            pool_name=TEST_POOL,
+            claim_pods=self.pods,
+            metrics=self.metrics,
+        )
+        self.service = ClaimStatusService(
+            self.inner,
+            self.writer,
+            prepared=lambda: self.checkpoint,
+            devices=lambda: DEVICES,
+            driver_name=DRIVER,
+            node_name=TEST_POOL,
+        )
+
+    def store(self, results: list[Any]) -> None:
+        claim = make_allocated_claim("train", "ml", UID, results)
+        claim["status"]["reservedFor"] = [{"resource": "pods", "name": "train-0", "uid": "p-1"}]
+        claim["metadata"].pop("resourceVersion")
+        status = claim.pop("status")
+        stored = self.cluster.put_resource_claim(claim)
+        self.uid = stored["metadata"]["uid"]
+        stored["status"] = status
+        self.cluster.update_resource_claim_status(stored)
+
+    def ref(self) -> ClaimRef:
+        return ClaimRef("ml", self.uid, "train")
+
+    def devices(self) -> list[dict[str, Any]]:
+        self.writer.wait_idle(20)
+        claim = self.cluster.get_resource_claim("ml", "train")
+        return list((claim.get("status") or {}).get("devices") or [])
+
+    def writes(self) -> list[str]:
+        return [path for method, path in self.server.requests if method == "PATCH"]
+
+
+@pytest.fixture
+def setup() -> Iterator[_Setup]:
+    with FakeApiServer(version=("1", "37")) as server:
+        made = _Setup(server)
+        try:
+            yield made
+        finally:
+            made.writer.close()
+            made.client.close()
+
+
+def test_a_prepared_claim_reports_ready_with_its_uuids(setup: _Setup) -> None:
+    setup.store([("gpu", "gpu-0"), ("mig", MIG)])
+    setup.checkpoint = _prepared(setup.uid, _device("gpu-0"), _device(MIG, mig=MIG_RECORD))
+    ref = setup.ref()
+    setup.service.prepare([ref])
+    gpu, mig = setup.devices()
+    assert (gpu["driver"], gpu["pool"], gpu["device"]) == (DRIVER, TEST_POOL, "gpu-0")
+    (ready,) = gpu["conditions"]
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "True", "Prepared")
+    assert ready["lastTransitionTime"].endswith("Z")
+    assert gpu["data"]["uuid"] == next(d.gpu.uuid for d in DEVICES if d.name == "gpu-0")
+    assert gpu["data"]["type"] == "gpu"
+    assert mig["data"] == {
+        "version": "v1",
+        "type": "mig",
+        "uuid": MIG_RECORD.uuid,
+        "parentUUID": MIG_RECORD.parent_uuid,
+        "profile": "1g.10gb",
+        "gpuInstanceId": 9,
+        "computeInstanceId": 0,
+    }
+    claim = setup.cluster.get_resource_claim("ml", "train")
+    assert [m["manager"] for m in claim["metadata"]["managedFields"]] == [DRIVER]
+    assert setup.pods.snapshot()[setup.uid][0].name == "train-0"  # reservedFor from the answer
+
+
+def test_a_share_reports_its_share_id_and_sharing(setup: _Setup) -> None:
+    setup.store([{"request": "gpu", "device": "gpu-1", "shareID": SHARE}])
+    mps = MpsRecord(
+        device_uuid="GPU-1",
+        gpu_uuid="GPU-1",
+        daemon_dir="/var/lib/kubelet/plugins/gpu.nvidia.com/mps/GPU-1",
+        device_memory_mib=81559,
+        active_thread_percentage=25,
+        pinned_memory_mib=20480,
+    )
+    setup.checkpoint = _prepared(
+        setup.uid,
+        _device(
+            "gpu-1",
+            share_id=SHARE,
+            mps=mps,
+            time_slice=TimeSliceRecord("GPU-1", "Long"),
+            consumed_capacity=MappingProxyType({"memory": "20Gi"}),
+        ),
+    )
+    setup.service.prepare([setup.ref()])
+    (entry,) = setup.devices()
+    assert entry["shareID"] == SHARE
+    assert entry["data"]["shareID"] == SHARE
+    assert entry["data"]["mps"] == {
+        "pipeDirectory": "/tmp/nvidia-mps",
+        "hostPipeDirectory": "/var/lib/kubelet/plugins/gpu.nvidia.com/mps/GPU-1/pipe",
+        "activeThreadPercentage": 25,
+        "pinnedMemoryMiB": 20480,
+    }
+    assert entry["data"]["timeSlice"] == "Long"
+
+
+def test_a_failed_prepare_reports_not_ready_with_the_error(setup: _Setup) -> None:
+    setup.store([("gpu", "gpu-0"), {"request": "gpu", "device": "gpu-1", "shareID": SHARE}])
+    setup.inner.results[setup.uid] = PrepareResult(error="gpu-0: MIG mode is pending a reset")
+    result = setup.service.prepare([setup.ref()])
+    assert result[setup.uid].error  # the kubelet gets the error as before
+    entries = setup.devices()
+    assert [(e["device"], e.get("shareID")) for e in entries] == [("gpu-0", None), ("gpu-1", SHARE)]
+    for entry in entries:
+        (ready,) = entry["conditions"]
+        assert (ready["status"], ready["reason"]) == ("False", "PrepareFailed")
+        assert ready["message"] == "gpu-0: MIG mode is pending a reset"
+
+
+def test_a_repeated_prepare_keeps_the_status_and_its_transition_time(setup: _Setup) -> None:
+    setup.store([("gpu", "gpu-0")])
+    setup.checkpoint = _prepared(setup.uid, _device("gpu-0"))
+    ref = setup.ref()
+    setup.service.prepare([ref])
+    (first,) = setup.devices()
+    setup.service.prepare([ref])
+    (again,) = setup.devices()
+    assert again == first
+    assert len(setup.writes()) == 1  # nothing new to say: no second write
+
+
+def test_status_writes_are_retried_and_never_delay_prepare(setup: _Setup) -> None:
+    setup.store([("gpu", "gpu-0")])
+    setup.checkpoint = _prepared(setup.uid, _device("gpu-0"))
+    setup.server.fail_next("PATCH", 503, "ServiceUnavailable")
+    setup.server.fail_next("PATCH", 500, "InternalError")
+    result = setup.service.prepare([setup.ref()])
+    assert not result[setup.uid].error
+    assert setup.writer.wait_idle(30)
+    (entry,) = setup.devices()
+    assert entry["conditions"][0]["status"] == "True"
+    assert len(setup.writes()) == 3
+    assert setup.metrics.status_writes.labels("success")._value.get() == 1
+
+
+def test_a_service_that_raises_while_reporting_still_answers(setup: _Setup) -> None:
+    def broken() -> Checkpoint:
+        raise RuntimeError("checkpoint unreadable")
+
+    service = ClaimStatusService(
+        setup.inner,
+        setup.writer,
+        prepared=broken,
+        devices=lambda: DEVICES,
+        driver_name=DRIVER,
+        node_name=TEST_POOL,
+    )
+    result = service.prepare([ClaimRef("ml", UID, "train")])
+    assert not result[UID].error
+
+
+def test_a_deleted_claim_is_given_up_quietly(setup: _Setup) -> None:
+    setup.checkpoint = _prepared(setup.uid, _device("gpu-0"))
+    setup.service.prepare([setup.ref()])  # no such claim in the apiserver
+    assert setup.writer.wait_idle(20)
+    assert setup.metrics.status_writes.labels("gone")._value.get() == 1
+
+
+def test_the_data_of_a_whole_gpu_is_small_and_an_object() -> None:
+    data = device_data(_device("gpu-0"), next(d for d in DEVICES if d.name == "gpu-0"))
+    assert isinstance(data, dict)
+    assert len(str(data)) < 10 * 1024
