@@ -27,8 +27,10 @@ imports: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy $(PACKAGES) tests/fakes
 
+## unit: pytest on every core (pytest-xdist; worksteal evens out the long process tests);
+## the 10 slowest tests are printed at the end (--durations in pyproject.toml)
 unit: $(STAMP)
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n auto --dist worksteal
 
 ## gpu-test: tests/gpu on a node with an NVIDIA GPU (driver root / or GPU_TEST_DRIVER_ROOT);
 ## they only read GPU settings (no MIG mode, compute mode, time-slice, clock change or reset)
@@ -55,11 +57,12 @@ image: wheel
 		OUT=dist/dra-gpu-$(VERSION).oci.tar deploy/build-image.sh
 
 ## wheel-check: the wheel has no test code, and `dra-gpu demo` runs from it outside the source tree
+## (a fresh venv without pip of its own, filled by .venv's pip; nothing byte-compiled ahead)
 WHEEL_VENV := build/wheel-venv
 wheel-check: wheel
 	$(PY) -m tests.wheel_contents $(WHEEL_GLOB)
-	rm -rf $(WHEEL_VENV) && $(PYTHON) -m venv $(WHEEL_VENV)
-	$(WHEEL_VENV)/bin/pip install --quiet $(WHEEL_GLOB)
+	rm -rf $(WHEEL_VENV) && $(PYTHON) -m venv --without-pip $(WHEEL_VENV)
+	$(PY) -m pip --python $(WHEEL_VENV)/bin/python install --quiet --no-compile $(WHEEL_GLOB)
 	tmp="$$(mktemp -d)" && cd "$$tmp" && { $(CURDIR)/$(WHEEL_VENV)/bin/dra-gpu demo >demo.log 2>&1; \
 		rc=$$?; [ $$rc = 0 ] || cat demo.log; cd / && rm -rf "$$tmp"; exit $$rc; }
 	@echo "wheel-check: $$(ls $(WHEEL_GLOB)) installs and runs the demo outside the source tree"

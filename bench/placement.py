@@ -152,7 +152,7 @@ def publish(spec: str, name: str, layout: Layout = "v1.35") -> PublishedNode:
         for counter_set in obj["spec"].get("sharedCounters", []):
             for counter, value in sorted(counter_set["counters"].items()):
                 counter_index[(counter_set["name"], counter)] = len(totals)
-                totals.append(int(parse_quantity(value["value"])))
+                totals.append(int(parse_quantity(value["value"]).value))
     device_slices: list[tuple[SimDevice, ...]] = []
     for obj in slices:
         if "devices" not in obj["spec"]:
@@ -164,7 +164,7 @@ def publish(spec: str, name: str, layout: Layout = "v1.35") -> PublishedNode:
             request_type = FULL_GPU if kind == "gpu" else attributes["profile"]["string"]
             (use,) = raw["consumesCounters"]
             consumes = tuple(
-                (counter_index[(use["counterSet"], counter)], int(parse_quantity(v["value"])))
+                (counter_index[(use["counterSet"], counter)], int(parse_quantity(v["value"]).value))
                 for counter, v in sorted(use["counters"].items())
             )
             chunk.append(SimDevice(raw["name"], request_type, use["counterSet"], consumes))

@@ -29,11 +29,13 @@ from typing import Any, Final, TypeGuard
 
 from dra_driver.errors import ConfigError, SliceError
 from dra_driver.kube.names import (
-    is_c_identifier,
+    driver_name_errors,
     is_dns_label,
     is_dns_subdomain,
-    is_label_name,
-    is_label_value,
+    label_key_errors,
+    label_value_errors,
+    pool_name_errors,
+    qualified_name_errors,
 )
 from dra_driver.kube.quantity import INT64_MAX, parse_quantity
 from dra_driver.node.devices import SEMVER_RE
@@ -48,11 +50,7 @@ RESOURCE_SLICE_MAX_DEVICES: Final = 128
 # [1.35] ResourceSliceMaxDevicesWithTaintsOrConsumesCounters
 RESOURCE_SLICE_MAX_DEVICES_WITH_TAINTS_OR_CONSUMES_COUNTERS: Final = 64
 RESOURCE_SLICE_MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE: Final = 32
-DEVICE_MAX_ID_LENGTH: Final = 32
-DEVICE_MAX_DOMAIN_LENGTH: Final = 63
 DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH: Final = 64
-DRIVER_NAME_MAX_LENGTH: Final = 63
-POOL_NAME_MAX_LENGTH: Final = 253
 DEVICE_TAINTS_MAX_LENGTH: Final[dict[str, int]] = {"1.34": 4, "1.35": 16, "1.36": 16, "1.37": 16}
 BINDING_CONDITIONS_MAX_SIZE: Final = 4
 BINDING_FAILURE_CONDITIONS_MAX_SIZE: Final = 4
@@ -73,98 +71,6 @@ TAINT_EFFECTS: Final[dict[str, frozenset[str]]] = {
     "1.36": frozenset({"NoSchedule", "NoExecute", "None"}),
     "1.37": frozenset({"NoSchedule", "NoExecute", "None"}),
 }
-
-
-# --- name formats --------------------------------------------------------------------
-
-
-def driver_name_errors(name: str) -> list[str]:
-    """Why `name` is not a valid driver name (CSI driver-name rules), or []."""
-    if not name:
-        return ["required"]
-    errors = []
-    if len(name) > DRIVER_NAME_MAX_LENGTH:
-        errors.append(f"longer than {DRIVER_NAME_MAX_LENGTH} characters")
-    if not is_dns_subdomain(name.lower()):
-        errors.append(f"{name!r} is not a DNS subdomain")
-    return errors
-
-
-def pool_name_errors(name: str) -> list[str]:
-    """Why `name` is not a valid pool name, or []: DNS subdomains joined by '/'."""
-    if not name:
-        return ["required"]
-    errors = []
-    if len(name) > POOL_NAME_MAX_LENGTH:
-        errors.append(f"longer than {POOL_NAME_MAX_LENGTH} characters")
-    for part in name.split("/"):
-        if not is_dns_subdomain(part):
-            errors.append(f"{part!r} is not a DNS subdomain")
-    return errors
-
-
-def qualified_name_errors(name: str) -> list[str]:
-    """Why `name` is not an attribute/capacity name (`id` or `domain/id`), or []."""
-    parts = name.split("/")
-    if len(parts) == 1:
-        return _c_identifier_errors(parts[0])
-    if len(parts) > 2:
-        return ["must not contain more than one slash"]
-    domain, identifier = parts
-    errors = []
-    if not domain:
-        errors.append("the domain must not be empty")
-    else:
-        if len(domain) > DEVICE_MAX_DOMAIN_LENGTH:
-            errors.append(f"domain longer than {DEVICE_MAX_DOMAIN_LENGTH} characters")
-        if not is_dns_subdomain(domain.lower()):
-            errors.append(f"domain {domain!r} is not a DNS subdomain")
-    if not identifier:
-        errors.append("the name must not be empty")
-    else:
-        errors.extend(_c_identifier_errors(identifier))
-    return errors
-
-
-def _c_identifier_errors(identifier: str) -> list[str]:
-    errors = []
-    if len(identifier) > DEVICE_MAX_ID_LENGTH:
-        errors.append(f"identifier longer than {DEVICE_MAX_ID_LENGTH} characters")
-    if not is_c_identifier(identifier):
-        errors.append(f"{identifier!r} is not a C identifier ([A-Za-z_][A-Za-z0-9_]*)")
-    return errors
-
-
-def label_name_errors(name: str) -> list[str]:
-    """Why `name` is not a label key (`[prefix/]name`), or []: taint keys, conditions."""
-    if not name:
-        return ["required"]
-    prefix, slash, short = name.rpartition("/")
-    errors = []
-    if slash:
-        if not prefix:
-            errors.append("prefix part must not be empty")
-        elif not is_dns_subdomain(prefix):
-            errors.append(f"prefix {prefix!r} is not a DNS subdomain")
-        if "/" in prefix:
-            errors.append("must contain at most one slash")
-    if not short:
-        errors.append("name part must not be empty")
-    elif not is_label_name(short):
-        errors.append(
-            f"name part {short!r} must be 63 characters or less, alphanumeric, "
-            "'-', '_' or '.', starting and ending with an alphanumeric character"
-        )
-    return errors
-
-
-def label_value_errors(value: str) -> list[str]:
-    if not is_label_value(value):
-        return [
-            f"{value!r} is not a label value (63 characters or less, alphanumeric, "
-            "'-', '_' or '.', starting and ending with an alphanumeric character)"
-        ]
-    return []
 
 
 # --- the checks ----------------------------------------------------------------------
@@ -361,7 +267,7 @@ def _quantity(value: Any) -> Fraction | None:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         return None
     try:
-        return parse_quantity(str(value))
+        return parse_quantity(str(value)).value
     except ConfigError:
         return None
 
@@ -807,7 +713,7 @@ def _check_taints(errors: _Errors, path: str, taints: Any, k8s: str, device: str
         if not isinstance(taint, Mapping):
             errors.add(tpath, "must be an object", device)
             continue
-        errors.extend(f"{tpath}.key", label_name_errors(str(taint.get("key") or "")), device)
+        errors.extend(f"{tpath}.key", label_key_errors(str(taint.get("key") or "")), device)
         value = taint.get("value")
         if value:
             errors.extend(f"{tpath}.value", label_value_errors(str(value)), device)
@@ -959,7 +865,7 @@ def _check_binding(errors: _Errors, path: str, device: Mapping[str, Any], name: 
             continue
         seen: set[str] = set()
         for i, condition in enumerate(items):
-            errors.extend(f"{path}.{key}[{i}]", label_name_errors(str(condition)), name)
+            errors.extend(f"{path}.{key}[{i}]", label_key_errors(str(condition)), name)
             if condition in seen:
                 errors.add(f"{path}.{key}[{i}]", f"duplicate condition {condition!r}", name)
             seen.add(str(condition))

@@ -57,10 +57,9 @@ from controller.limits import (
     RESOURCE_SLICE_MAX_SHARED_COUNTERS,
     check_resource_slices,
     check_version,
-    driver_name_errors,
 )
 from dra_driver.errors import ConfigError, SliceError
-from dra_driver.kube.names import DNS_SUBDOMAIN_MAX_LENGTH, is_dns_subdomain
+from dra_driver.kube.names import DNS_SUBDOMAIN_MAX_LENGTH, driver_name_errors, is_dns_subdomain
 from dra_driver.node.devices import AllocatableDevice
 from dra_driver.node.dynamic_mig import CounterSet
 from dra_driver.node.placement_order import order_devices, profile_groups

@@ -51,9 +51,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import TypeVar
 
 from dra_driver import failpoints
@@ -77,6 +76,7 @@ from dra_driver.node.host import HostInfo
 from dra_driver.planning import ClaimPlan, plan_claim
 from dra_driver.planning.plan import MigTarget, mig_target
 from kubelet_plugin.gpu_locks import GpuLocks
+from kubelet_plugin.keyed_locks import KeyedLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle
 from kubelet_plugin.rebuild import RebuildSource
 from kubelet_plugin.recovery_report import RecoveryReport
@@ -131,7 +131,7 @@ class GpuDriver:
         self._driver_edits = driver_edits
         self._cdi_hooks = cdi_hooks
         self._thread_lock = threading.Lock()
-        self._claim_locks = _KeyedLocks()
+        self._claim_locks = KeyedLocks()
         self._state: Checkpoint | None = None
         self._rebuild_sources = tuple(rebuild_sources)
         build = sharing or sharing_strategies(gpu_locks=gpu_locks)
@@ -637,30 +637,6 @@ def _result_devices(devices: Sequence[PreparedDevice]) -> tuple[ResultDevice, ..
         )
         for device in devices
     )
-
-
-class _KeyedLocks:
-    """One lock per key (a claim UID), forgotten when nobody holds or waits for it."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[str, tuple[threading.Lock, int]] = {}
-
-    @contextmanager
-    def hold(self, key: str) -> Iterator[None]:
-        with self._guard:
-            lock, users = self._locks.get(key, (threading.Lock(), 0))
-            self._locks[key] = (lock, users + 1)
-        try:
-            with lock:
-                yield
-        finally:
-            with self._guard:
-                lock, users = self._locks[key]
-                if users == 1:
-                    del self._locks[key]
-                else:
-                    self._locks[key] = (lock, users - 1)
 
 
 def _in_parallel(work: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:

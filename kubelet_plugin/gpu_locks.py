@@ -12,13 +12,13 @@ deadlock with another.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from dra_driver.errors import PluginError
 from dra_driver.files.flock import file_lock
+from kubelet_plugin.keyed_locks import KeyedLocks
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -29,8 +29,7 @@ class GpuLocks:
     def __init__(self, directory: Path, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self._directory = directory
         self._timeout_s = timeout_s
-        self._guard = threading.Lock()
-        self._thread_locks: dict[str, threading.Lock] = {}
+        self._thread_locks = KeyedLocks()
 
     @contextmanager
     def hold(self, gpu_uuids: Iterable[str]) -> Iterator[None]:
@@ -42,13 +41,13 @@ class GpuLocks:
 
     @contextmanager
     def _one(self, uuid: str) -> Iterator[None]:
-        with self._guard:
-            lock = self._thread_locks.setdefault(uuid, threading.Lock())
-        if not lock.acquire(timeout=self._timeout_s):
-            raise PluginError(
-                f"GPU {uuid}: another operation held its lock for {self._timeout_s:.0f} s"
-            )
-        try:
+        with ExitStack() as stack:
+            try:
+                stack.enter_context(self._thread_locks.hold(uuid, timeout=self._timeout_s))
+            except TimeoutError:
+                raise PluginError(
+                    f"GPU {uuid}: another operation held its lock for {self._timeout_s:.0f} s"
+                ) from None
             self._directory.mkdir(parents=True, exist_ok=True)
             with file_lock(
                 self._directory / f"{uuid}.lock",
@@ -59,5 +58,3 @@ class GpuLocks:
                 f"{self._timeout_s:.0f} s",
             ):
                 yield
-        finally:
-            lock.release()

@@ -235,7 +235,9 @@ def _wait_for_driver(
     flag, an unknown shape) is raised at once.
     """
     last = ""
+    attempt = 0
     while True:
+        attempt += 1
         hardware: Hardware | None = None
         try:
             hardware = options.open_hardware()
@@ -253,6 +255,7 @@ def _wait_for_driver(
                     exc,
                 )
                 last = str(exc)
+            log.debug("NVIDIA driver still not ready after attempt %d: %s", attempt, exc)
             if stop.wait(options.driver_retry_interval):
                 return None
             continue

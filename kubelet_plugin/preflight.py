@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dra_driver.errors import ConfigError
-from dra_driver.kube.names import is_dns_subdomain
+from dra_driver.kube.names import driver_name_errors, is_dns_subdomain
 from kubelet_plugin.metrics import parse_address
 from kubelet_plugin.socket_names import (
     check_pod_uid,
@@ -93,11 +93,8 @@ def _check_names(options: PluginOptions) -> None:
         raise ConfigError("--node-name is empty (the DaemonSet sets NODE_NAME from spec.nodeName)")
     if not is_dns_subdomain(options.node_name):
         raise ConfigError(f"--node-name {options.node_name!r}: not a valid node name")
-    if not is_dns_subdomain(options.driver_name):
-        raise ConfigError(
-            f"--driver-name {options.driver_name!r}: not a DNS subdomain "
-            "(lower-case alphanumerics, '-' and '.', at most 253 characters)"
-        )
+    if errors := driver_name_errors(options.driver_name):
+        raise ConfigError(f"--driver-name {options.driver_name!r}: {'; '.join(errors)}")
     if options.pod_uid:
         check_pod_uid(options.pod_uid)
     cluster = options.cluster

@@ -62,7 +62,7 @@ from typing import Any, NoReturn, Protocol, Self, TypeVar
 import grpc
 
 from dra_driver.errors import DraGpuError, PluginError
-from dra_driver.kube.names import is_dns_subdomain
+from dra_driver.kube.names import driver_name_errors
 from kubelet_plugin.gen.dra.v1 import api_pb2 as dra_v1
 from kubelet_plugin.gen.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from kubelet_plugin.gen.dra.v1beta1 import api_pb2 as dra_v1beta1
@@ -456,11 +456,8 @@ class PluginServer:
         metrics: PluginMetrics | None = None,
         pod_uid: str | None = None,
     ) -> None:
-        if not is_dns_subdomain(driver_name):
-            raise PluginError(
-                f"driver name {driver_name!r} is not a DNS subdomain "
-                "(lower-case alphanumerics, '-' and '.', at most 253 characters)"
-            )
+        if errors := driver_name_errors(driver_name):
+            raise PluginError(f"driver name {driver_name!r}: {'; '.join(errors)}")
         if max_workers < 1:
             raise PluginError(f"max_workers must be at least 1, got {max_workers}")
         self.driver_name = driver_name

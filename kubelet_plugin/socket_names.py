@@ -33,11 +33,11 @@ import base64
 import hashlib
 import os
 import posixpath
-import re
 from pathlib import Path
 from typing import Final
 
 from dra_driver.errors import ConfigError
+from dra_driver.kube.names import is_uid
 
 UNIX_PATH_MAX: Final = 108
 """The helper's bound when it chooses a registration socket name (`unixPathMax`)."""
@@ -45,8 +45,6 @@ MAX_SOCKET_PATH_BYTES: Final = 107
 """The longest socket path gRPC can bind and dial (108 bytes of `sun_path` with the NUL)."""
 _UID_HASH_BYTES: Final = 8
 _DRIVER_UID_HASH_BYTES: Final = 16
-_POD_UID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-"""A pod UID (an RFC 4122 UUID in practice): safe as part of a file name."""
 
 
 def plugin_data_dir(kubelet_root: Path, driver_name: str) -> Path:
@@ -98,10 +96,11 @@ def go_path_join(*parts: str) -> str:
 
 def check_pod_uid(pod_uid: str) -> None:
     """A pod UID must be usable in a file name; ConfigError naming the flag otherwise."""
-    if not _POD_UID.fullmatch(pod_uid):
+    if not is_uid(pod_uid):
         raise ConfigError(
             f"--pod-uid {pod_uid!r}: not a pod UID (letters, digits, '.', '_' and '-', "
-            "at most 128 characters; the DaemonSet passes metadata.uid as POD_UID)"
+            "starting and ending with a letter or digit, at most 128 characters; the "
+            "DaemonSet passes metadata.uid as POD_UID)"
         )
 
 

@@ -44,6 +44,11 @@ Compatibility rules
        (`_MIGRATIONS[v]` turns version v into v+1), and written back in
        the current version on the next save.
 
+The records are read and written by one typed codec
+(`dra_driver.claims.record_codec`): each field names its JSON key, and the
+codec applies rules 1 to 3 and type-checks every field, naming its path in
+errors.
+
 Everything here is pure: bytes in, bytes out. `checkpoint_store` does the
 file I/O, locking and boot-id handling.
 """
@@ -58,16 +63,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, Final, TypeVar
+from typing import Any, ClassVar, Final
 
+from dra_driver.claims.record_codec import REQUIRED, Record, json_key, object_at, typed
 from dra_driver.errors import CheckpointError
 
 SCHEMA_VERSION: Final = 1
 FORMAT: Final = "dra-gpu/checkpoint"
 _CHECKSUM_ALGORITHM: Final = "sha256"
-
-T = TypeVar("T")
-D = TypeVar("D")
 
 _MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 """`_MIGRATIONS[v]` turns a version-v payload into a version-(v+1) payload."""
@@ -83,7 +86,7 @@ class ClaimState(StrEnum):
 
 
 @dataclass(frozen=True, kw_only=True)
-class MigRecord:
+class MigRecord(Record):
     """A MIG device a claim uses, and how far its creation got.
 
     Dynamic MIG creates a GPU instance, then a compute instance, then learns
@@ -95,14 +98,16 @@ class MigRecord:
     that existed before (static MIG), which Unprepare must never destroy.
     """
 
-    parent_uuid: str
-    profile_id: int
-    placement_start: int
-    placement_size: int
-    created_by_us: bool
-    gi_id: int | None = None
-    ci_id: int | None = None
-    uuid: str | None = None
+    WHERE: ClassVar[str] = "mig"
+
+    parent_uuid: str = json_key("parentUuid")
+    profile_id: int = json_key("profileId")
+    placement_start: int = json_key("placementStart")
+    placement_size: int = json_key("placementSize")
+    created_by_us: bool = json_key("createdByUs", missing=False)
+    gi_id: int | None = json_key("giId", default=None)
+    ci_id: int | None = json_key("ciId", default=None)
+    uuid: str | None = json_key("uuid", default=None)
 
     def __post_init__(self) -> None:
         if self.ci_id is not None and self.gi_id is None:
@@ -127,35 +132,9 @@ class MigRecord:
     def with_compute_instance(self, ci_id: int, uuid: str | None = None) -> MigRecord:
         return dataclasses.replace(self, ci_id=ci_id, uuid=uuid)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "parentUuid": self.parent_uuid,
-            "profileId": self.profile_id,
-            "placementStart": self.placement_start,
-            "placementSize": self.placement_size,
-            "createdByUs": self.created_by_us,
-            "giId": self.gi_id,
-            "ciId": self.ci_id,
-            "uuid": self.uuid,
-        }
-
-    @classmethod
-    def from_dict(cls, obj: object, where: str = "mig") -> MigRecord:
-        m = _obj(obj, where)
-        return cls(
-            parent_uuid=_req(m, "parentUuid", str, where),
-            profile_id=_req(m, "profileId", int, where),
-            placement_start=_req(m, "placementStart", int, where),
-            placement_size=_req(m, "placementSize", int, where),
-            created_by_us=_opt(m, "createdByUs", bool, where, False),
-            gi_id=_opt(m, "giId", int, where, None),
-            ci_id=_opt(m, "ciId", int, where, None),
-            uuid=_opt(m, "uuid", str, where, None),
-        )
-
 
 @dataclass(frozen=True, kw_only=True)
-class MpsRecord:
+class MpsRecord(Record):
     """The MPS control daemon a claim's device is a client of.
 
     One daemon serves every MPS claim on a device, so several entries carry
@@ -168,65 +147,31 @@ class MpsRecord:
     whose lock guards the daemon (the parent of a MIG device).
     """
 
-    device_uuid: str
-    gpu_uuid: str
-    daemon_dir: str
-    device_memory_mib: int
-    pid: int | None = None
-    start_ticks: int | None = None
-    multi_user: bool = False
-    active_thread_percentage: int | None = None
-    pinned_memory_mib: int | None = None
+    WHERE: ClassVar[str] = "mps"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "deviceUuid": self.device_uuid,
-            "gpuUuid": self.gpu_uuid,
-            "daemonDir": self.daemon_dir,
-            "deviceMemoryMiB": self.device_memory_mib,
-            "pid": self.pid,
-            "startTicks": self.start_ticks,
-            "multiUser": self.multi_user,
-            "activeThreadPercentage": self.active_thread_percentage,
-            "pinnedMemoryMiB": self.pinned_memory_mib,
-        }
-
-    @classmethod
-    def from_dict(cls, obj: object, where: str = "mps") -> MpsRecord:
-        m = _obj(obj, where)
-        return cls(
-            device_uuid=_req(m, "deviceUuid", str, where),
-            gpu_uuid=_req(m, "gpuUuid", str, where),
-            daemon_dir=_req(m, "daemonDir", str, where),
-            device_memory_mib=_req(m, "deviceMemoryMiB", int, where),
-            pid=_opt(m, "pid", int, where, None),
-            start_ticks=_opt(m, "startTicks", int, where, None),
-            multi_user=_opt(m, "multiUser", bool, where, False),
-            active_thread_percentage=_opt(m, "activeThreadPercentage", int, where, None),
-            pinned_memory_mib=_opt(m, "pinnedMemoryMiB", int, where, None),
-        )
+    device_uuid: str = json_key("deviceUuid")
+    gpu_uuid: str = json_key("gpuUuid")
+    daemon_dir: str = json_key("daemonDir")
+    device_memory_mib: int = json_key("deviceMemoryMiB")
+    pid: int | None = json_key("pid", default=None)
+    start_ticks: int | None = json_key("startTicks", default=None)
+    multi_user: bool = json_key("multiUser", default=False)
+    active_thread_percentage: int | None = json_key("activeThreadPercentage", default=None)
+    pinned_memory_mib: int | None = json_key("pinnedMemoryMiB", default=None)
 
 
 @dataclass(frozen=True)
-class TimeSliceRecord:
+class TimeSliceRecord(Record):
     """The time-slice interval ("Default", "Short", "Medium", "Long") a claim wants on a GPU."""
 
-    gpu_uuid: str
-    interval: str
+    WHERE: ClassVar[str] = "timeSlice"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"gpuUuid": self.gpu_uuid, "interval": self.interval}
-
-    @classmethod
-    def from_dict(cls, obj: object, where: str = "timeSlice") -> TimeSliceRecord:
-        m = _obj(obj, where)
-        return cls(
-            gpu_uuid=_req(m, "gpuUuid", str, where), interval=_req(m, "interval", str, where)
-        )
+    gpu_uuid: str = json_key("gpuUuid")
+    interval: str = json_key("interval")
 
 
 @dataclass(frozen=True)
-class PreparedDevice:
+class PreparedDevice(Record):
     """One device of a prepared claim, as returned to the kubelet.
 
     `request_names` are base request names (no "/subrequest"), as the
@@ -241,102 +186,40 @@ class PreparedDevice:
     downgrading with such claims prepared is not supported.
     """
 
-    request_names: tuple[str, ...]
-    pool: str
-    device: str
-    cdi_device_ids: tuple[str, ...]
-    share_id: str | None = None
-    mig: MigRecord | None = None
-    admin_access: bool = False
-    consumed_capacity: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    time_slice: TimeSliceRecord | None = None
-    mps: MpsRecord | None = None
+    WHERE: ClassVar[str] = "device"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "requestNames": list(self.request_names),
-            "pool": self.pool,
-            "device": self.device,
-            "cdiDeviceIds": list(self.cdi_device_ids),
-            "shareId": self.share_id,
-            "mig": None if self.mig is None else self.mig.to_dict(),
-            "adminAccess": self.admin_access,
-            "consumedCapacity": dict(sorted(self.consumed_capacity.items())),
-            "timeSlice": None if self.time_slice is None else self.time_slice.to_dict(),
-            "mps": None if self.mps is None else self.mps.to_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, obj: object, where: str = "device") -> PreparedDevice:
-        m = _obj(obj, where)
-        raw_mig = m.get("mig")
-        raw_mps = m.get("mps")
-        return cls(
-            request_names=_str_tuple(m, "requestNames", where),
-            pool=_req(m, "pool", str, where),
-            device=_req(m, "device", str, where),
-            cdi_device_ids=_str_tuple(m, "cdiDeviceIds", where),
-            share_id=_opt(m, "shareId", str, where, None),
-            mig=None if raw_mig is None else MigRecord.from_dict(raw_mig, f"{where}.mig"),
-            admin_access=_opt(m, "adminAccess", bool, where, False),
-            consumed_capacity=_str_map(m, "consumedCapacity", where),
-            time_slice=None
-            if m.get("timeSlice") is None
-            else TimeSliceRecord.from_dict(m["timeSlice"], f"{where}.timeSlice"),
-            mps=None if raw_mps is None else MpsRecord.from_dict(raw_mps, f"{where}.mps"),
-        )
+    request_names: tuple[str, ...] = json_key("requestNames", missing=())
+    pool: str = json_key("pool")
+    device: str = json_key("device")
+    cdi_device_ids: tuple[str, ...] = json_key("cdiDeviceIds", missing=())
+    share_id: str | None = json_key("shareId", default=None)
+    mig: MigRecord | None = json_key("mig", default=None)
+    admin_access: bool = json_key("adminAccess", default=False)
+    consumed_capacity: Mapping[str, str] = json_key(
+        "consumedCapacity", default_factory=lambda: MappingProxyType({})
+    )
+    time_slice: TimeSliceRecord | None = json_key("timeSlice", default=None)
+    mps: MpsRecord | None = json_key("mps", default=None)
 
 
 @dataclass(frozen=True)
-class ClaimEntry:
+class ClaimEntry(Record):
     """What the plugin knows about one claim it is preparing or has prepared."""
 
-    uid: str
-    namespace: str
-    name: str
-    state: ClaimState = ClaimState.PrepareStarted
-    devices: tuple[PreparedDevice, ...] = ()
-    started_at: str | None = None  # RFC 3339 time Prepare began, for logs and garbage collection
+    WHERE: ClassVar[str] = "claim"
+
+    uid: str = json_key("uid")
+    namespace: str = json_key("namespace")
+    name: str = json_key("name")
+    state: ClaimState = json_key("state", default=ClaimState.PrepareStarted, missing=REQUIRED)
+    devices: tuple[PreparedDevice, ...] = json_key("devices", default=())
+    started_at: str | None = json_key(  # RFC 3339 time Prepare began, for logs and GC
+        "startedAt", default=None
+    )
 
     @property
     def ref(self) -> str:
         return f"ResourceClaim {self.namespace}/{self.name} (uid {self.uid})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "uid": self.uid,
-            "namespace": self.namespace,
-            "name": self.name,
-            "state": self.state.value,
-            "devices": [d.to_dict() for d in self.devices],
-            "startedAt": self.started_at,
-        }
-
-    @classmethod
-    def from_dict(cls, obj: object, where: str = "claim") -> ClaimEntry:
-        m = _obj(obj, where)
-        raw_state = _req(m, "state", str, where)
-        try:
-            state = ClaimState(raw_state)
-        except ValueError as exc:
-            raise CheckpointError(
-                f"{where}.state is {raw_state!r}, expected one of "
-                f"{', '.join(s.value for s in ClaimState)}"
-            ) from exc
-        raw_devices = m.get("devices", [])
-        if not isinstance(raw_devices, list):
-            raise CheckpointError(f"{where}.devices must be a list")
-        return cls(
-            uid=_req(m, "uid", str, where),
-            namespace=_req(m, "namespace", str, where),
-            name=_req(m, "name", str, where),
-            state=state,
-            devices=tuple(
-                PreparedDevice.from_dict(d, f"{where}.devices[{i}]")
-                for i, d in enumerate(raw_devices)
-            ),
-            started_at=_opt(m, "startedAt", str, where, None),
-        )
 
 
 def _frozen_claims() -> Mapping[str, ClaimEntry]:
@@ -491,7 +374,7 @@ class Checkpoint:
     @classmethod
     def from_dict(cls, obj: object) -> Checkpoint:
         """Load a payload, migrating older schema versions; unknown fields are ignored."""
-        payload = dict(_obj(obj, "checkpoint"))
+        payload = dict(object_at(obj, "checkpoint"))
         version = payload.get("schemaVersion")
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
             raise CheckpointError(f"schemaVersion is {version!r}, expected a positive integer")
@@ -508,14 +391,17 @@ class Checkpoint:
                 raise CheckpointError(f"schemaVersion {version} has no migration to {version + 1}")
             payload = migrate(payload)
             version += 1
-        claims_raw = _obj(payload.get("claims", {}), "claims")
+        claims_raw = object_at(payload.get("claims", {}), "claims")
         claims: dict[str, ClaimEntry] = {}
         for uid, raw in claims_raw.items():
             entry = ClaimEntry.from_dict(raw, f"claims[{uid!r}]")
             if entry.uid != uid:
                 raise CheckpointError(f"claims[{uid!r}].uid is {entry.uid!r}, expected {uid!r}")
             claims[uid] = entry
-        return cls(boot_id=_req(payload, "bootId", str, "checkpoint"), claims=claims)
+        boot_id = payload.get("bootId")
+        if boot_id is None:
+            raise CheckpointError("checkpoint.bootId is missing")
+        return cls(boot_id=typed(boot_id, "bootId", str, "checkpoint"), claims=claims)
 
     # -- helpers -------------------------------------------------------------
 
@@ -671,48 +557,3 @@ def decode(data: bytes, *, source: str = "checkpoint") -> Checkpoint:
         return Checkpoint.from_dict(obj)
     except CheckpointError as exc:
         raise CheckpointError(f"{source}: {exc}") from exc
-
-
-# -- field readers -----------------------------------------------------------
-
-
-def _obj(value: object, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise CheckpointError(f"{where} must be an object")
-    return value
-
-
-def _req(m: Mapping[str, Any], key: str, kind: type[T], where: str) -> T:
-    if key not in m or m[key] is None:
-        raise CheckpointError(f"{where}.{key} is missing")
-    return _typed(m[key], key, kind, where)
-
-
-def _opt(m: Mapping[str, Any], key: str, kind: type[T], where: str, default: D) -> T | D:
-    value = m.get(key)
-    if value is None:
-        return default
-    return _typed(value, key, kind, where)
-
-
-def _typed(value: object, key: str, kind: type[T], where: str) -> T:
-    wrong_bool = kind is int and isinstance(value, bool)
-    if not isinstance(value, kind) or wrong_bool:
-        raise CheckpointError(f"{where}.{key} must be {kind.__name__}, got {value!r}")
-    return value
-
-
-def _str_map(m: Mapping[str, Any], key: str, where: str) -> Mapping[str, str]:
-    value = m.get(key) or {}
-    if not isinstance(value, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        raise CheckpointError(f"{where}.{key} must be an object of strings")
-    return MappingProxyType(dict(value))
-
-
-def _str_tuple(m: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
-    value = m.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise CheckpointError(f"{where}.{key} must be a list of strings")
-    return tuple(value)

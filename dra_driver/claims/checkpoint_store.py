@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -48,10 +47,10 @@ from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry, decode, encode
 from dra_driver.errors import CheckpointError
 from dra_driver.files import atomic as fsutil
 from dra_driver.files.flock import file_lock
+from dra_driver.kube.names import is_uid
 
 DEFAULT_LOCK_TIMEOUT_S = 10.0
 CLAIM_FILE_SUFFIX = ".json"
-_CLAIM_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 @dataclass(frozen=True)
@@ -109,7 +108,7 @@ class CheckpointStore:
 
     def path_for(self, claim_uid: str) -> Path:
         """The file of `claim_uid` (whether or not it exists)."""
-        if not _CLAIM_UID.fullmatch(claim_uid):
+        if not is_uid(claim_uid):
             raise CheckpointError(f"claim UID {claim_uid!r} cannot name a checkpoint file")
         return self.directory / f"{claim_uid}{CLAIM_FILE_SUFFIX}"
 
@@ -198,8 +197,7 @@ class CheckpointStore:
         return [
             self.directory / name
             for name in names
-            if name.endswith(CLAIM_FILE_SUFFIX)
-            and _CLAIM_UID.fullmatch(name[: -len(CLAIM_FILE_SUFFIX)])
+            if name.endswith(CLAIM_FILE_SUFFIX) and is_uid(name[: -len(CLAIM_FILE_SUFFIX)])
         ]
 
     # -- writing ------------------------------------------------------------------

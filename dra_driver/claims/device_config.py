@@ -83,7 +83,7 @@ class MpsConfig(_Strict):
 def _bytes(text: str) -> Fraction:
     """A quantity; a malformed one is a ValueError, so pydantic names the field with it."""
     try:
-        return parse_quantity(text)
+        return parse_quantity(text).value
     except ConfigError as exc:
         raise ValueError(str(exc)) from exc
 

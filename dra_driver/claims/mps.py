@@ -152,7 +152,7 @@ def claim_limits(
                 break
     shares_total = capacity.get("shares")
     if "shares" in consumed and shares_total:
-        share = math.floor(100 * parse_quantity(consumed["shares"]) / shares_total)
+        share = math.floor(100 * parse_quantity(consumed["shares"]).value / shares_total)
         if share < 1:
             raise ClaimError(
                 f"{where}: consumed {consumed['shares']} of {shares_total} shares, "
@@ -190,4 +190,4 @@ def one_mps_device_per_claim(ref: str, mps_devices: Iterable[str]) -> None:
 
 
 def _mib(quantity: str) -> int:
-    return math.floor(parse_quantity(quantity) / MIB)
+    return math.floor(parse_quantity(quantity).value / MIB)

@@ -201,7 +201,7 @@ def _memory_limit(prepared: PreparedDevice, device_memory: int | None) -> tuple[
     consumed = prepared.consumed_capacity.get(MEMORY_CAPACITY)
     if consumed is not None:
         try:
-            return int(parse_quantity(consumed)), "share"
+            return int(parse_quantity(consumed).value), "share"
         except DraGpuError:
             pass
     if device_memory is not None:
@@ -215,7 +215,7 @@ def _sm_share(prepared: PreparedDevice, device: AllocatableDevice | None) -> flo
     if consumed is None or not total:
         return None
     try:
-        return float(parse_quantity(consumed)) * 100.0 / total
+        return float(parse_quantity(consumed).value) * 100.0 / total
     except DraGpuError:
         return None
 

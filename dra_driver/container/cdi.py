@@ -53,6 +53,7 @@ from typing import Any, Final, Protocol
 
 from dra_driver.container.driver_files import DriverFiles
 from dra_driver.errors import CdiError, ConfigError
+from dra_driver.kube.names import is_uid
 
 VENDOR: Final = "k8s.gpu.nvidia.com"
 CLASS: Final = "claim"
@@ -127,14 +128,14 @@ def claim_uid_from_file_name(file_name: str) -> str | None:
     if not (file_name.startswith(SPEC_FILE_PREFIX) and file_name.endswith(SPEC_FILE_SUFFIX)):
         return None
     uid = file_name[len(SPEC_FILE_PREFIX) : -len(SPEC_FILE_SUFFIX)]
-    return uid if uid and _DEVICE_NAME.fullmatch(uid) else None
+    return uid if is_uid(uid) else None
 
 
 def _check_claim_uid(claim_uid: str) -> None:
-    if not _DEVICE_NAME.fullmatch(claim_uid):
+    if not is_uid(claim_uid):
         raise CdiError(
             f"claim UID {claim_uid!r} cannot be used in a CDI device name "
-            "(letters, digits, '_', '-', '.', ':'; starting and ending with a letter or digit)"
+            "(letters, digits, '_', '-', '.'; starting and ending with a letter or digit)"
         )
 
 

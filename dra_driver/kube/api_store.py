@@ -20,6 +20,7 @@ the apiserver's message.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -66,6 +67,17 @@ _WATCH_ERRORS: Final = (
     OSError,
     ValueError,
 )
+
+
+def _interrupt(watch: kubernetes.watch.Watch) -> None:
+    """End `watch`'s blocked read from another thread: shut its response's socket down
+    (urllib3's `HTTPResponse.shutdown`, made for this); the watch's own loop then
+    closes the response."""
+    watch.stop()  # type: ignore[no-untyped-call]
+    response = getattr(watch, "_resp", None)
+    if response is not None:
+        with contextlib.suppress(ValueError, RuntimeError, OSError):
+            response.shutdown()
 
 
 def _api_path(api_version: str) -> str:
@@ -232,50 +244,58 @@ class KubeCluster:
     ) -> None:
         selector = f"spec.driver={driver},spec.nodeName={node_name}"
         failures = 0
-        current: list[Any] = []  # the running Watch, for the closer
+        current: list[kubernetes.watch.Watch] = []  # the running Watch, for the closer
+        finished = threading.Event()
 
         def close_on_stop() -> None:
-            # A watch blocks reading until the next event; closing its response
-            # ends the read at once instead of at the server's timeout.
+            # A watch blocks reading until the next event or the server's timeout
+            # (WATCH_SECONDS). Shutting the response's socket down ends the read at
+            # once; until the loop has seen the stop, a watch that starts meanwhile
+            # is ended the same way.
             stop.wait()
-            for running in list(current):
-                running.stop()
-                response = getattr(running, "_resp", None)
-                if response is not None:
-                    response.close()
+            while not finished.is_set():
+                for running in list(current):
+                    _interrupt(running)
+                finished.wait(0.05)
 
         threading.Thread(target=close_on_stop, name="slice-watch-closer", daemon=True).start()
-        while not stop.is_set():
-            watch = kubernetes.watch.Watch()  # type: ignore[no-untyped-call]
-            current[:] = [watch]
-            try:
-                for event in watch.stream(  # type: ignore[no-untyped-call]
-                    self._resources.list_resource_slice,
-                    field_selector=selector,
-                    timeout_seconds=WATCH_SECONDS,
-                    _request_timeout=WATCH_SECONDS + self._timeout,
-                    deserialize=False,
-                ):
-                    if isinstance(event, dict) and event.get("type") == "ERROR":
-                        raise ClusterError(f"watch answered {event.get('raw_object')!r}")
-                    failures = 0
-                    on_change()
+        try:
+            while not stop.is_set():
+                watch = kubernetes.watch.Watch()  # type: ignore[no-untyped-call]
+                current[:] = [watch]
+                try:
+                    for event in watch.stream(  # type: ignore[no-untyped-call]
+                        self._resources.list_resource_slice,
+                        field_selector=selector,
+                        timeout_seconds=WATCH_SECONDS,
+                        _request_timeout=WATCH_SECONDS + self._timeout,
+                        deserialize=False,
+                    ):
+                        if isinstance(event, dict) and event.get("type") == "ERROR":
+                            raise ClusterError(f"watch answered {event.get('raw_object')!r}")
+                        failures = 0
+                        on_change()
+                        if stop.is_set():
+                            break
+                except Exception as exc:
                     if stop.is_set():
-                        break
-            except Exception as exc:
-                if stop.is_set():
-                    return  # the closer ended the read; how urllib3 fails then varies
-                if not isinstance(exc, _WATCH_ERRORS):
-                    raise
-                failures += 1
-                delay = backoff_delay(failures)
-                log.warning(
-                    "watching ResourceSlices (%s) failed, again in %.1f s: %s", selector, delay, exc
-                )
-                on_change()  # a change may have been missed: let the caller look
-                stop.wait(delay)
-            finally:
-                watch.stop()  # type: ignore[no-untyped-call]
+                        return  # the closer ended the read; how urllib3 fails then varies
+                    if not isinstance(exc, _WATCH_ERRORS):
+                        raise
+                    failures += 1
+                    delay = backoff_delay(failures)
+                    log.warning(
+                        "watching ResourceSlices (%s) failed, again in %.1f s: %s",
+                        selector,
+                        delay,
+                        exc,
+                    )
+                    on_change()  # a change may have been missed: let the caller look
+                    stop.wait(delay)
+                finally:
+                    watch.stop()  # type: ignore[no-untyped-call]
+        finally:
+            finished.set()
 
     # Nodes and Events
 

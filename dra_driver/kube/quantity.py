@@ -4,15 +4,14 @@ Device capacities (`memory`, `multiprocessors`, counters), claim requests,
 CEL's `quantity()` and the slice publisher all deal in quantity strings, and
 all of them use this module:
 
-* `parse_quantity` / `Quantity.parse` read a string to an exact value (a
-  Fraction) and the format apimachinery gives it (BinarySI for `Gi`-style
+* `parse_quantity`, the one parser, reads a string to a `Quantity`: an exact
+  value (a Fraction, `.value`) and the format apimachinery gives it (BinarySI for `Gi`-style
   suffixes, DecimalSI for `k`/`m`/plain numbers, DecimalExponent for `1e3`).
   The syntax is checked here (apimachinery's grammar is stricter than the
-  Python client's), then the number is computed by the kubernetes client's
-  `kubernetes.utils.quantity.parse_quantity` in a Decimal context wide enough
-  to be exact, and rounded like `ParseQuantity` (away from zero to whole nano
-  units; BinarySI capped at 2^63-1). Errors are `QuantityError`, whose
-  `problem` says which rule broke.
+  Python client's), the number is computed exactly as a Fraction (digits
+  times the suffix's power of 1024 or 10) and rounded like `ParseQuantity`
+  (away from zero to whole nano units; BinarySI capped at 2^63-1). Errors
+  are `QuantityError`, whose `problem` says which rule broke.
 * `Quantity` compares by value (`80Gi == 85899345920`, as resource.Quantity's
   `Cmp`), and prints apimachinery's canonical `Quantity.String()` in its format,
   so a consumed capacity of "1024" stays "1024" and "1Gi" stays "1Gi".
@@ -25,23 +24,22 @@ all of them use this module:
   publisher sends is what it reads back.
 
 The canonical printing is written here: the Python client has none (its
-`format_quantity` prints a value in a suffix the caller picks).
+`format_quantity` prints a value in a suffix the caller picks). So is the
+multiplication: the client's `parse_quantity` computes the same value (a
+test checks the two agree), but importing it loads the whole kubernetes
+client, half a second of CPU at every start of the plugin and the CLI.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import Decimal, Inexact, localcontext
 from fractions import Fraction
 from typing import Final, Literal
 
-from kubernetes.utils import quantity as _client
-
 from dra_driver.errors import ConfigError, QuantityError
+from dra_driver.memo import memoized
 
 Format = Literal["BinarySI", "DecimalSI", "DecimalExponent"]
 
@@ -71,8 +69,10 @@ _QUANTITY_RE: Final = re.compile(
 )
 _EXPONENT_RE: Final = re.compile(r"[eE](?P<exp>[-+]?[0-9]+)")
 _NANO: Final = Fraction(1, 10**9)
-# The kubernetes client's parser (untyped), for the arithmetic once the syntax is checked.
-_client_parse_quantity: Final[Callable[[str], Decimal]] = _client.parse_quantity
+_BINARY_POWER: Final = {"K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
+_DECIMAL_POWER: Final = {
+    suffix: exponent for exponent, suffix in _DECIMAL_SUFFIX_BY_EXPONENT.items()
+}
 _ZERO: Final = Fraction(0)
 
 
@@ -85,13 +85,6 @@ class Quantity:
 
     value: Fraction
     fmt: Format = field(default="DecimalSI", compare=False)
-
-    @staticmethod
-    def parse(text: str) -> Quantity:
-        """The quantity a string means; QuantityError naming the string if it is none."""
-        if not isinstance(text, str):
-            raise QuantityError(f"quantity {text!r}: must be a string", problem="format")
-        return _parse(text)
 
     def compare(self, other: Quantity) -> int:
         """-1, 0 or 1, as `Quantity.Cmp`."""
@@ -121,8 +114,8 @@ class Quantity:
         return format_canonical(self.value, self.fmt)
 
 
-def parse_quantity(text: str) -> Fraction:
-    """The exact value of a Kubernetes quantity string.
+def parse_quantity(text: str) -> Quantity:
+    """The quantity a Kubernetes quantity string means (its exact value is `.value`).
 
     Accepts what apimachinery's `ParseQuantity` accepts: an optional sign,
     digits with an optional fraction, and one suffix out of Ki Mi Gi Ti Pi Ei
@@ -131,9 +124,12 @@ def parse_quantity(text: str) -> Fraction:
     take gigabytes). Stricter than apimachinery in one way: a number needs at
     least one digit ("", "-", "." are errors, not zero).
 
-    Raises QuantityError (a ConfigError) naming the string when it is not a quantity.
+    Raises QuantityError (a ConfigError) naming the string when it is not a
+    quantity; its `problem` says which rule broke.
     """
-    return Quantity.parse(text).value
+    if not isinstance(text, str):
+        raise QuantityError(f"quantity {text!r}: must be a string", problem="format")
+    return _parse(text)
 
 
 def quantity_format(text: str) -> Format:
@@ -146,7 +142,7 @@ def quantity_format(text: str) -> Format:
     return "DecimalSI"
 
 
-@functools.lru_cache(maxsize=4096)
+@memoized(4096)
 def _parse(text: str) -> Quantity:
     match = _QUANTITY_RE.fullmatch(text)
     if match is None:
@@ -157,10 +153,12 @@ def _parse(text: str) -> Quantity:
         raise QuantityError(f"quantity {text!r}: has no digits", problem="format")
     suffix = match["suffix"]
     fmt: Format
-    if suffix[:-1] in ("K", "M", "G", "T", "P", "E") and suffix.endswith("i"):
+    if suffix[:-1] in _BINARY_POWER and suffix.endswith("i"):
         fmt = "BinarySI"
+        multiplier = Fraction(1024 ** _BINARY_POWER[suffix[:-1]])
     elif suffix in _DECIMAL_SUFFIXES:
         fmt = "DecimalSI"
+        multiplier = Fraction(10) ** _DECIMAL_POWER[suffix]
     else:
         exponent = _EXPONENT_RE.fullmatch(suffix)
         if exponent is None:
@@ -171,14 +169,8 @@ def _parse(text: str) -> Quantity:
                 problem="exponent",
             )
         fmt = "DecimalExponent"
-    with localcontext() as context:
-        # Wide enough for every digit of the text times 1024^6: the product is exact.
-        context.prec = len(text) + 40
-        context.traps[Inexact] = True
-        try:
-            magnitude = Fraction(_client_parse_quantity(text.lstrip("+-")))
-        except ValueError as exc:  # the syntax was checked above; kept for safety
-            raise QuantityError(f"quantity {text!r}: {exc}", problem="format") from exc
+        multiplier = Fraction(10) ** int(exponent["exp"])
+    magnitude = Fraction(f"{match['whole'] or '0'}.{match['frac'] or '0'}") * multiplier
     if magnitude:
         # Round away from zero to whole nanos, as ParseQuantity does.
         magnitude = -((-magnitude) // _NANO) * _NANO

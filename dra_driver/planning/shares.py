@@ -106,6 +106,6 @@ def _consumed_by_others(
 
 def _quantity(text: str, where: str) -> Fraction:
     try:
-        return parse_quantity(text)
+        return parse_quantity(text).value
     except ConfigError as exc:
         raise ClaimError(f"{where}: {exc}") from exc

@@ -15,8 +15,6 @@ import pytest
 from controller.limits import (
     check_resource_slices,
     check_version,
-    label_name_errors,
-    qualified_name_errors,
     validate_pool,
     validate_resource_slice,
     validate_schema,
@@ -741,38 +739,3 @@ def test_versions_are_normalized(given: str, short: str) -> None:
 def test_unknown_versions_are_refused(version: str) -> None:
     with pytest.raises(SliceError, match=r"limits are known for 1\.34, 1\.35, 1\.36, 1\.37"):
         validate_resource_slice(make_slice(), version=version)
-
-
-@pytest.mark.parametrize(
-    ("name", "ok"),
-    [
-        ("productName", True),
-        ("_x", True),
-        ("gpu.nvidia.com/productName", True),
-        ("resource.kubernetes.io/pciBusID", True),
-        ("GPU.NVIDIA.COM/x", True),  # domains are checked lower-cased, like driver names
-        ("a" * 32, True),
-        ("a" * 33, False),
-        ("a-b", False),
-        ("x/", False),
-    ],
-)
-def test_qualified_names(name: str, ok: bool) -> None:
-    assert (qualified_name_errors(name) == []) is ok
-
-
-@pytest.mark.parametrize(
-    ("name", "ok"),
-    [
-        ("example.com/unhealthy", True),
-        ("unhealthy", True),
-        ("a" * 63, True),
-        ("a" * 64, False),
-        ("example.com/", False),
-        ("/x", False),
-        ("a/b/c", False),
-        ("-x", False),
-    ],
-)
-def test_label_names(name: str, ok: bool) -> None:
-    assert (label_name_errors(name) == []) is ok

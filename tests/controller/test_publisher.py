@@ -23,7 +23,7 @@ from dra_driver.errors import ClusterError, SliceError
 from dra_driver.kube.access import Cluster, ConflictError, LocalCluster
 from dra_driver.kube.api_store import KubeCluster
 from dra_driver.node.devices import build_devices
-from tests.fakes import FakeApiServer, RecordingCluster, dgx_h100_inventory
+from tests.fakes import FakeApiServer, RecordingCluster, dgx_h100_inventory, wait_until
 
 DRIVER = "gpu.nvidia.com"
 NODE = "node-1"
@@ -461,17 +461,13 @@ def test_run_forever_publishes_at_once_when_woken_and_reports_each_round(
     )
     thread.start()
     try:
-        deadline = time.monotonic() + 30
-        while len(published(cluster)) != 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(published(cluster)) == 1, "the first publish", timeout=30)
         (name,) = published(cluster)
         cluster.inner.delete_resource_slice(name)
         wake.set()
-        while not published(cluster) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: bool(published(cluster)), "the slice published again", timeout=30)
         assert list(published(cluster)) == [name]
-        while len(outcomes) < 2 and time.monotonic() < deadline:  # told after the write
-            time.sleep(0.01)
+        wait_until(lambda: len(outcomes) >= 2, "both outcomes", timeout=30)  # told after writing
         assert outcomes[:2] == [True, True]
     finally:
         stop.set()

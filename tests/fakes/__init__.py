@@ -11,6 +11,7 @@ One import point, `tests.fakes`, split by job:
     allocator       slices, classes and claims for allocator scenarios
     mig             dynamic-MIG claims and live-instance views
     simulator       an apiserver with Nodes, Pods and templates for `explain`
+    waiting         wait_until: poll a condition, fail naming what was awaited
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ from tests.fakes.plugin_process import (
 from tests.fakes.simulator import (
     FakeClusterApiServer,
 )
+from tests.fakes.waiting import wait_until
 
 __all__ = [
     "DGX_H100_BUSES",
@@ -131,4 +133,5 @@ __all__ = [
     "make_system_info",
     "plugin_hardware",
     "plugin_sim",
+    "wait_until",
 ]

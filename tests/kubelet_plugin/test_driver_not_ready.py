@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,7 +31,7 @@ from dra_driver.hardware.simulated.driver_root import LIBRARY_DIRS, materialize_
 from dra_driver.kube.local_store import LocalCluster
 from kubelet_plugin.socket_names import dra_socket_path, registration_socket_path
 from tests.dra_driver.hardware.nvml.fake_libnvml import install_libnvml
-from tests.fakes import KubeletClient
+from tests.fakes import KubeletClient, wait_until
 
 VERSION = "570.172.08"
 POD_UID = "3e1b7f7a-9d2c-4b0e-a1f4-00000000c0de"
@@ -48,11 +47,7 @@ def work() -> Iterator[Path]:
 
 
 def _wait(check: Callable[[], bool], what: str, log: Path, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; log:\n{log.read_text()[-3000:]}")
-        time.sleep(0.1)
+    wait_until(check, what, timeout=timeout, details=lambda: f"log:\n{log.read_text()[-3000:]}")
 
 
 def _health(port: int, service: str) -> int:
@@ -70,6 +65,7 @@ def test_plugin_waits_for_the_driver_then_serves(work: Path) -> None:
         sys.executable,
         "-m",
         "dra_driver.cli",
+        "-v",  # a debug line per attempt
         "kubelet-plugin",
         "--node-name=gpu-node-1",
         "--nvml=real",
@@ -87,7 +83,7 @@ def test_plugin_waits_for_the_driver_then_serves(work: Path) -> None:
         process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
     try:
         _wait(lambda: "NVIDIA driver not ready" in log.read_text(), "the not-ready line", log)
-        time.sleep(1.0)  # several retries
+        _wait(lambda: "after attempt 3:" in log.read_text(), "several retries", log)
         text = log.read_text()
         assert process.poll() is None, text
         assert "no libnvidia-ml.so.1 in the library directories of driver root " in text

@@ -6,7 +6,6 @@ import os
 import signal
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 from dra_driver.errors import MpsError
 from dra_driver.hardware.simulated.mps_control import read_state
 from kubelet_plugin.mps_daemons import MpsDaemons, process_start_ticks
+from tests.fakes import wait_until
 
 SIM_CONTROL = (sys.executable, "-m", "dra_driver.hardware.simulated.mps_control")
 UUID = "GPU-a2b56268-9156-5930-a747-ffec552f8b3a"
@@ -44,11 +44,7 @@ def root(tmp_path: Path) -> Iterator[Path]:
 
 
 def _wait_gone(pid: int) -> bool:
-    for _ in range(250):
-        if process_start_ticks(pid) is None:
-            return True
-        time.sleep(0.02)
-    return False
+    return wait_until(lambda: process_start_ticks(pid) is None, f"pid {pid} to exit", timeout=5)
 
 
 def test_start_send_stop_with_the_simulated_daemon(root: Path) -> None:

@@ -9,8 +9,7 @@ import signal
 import socket
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -30,6 +29,7 @@ from tests.fakes import (
     KubeletClient,
     claim_ref,
     fake_result_device,
+    wait_until,
 )
 
 DRIVER = "gpu.nvidia.com"
@@ -58,13 +58,6 @@ def plugin(service: FakeDraService, kubelet_root: Path) -> Iterator[PluginServer
 def kubelet(plugin: PluginServer, kubelet_root: Path) -> Iterator[KubeletClient]:
     with KubeletClient(kubelet_root, DRIVER, timeout=30) as client:
         yield client
-
-
-def _wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
 
 
 def _stale_socket(path: Path) -> None:
@@ -268,7 +261,7 @@ def test_graceful_stop_deregisters_first_and_lets_inflight_calls_finish(
         stopper = threading.Thread(target=plugin.stop, kwargs={"grace": 30})
         stopper.start()
         try:
-            _wait_until(lambda: not plugin.registration_socket.exists())
+            wait_until(lambda: not plugin.registration_socket.exists(), "the socket removed")
             assert plugin.dra_socket.is_socket()  # still draining the in-flight call
         finally:
             release.set()
@@ -286,7 +279,9 @@ def test_socket_path_too_long_is_refused_clearly(service: FakeDraService) -> Non
     assert not root.exists()
 
 
-@pytest.mark.parametrize("name", ["", "GPU.nvidia.com", "gpu/nvidia", "-gpu"])
+# The rule of a ResourceSlice's spec.driver (`dra_driver.kube.names.driver_name_errors`):
+# a DNS subdomain once lower-cased, at most 63 characters.
+@pytest.mark.parametrize("name", ["", "x" * 60 + ".com", "gpu/nvidia", "-gpu"])
 def test_driver_name_must_be_a_dns_subdomain(
     service: FakeDraService, kubelet_root: Path, name: str
 ) -> None:

@@ -68,7 +68,7 @@ def run_workload(
             print(f"{device}: stopped pid {pid} of pod {pod_uid}")
         return 0
     try:
-        memory_bytes = int(parse_quantity(memory))
+        memory_bytes = int(parse_quantity(memory).value)
     except DraGpuError as exc:
         raise ConfigError(f"--memory {memory!r}: {exc}") from exc
     workload = hw.run_workload(uuid, pod_uid, sm_percent=sm_percent, memory_bytes=memory_bytes)

@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from dra_driver.errors import AllocationError, QuantityError
-from dra_driver.kube.quantity import Quantity
+from dra_driver.kube.quantity import Quantity, parse_quantity
 
 
 def to_quantity(raw: Any, where: str) -> Quantity:
     """Parse an API quantity (string or number) or raise AllocationError naming `where`."""
     text = str(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else raw
     try:
-        return Quantity.parse(text)
+        return parse_quantity(text)
     except QuantityError as exc:
         raise AllocationError(f"{where}: {exc}") from exc

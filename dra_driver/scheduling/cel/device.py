@@ -18,13 +18,14 @@ text), so a view evaluated against many selectors pays for it once.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.errors import QuantityError
 from dra_driver.scheduling.cel.diagnostics import EvalError
-from dra_driver.scheduling.cel.quantity import parse_quantity
+from dra_driver.scheduling.cel.quantity import cel_quantity
 from dra_driver.scheduling.cel.semver import SemverError, parse_semver
 from dra_driver.scheduling.cel.values import DefaultingMap, register_kind
 
@@ -45,19 +46,16 @@ class DeviceView:
     allow_multiple_allocations: bool = False
 
     def cel_value(self) -> DeviceValue:
-        """The run-time value of `device` for this view (built once, then cached).
+        """The run-time value of `device` for this view (built once, then kept).
 
-        The cache lives outside the dataclass fields, so equality, repr and
+        It is kept outside the dataclass fields, so equality, repr and
         `dataclasses.replace` see only the four fields above.
         """
-        value: DeviceValue | None = self.__dict__.get(_CACHE_ATTRIBUTE)
-        if value is None:
-            value = DeviceValue(self)
-            object.__setattr__(self, _CACHE_ATTRIBUTE, value)
-        return value
+        return self._cel_value
 
-
-_CACHE_ATTRIBUTE = "_cel_value"
+    @functools.cached_property
+    def _cel_value(self) -> DeviceValue:
+        return DeviceValue(self)
 
 
 class DeviceValue:
@@ -171,6 +169,6 @@ def _capacity_value(raw: Mapping[str, Any]) -> Any:
     if not isinstance(value, str):
         raise ValueError("capacity has no quantity value")
     try:
-        return parse_quantity(value)
+        return cel_quantity(value)
     except QuantityError as exc:
         raise ValueError(str(exc)) from exc

@@ -19,20 +19,20 @@ from dra_driver.kube.quantity import Quantity
 from dra_driver.scheduling.cel import cost as costs
 from dra_driver.scheduling.cel.diagnostics import FunctionError
 from dra_driver.scheduling.cel.functions import glob, member, register
-from dra_driver.scheduling.cel.quantity import parse_quantity
+from dra_driver.scheduling.cel.quantity import cel_quantity
 from dra_driver.scheduling.cel.types import BOOL, DOUBLE, INT, QUANTITY, STRING
 
 
 def _quantity(text: str) -> Quantity:
     try:
-        return parse_quantity(text)
+        return cel_quantity(text)
     except QuantityError as exc:
         raise FunctionError(str(exc)) from exc
 
 
 def _is_quantity(text: str) -> bool:
     try:
-        parse_quantity(text)
+        cel_quantity(text)
     except QuantityError:
         return False
     return True

@@ -1,4 +1,4 @@
-"""CEL's `quantity()`: the core `Quantity` with apimachinery's error messages.
+"""CEL's `quantity()`: the one parser (`parse_quantity`) with apimachinery's error messages.
 
 The CEL `kubernetes.Quantity` type is `dra_driver.kube.quantity.Quantity` (exact,
 so `80Gi` compares equal to `85899345920` and `0.2G` to `200M`, as
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from dra_driver.errors import QuantityError
-from dra_driver.kube.quantity import MAX_DECIMAL_EXPONENT, Quantity
+from dra_driver.kube.quantity import MAX_DECIMAL_EXPONENT, Quantity, parse_quantity
 
 # apimachinery's ErrFormatWrong and ErrSuffix; the exponent limit is ours
 # (apimachinery would accept 1e999999999, which cannot be built exactly).
@@ -24,9 +24,9 @@ _MESSAGES: Final = {
 }
 
 
-def parse_quantity(text: str) -> Quantity:
-    """Parses a quantity string; raises QuantityError with apimachinery's message."""
+def cel_quantity(text: str) -> Quantity:
+    """`parse_quantity`, raising QuantityError with apimachinery's message."""
     try:
-        return Quantity.parse(text)
+        return parse_quantity(text)
     except QuantityError as exc:
         raise QuantityError(_MESSAGES[exc.problem], problem=exc.problem) from exc

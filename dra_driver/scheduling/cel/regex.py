@@ -19,11 +19,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Final
 
 import re2
 
+from dra_driver.memo import memoized
 from dra_driver.scheduling.cel.diagnostics import FunctionError
 
 # Patterns with more repetitions/alternations than this run on RE2.
@@ -132,7 +132,7 @@ class Pattern:
         return result
 
 
-@lru_cache(maxsize=512)
+@memoized(512)
 def compile_re2(pattern: str) -> Pattern:
     """Compiles an RE2 pattern; raises Re2Error (a FunctionError) when it is invalid."""
     try:

@@ -12,12 +12,11 @@ expression and position.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Final
 
 from dra_driver.errors import CelError
+from dra_driver.memo import memoized
 from dra_driver.scheduling.cel import library  # noqa: F401 - registers all functions
 from dra_driver.scheduling.cel.ast import Node
 from dra_driver.scheduling.cel.checker import LIST_ATTRIBUTE_FUNCTIONS, Checker, device_fields
@@ -187,24 +186,6 @@ def compile_expression(
     )
 
 
-class _Failure:
-    """A cached compile error (re-raised as a fresh CelError on every lookup)."""
-
-    __slots__ = ("expression", "message", "position")
-
-    def __init__(self, error: CelError) -> None:
-        self.message = str(error)
-        self.position = error.position
-        self.expression = error.expression
-
-    def error(self) -> CelError:
-        return CelError(self.message, expression=self.expression, position=self.position)
-
-
-_cache: OrderedDict[tuple[str, bool, bool, str | None], CompiledSelector | _Failure] = OrderedDict()
-_cache_lock = threading.Lock()
-
-
 def compile_selector(
     expression: str,
     *,
@@ -232,38 +213,27 @@ def compile_selector(
         raise CelError(
             f"selector {expression!r}: expression must be a string, not {type(expression).__name__}"
         )
-    key = (expression, bool(consumable_capacity), bool(list_type_attributes), release)
-    with _cache_lock:
-        cached = _cache.get(key)
-        if cached is not None:
-            _cache.move_to_end(key)
-    if cached is None:
-        try:
-            cached = _compile(
-                expression,
-                consumable_capacity=bool(consumable_capacity),
-                list_type_attributes=bool(list_type_attributes),
-                release=release,
-            )
-        except CelError as exc:
-            cached = _Failure(exc)
-        with _cache_lock:
-            existing = _cache.get(key)
-            if existing is not None:
-                cached = existing
-            else:
-                _cache[key] = cached
-                if len(_cache) > CACHE_SIZE:
-                    _cache.popitem(last=False)
-    if isinstance(cached, _Failure):
-        raise cached.error()
-    return cached
+    return _compile_cached(
+        expression, bool(consumable_capacity), bool(list_type_attributes), release
+    )
+
+
+@memoized(CACHE_SIZE, errors=(CelError,))
+def _compile_cached(
+    expression: str, consumable_capacity: bool, list_type_attributes: bool, release: str | None
+) -> CompiledSelector:
+    """`_compile`, remembered: a selector, or the CelError it does not compile with."""
+    return _compile(
+        expression,
+        consumable_capacity=consumable_capacity,
+        list_type_attributes=list_type_attributes,
+        release=release,
+    )
 
 
 def clear_cache() -> None:
     """Forgets all compiled selectors."""
-    with _cache_lock:
-        _cache.clear()
+    _compile_cached.cache_clear()  # type: ignore[attr-defined]
 
 
 def _check(

@@ -10,9 +10,10 @@ before its release, numeric identifiers before alphanumeric ones).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Final
+
+from dra_driver.memo import memoized
 
 _DIGITS: Final = frozenset("0123456789")
 _ALPHANUM: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
@@ -99,7 +100,7 @@ def _number(text: str, what: str) -> int:
     return value
 
 
-@functools.lru_cache(maxsize=4096)
+@memoized(4096)
 def parse_semver(text: str) -> Semver:
     """Parses `text` strictly, like blang/semver's `Parse`; raises SemverError."""
     if not text:

@@ -107,7 +107,7 @@ def _requests_of(container: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _count(value: Any) -> int:
-    quantity = parse_quantity(str(value))
+    quantity = parse_quantity(str(value)).value
     whole = int(quantity)
     return whole if whole == quantity else 0
 

@@ -82,6 +82,35 @@ def test_hand_written_yaml_is_read_with_timestamps_as_strings(tmp_path: Path) ->
     assert claim["metadata"]["uid"] == "0b5c5a0e-0000-4000-8000-000000000001"
 
 
+def _only_slice(cluster: LocalCluster) -> dict[str, Any]:
+    (obj,) = cluster.list_resource_slices()
+    return obj
+
+
+def test_a_file_is_parsed_once_per_version_and_other_processes_reuse_it(
+    tmp_path: Path,
+) -> None:
+    writer = LocalCluster(tmp_path)
+    stored = writer.create_resource_slice(copy.deepcopy(SLICE))
+    name = stored["metadata"]["name"]
+    assert _only_slice(LocalCluster(tmp_path)) == stored  # parsed, then kept
+    (copy_path,) = (tmp_path / ".parsed").rglob("*.json")
+
+    # Another process trusts the parsed copy of that very file version...
+    stamp, _, _text = copy_path.read_text().partition("\n")
+    copy_path.write_text(f"{stamp}\n" + '{"kind": "what the cache says"}')
+    assert _only_slice(LocalCluster(tmp_path))["kind"] == "what the cache says"
+
+    # ... and only that one: a changed file is parsed again, a torn copy ignored.
+    copy_path.unlink()
+    stored["spec"]["pool"]["generation"] = 2
+    updated = writer.update_resource_slice(stored)
+    assert _only_slice(LocalCluster(tmp_path)) == updated
+    copy_path.write_text("garbage")
+    assert _only_slice(LocalCluster(tmp_path)) == updated
+    assert [o["metadata"]["name"] for o in writer.list_resource_slices()] == [name]  # not an object
+
+
 def test_a_uid_given_on_create_is_kept(tmp_path: Path) -> None:
     claim = copy.deepcopy(CLAIM)
     claim["metadata"]["uid"] = "11111111-2222-4333-8444-555555555555"

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 
 from dra_driver.hardware.simulated.mps_control import PID_FILE, read_state
 from kubelet_plugin.mps_daemons import process_start_ticks
+from tests.fakes import wait_until
 
 COMMAND = [sys.executable, "-m", "dra_driver.hardware.simulated.mps_control"]
 
@@ -80,11 +80,7 @@ def test_daemon_takes_commands_and_quits(dirs: tuple[Path, Path]) -> None:
     assert "Invalid active thread percentage" in bad.stdout
 
     assert run(dirs, stdin="quit\n").returncode == 0
-    for _ in range(200):
-        if process_start_ticks(pid) is None:
-            break
-        time.sleep(0.02)
-    assert process_start_ticks(pid) is None
+    wait_until(lambda: process_start_ticks(pid) is None, f"daemon pid {pid} to exit", timeout=5)
     assert not (pipe / PID_FILE).exists()
     assert "[CMD] quit" in (log / "control.log").read_text()
 
