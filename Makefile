@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PACKAGES := dra_driver kubelet_plugin controller
 
-.PHONY: test lint imports typecheck unit demo bench proto clean wheel wheel-check kubectl image
+.PHONY: test lint imports typecheck unit gpu-test demo bench proto clean wheel wheel-check kubectl image
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ typecheck: $(STAMP)
 ## the 10 slowest tests are printed at the end (--durations in pyproject.toml)
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q -n auto --dist worksteal
+
+## gpu-test: tests/gpu on a node with an NVIDIA GPU (driver root / or GPU_TEST_DRIVER_ROOT);
+## they only read GPU settings (no MIG mode, compute mode, time-slice, clock change or reset)
+## and skip, saying why, where NVML does not load from the driver root
+gpu-test: $(STAMP)
+	$(VENV)/bin/pytest -m gpu tests/gpu -v -rs -p no:cacheprovider
 
 ## kubectl: tests/deploy renders deploy/ with `kubectl kustomize` (Debian's kubernetes-client)
 kubectl:

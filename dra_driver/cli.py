@@ -166,6 +166,7 @@ def _add_hardware_flags(parser: argparse.ArgumentParser, *, latency: bool = Fals
 DRIVER_ROOT_ENV = ("NVIDIA_DRIVER_ROOT", "HOST_DRIVER_ROOT")  # NVIDIA's plugin reads both
 CONTAINER_DRIVER_ROOT_ENV = "DRIVER_ROOT_CTR_PATH"
 CDI_HOOK_PATH_ENV = "NVIDIA_CDI_HOOK_PATH"
+DISABLED_CDI_HOOKS_ENV = "NVIDIA_CDI_DISABLED_HOOKS"
 
 
 def _add_driver_root_flags(parser: argparse.ArgumentParser) -> None:
@@ -192,9 +193,19 @@ def _add_driver_root_flags(parser: argparse.ArgumentParser) -> None:
         "--nvidia-cdi-hook-path",
         metavar="PATH",
         default=os.environ.get(CDI_HOOK_PATH_ENV) or None,
-        help="nvidia-cdi-hook on the host: adds its create-symlinks and update-ldcache "
-        "hooks to CDI specs; without it no hook is used and libraries are also mounted at "
-        f"their soname paths (env {CDI_HOOK_PATH_ENV})",
+        help="nvidia-cdi-hook (or nvidia-ctk) on the host, which runs the CDI specs' hooks "
+        f"(default /usr/bin/nvidia-cdi-hook; env {CDI_HOOK_PATH_ENV})",
+    )
+    parser.add_argument(
+        "--disable-cdi-hook",
+        metavar="NAME",
+        action="append",
+        default=[h for h in os.environ.get(DISABLED_CDI_HOOKS_ENV, "").split(",") if h.strip()],
+        help="leave out one of NVIDIA's CDI hooks, for hosts whose nvidia-container-toolkit "
+        "predates it (repeatable, or comma-separated): create-symlinks, update-ldcache (1.16), "
+        "enable-cuda-compat (1.17.5), disable-device-node-modification (1.18), "
+        "update-application-profile (1.20); 'all' for none, and then libraries are also "
+        f"mounted at their soname paths (env {DISABLED_CDI_HOOKS_ENV})",
     )
 
 
@@ -207,10 +218,15 @@ def _driver_root(args: argparse.Namespace) -> DriverRoot | None:
         args.container_driver_root,
         args.nvidia_cdi_hook_path,
     )
-    if host is None and container is None and hook is None:
+    disabled = frozenset(
+        name.strip() for value in args.disable_cdi_hook for name in value.split(",") if name.strip()
+    )
+    if host is None and container is None and hook is None and not disabled:
         return None
     # host None: the backend's default root ("/", or a simulated node's fake root).
-    return DriverRoot(host_path=host, container_path=container, cdi_hook_path=hook)
+    return DriverRoot(
+        host_path=host, container_path=container, cdi_hook_path=hook, disabled_hooks=disabled
+    )
 
 
 def _hardware(args: argparse.Namespace, latency: Mapping[str, float] | None = None) -> Hardware:

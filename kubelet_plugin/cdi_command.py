@@ -5,8 +5,10 @@ what the plugin would mount: it runs the plugin's own discovery (NVML's
 driver version, the files under `--nvidia-driver-root`) and prints the
 spec-level `containerEdits` a claim's CDI spec carries: the driver's files
 as read-only bind mounts (hostPaths under the host's driver root), the
-control device nodes, the environment, and the hooks with
-`--nvidia-cdi-hook-path`. Writes nothing.
+config files, the control device nodes, the environment, and nvcdi's hooks
+(`--nvidia-cdi-hook-path`, less those `--disable-cdi-hook` names), followed
+by the per-device edits of each GPU (its `/dev/nvidia<minor>`, DRM nodes
+and by-path links). Writes nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +31,17 @@ def print_common_edits(hardware: Hardware, *, output: str, out: TextIO | None = 
     edits = cdi.common_edits(hardware.host.char_major("nvidia-uvm")).merged(
         hardware.driver.edits(version)
     )
-    doc = {"containerEdits": edits.to_dict()}
+    hooks = hardware.driver.root.hooks
+    devices = [
+        {
+            "name": f"gpu-{gpu.minor}",  # the DRA device name of the whole GPU
+            "containerEdits": cdi.gpu_edits(
+                gpu.minor, pci_bus_id=gpu.pci_bus_id, host=hardware.host, hooks=hooks
+            ).to_dict(),
+        }
+        for gpu in hardware.nvml.gpus()
+    ]
+    doc: dict[str, object] = {"containerEdits": edits.to_dict(), "devices": devices}
     if output == "json":
         out.write(json.dumps(doc, indent=2) + "\n")
     else:

@@ -113,6 +113,7 @@ class GpuDriver:
         rebuild_sources: Sequence[RebuildSource] = (),
         sharing: SharingFactory | None = None,
         claim_locks: ClaimLocks | None = None,
+        cdi_hooks: cdi.CdiHooks | None = None,
     ) -> None:
         """`driver_edits` gives the mounts (and hooks) of the driver's user space
         for the current driver version (`DriverUserSpace.edits`, cached); None
@@ -122,7 +123,8 @@ class GpuDriver:
         across plugin instances when given a lock directory); None: this process only.
         `sharing` builds the sharing strategies, given this driver's checkpoint
         (`kubelet_plugin.sharing.sharing_strategies`); None: none can be applied,
-        so claims asking for MPS or a time-slice fail clearly."""
+        so claims asking for MPS or a time-slice fail clearly. `cdi_hooks` makes the
+        per-device hooks (DRM by-path links); None leaves them out."""
         self._driver_name = driver_name
         self._pool_name = pool_name
         self._cluster = cluster
@@ -133,6 +135,7 @@ class GpuDriver:
         self._mig = mig
         self._gpu_locks = gpu_locks
         self._driver_edits = driver_edits
+        self._cdi_hooks = cdi_hooks
         self._thread_lock = threading.Lock()
         self._claim_locks = claim_locks or ClaimLocks(None)
         self._state: Checkpoint | None = None
@@ -473,6 +476,7 @@ class GpuDriver:
                 self.snapshot().claims[claim.uid],
                 host=self._host,
                 driver_edits=None if self._driver_edits is None else self._driver_edits(),
+                hooks=self._cdi_hooks,
             )
 
             def complete(checkpoint: Checkpoint) -> Checkpoint:

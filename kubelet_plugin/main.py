@@ -260,17 +260,21 @@ def _wait_for_driver(
             continue
         root = hardware.driver.root
         log.info(
-            "NVIDIA driver %s at driver root %s%s: %d libraries in %s, %d binaries, "
-            "%d firmware files, %d IPC paths; %s",
+            "NVIDIA driver %s at driver root %s%s: %d libraries in %s, %d graphics files, "
+            "%d config files, %d binaries, %d firmware files, %d IPC paths; %s",
             version,
             root.host,
             f" (mounted at {root.container_path})" if root.container_path else "",
             len(files.libraries),
             ", ".join(files.library_dirs),
+            len(files.graphics),
+            len(files.configs),
             len(files.binaries),
             len(files.firmware),
             len(files.ipc),
-            f"hooks from {root.cdi_hook_path}" if root.cdi_hook_path else "no CDI hooks",
+            f"CDI hooks {', '.join(root.hooks.active)} from {root.hooks.path}"
+            if root.hooks.active
+            else "no CDI hooks",
         )
         for warning in files.warnings:
             log.warning("driver root %s: %s", root.host, warning)
@@ -316,6 +320,7 @@ def _serve(
         mig=mig,
         gpu_locks=gpu_locks,
         driver_edits=lambda: hardware.driver.edits(hardware.driver_version()),
+        cdi_hooks=hardware.driver.root.hooks,
         rebuild_sources=default_sources(
             cdi_store=cdi_store,
             cluster=cluster,

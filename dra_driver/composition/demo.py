@@ -449,7 +449,8 @@ def _show_prepare(p: _Printer, ref: ClaimRef, result: PrepareResult) -> None:
 
 def _show_driver_mounts(p: _Printer, spec: dict[str, Any], work: Path) -> None:
     """The driver files the claim's containers get (the simulated node's fake driver root)."""
-    mounts = spec.get("containerEdits", {}).get("mounts", [])
+    common = spec.get("containerEdits", {})
+    mounts = common.get("mounts", [])
     p.line(
         f"driver files mounted read-only into the claim's containers: {len(mounts)} mounts "
         "(dra-gpu cdi shows them for a node), e.g.:"
@@ -457,14 +458,24 @@ def _show_driver_mounts(p: _Printer, spec: dict[str, Any], work: Path) -> None:
     shown = [
         m
         for m in mounts
-        if m["containerPath"].rsplit("/", 1)[-1]
-        in ("libcuda.so.1", "libnvidia-ml.so.1", "nvidia-smi", "nvidia-cuda-mps-control")
+        if m["containerPath"].rsplit("/", 1)[-1].startswith(("libcuda.so.", "libnvidia-ml.so."))
+        or m["containerPath"].rsplit("/", 1)[-1]
+        in ("nvidia-smi", "nvidia-cuda-mps-control", "nvidia_icd.json", "nvidia.icd")
         or m["containerPath"].endswith("gsp_ga10x.bin")
     ]
     for mount in shown:
         host = Path(mount["hostPath"])
         shown_host = f"<work dir>/{host.relative_to(work)}" if host.is_relative_to(work) else host
         p.line(f"  {mount['containerPath']}  <-  {shown_host}")
+    hooks = [h["args"][-1 if len(h["args"]) < 3 else 1] for h in common.get("hooks", [])]
+    if hooks:
+        p.line(f"  hooks (nvidia-cdi-hook): {', '.join(dict.fromkeys(hooks))}")
+    nodes = [
+        n["path"]
+        for device in spec.get("devices", [])
+        for n in device.get("containerEdits", {}).get("deviceNodes", [])
+    ]
+    p.line(f"  device nodes: {', '.join(nodes)}")
 
 
 def _show_mig_status(p: _Printer, plugin: PluginProcess, minor: int, title: str) -> None:

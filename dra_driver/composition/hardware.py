@@ -32,7 +32,11 @@ from dra_driver.hardware.gpu_policy import NvidiaSmi
 from dra_driver.hardware.machine import Hardware
 from dra_driver.hardware.simulated.gpu_policy import SimGpuPolicy
 from dra_driver.hardware.simulated.hardware import SimHardware
-from dra_driver.hardware.simulated.node_files import sim_driver_root, sim_proc_root
+from dra_driver.hardware.simulated.node_files import (
+    sim_driver_root,
+    sim_proc_root,
+    sim_sys_root,
+)
 from dra_driver.node.host import HostInfo
 
 REAL_SPEC = "real"
@@ -115,6 +119,7 @@ def open_simulated(
     from dra_driver.hardware.simulated.driver_root import materialize_driver_root
     from dra_driver.hardware.simulated.nvml import SimNvml
     from dra_driver.hardware.simulated.shapes import load_shape
+    from dra_driver.hardware.simulated.sysfs import materialize_sysfs
 
     shape = load_shape(shape_name)
     if sim_state is not None:
@@ -145,9 +150,13 @@ def open_simulated(
         )
         user_space = DriverUserSpace(root, setup=write_fake_root)
     sim_nvml = SimNvml(hw)
+    sys_root = sim_sys_root(Path(sim_state) if sim_state is not None else proc_root)
+    if sim_state is None:
+        weakref.finalize(hw, shutil.rmtree, sys_root, ignore_errors=True)
+    materialize_sysfs(sys_root, [gpu.pci_bus_id for gpu in sim_nvml.gpus()])
     hardware = Hardware(
         nvml=sim_nvml,
-        host=HostInfo(proc_root),
+        host=HostInfo(proc_root, sys_root=sys_root),
         driver=user_space,
         gpu_policy=SimGpuPolicy(hw),
         health=sim_nvml,

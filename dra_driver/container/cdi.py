@@ -18,29 +18,41 @@ Two rules keep the written file loadable by every runtime:
 Names follow NVIDIA's driver: kind `k8s.gpu.nvidia.com/claim`, device
 `<claimUID>-<deviceName>`, file `k8s.gpu.nvidia.com-claim_<claimUID>.yaml`.
 
-The driver's user space (libraries, binaries, firmware, IPC sockets) comes
-from `driver_edits`: read-only bind mounts whose `containerPath` is the path
-inside the driver root and whose `hostPath` is the host's driver root + that
-path. With an `nvidia-cdi-hook` path it adds nvcdi's `create-symlinks` and
-`update-ldcache` hooks; without one it emits no hook and mounts each library
-at its soname paths too (`libcuda.so.1`), so the loader finds it. Neither
-hooks nor mount options raise the minimum `cdiVersion` (only a mount `type`
-would, to 0.4.0).
+The driver's user space (libraries, binaries, firmware, config files, IPC
+sockets) comes from `driver_edits`: read-only bind mounts whose
+`containerPath` is the path inside the driver root (the standard `/etc` or
+`/usr/share` path for config files) and whose `hostPath` is the host's
+driver root + that path. The hooks are nvcdi's (`CdiHooks`): `create-symlinks`,
+`enable-cuda-compat`, `update-ldcache`, `disable-device-node-modification`
+and `update-application-profile`, each of which can be disabled by name for
+hosts whose nvidia-container-toolkit predates it (`HOOK_MIN_TOOLKIT`). With
+`create-symlinks` disabled each library is also mounted at its link paths
+(`libcuda.so.1`), so the loader finds it. Neither hooks nor mount options
+raise the minimum `cdiVersion` (only a mount `type` would, to 0.4.0).
 
-Pure: major numbers and capability minors come in as arguments (see
-`dra_driver.node.host.HostInfo`), driver files as a `DriverFiles` record.
+A full GPU gets `/dev/nvidia<minor>` and the DRM nodes of its PCI device
+(`/dev/dri/card*`, `/dev/dri/renderD*`, as sysfs lists them under
+`/sys/bus/pci/devices/<bus id>/drm`) with their `/dev/dri/by-path` links; a
+MIG device gets its parent's node, its GPU- and compute-instance capability
+nodes, and the parent's DRM nodes when its profile has graphics (`+gfx`),
+as nvcdi's `dgpu` discoverer does.
+
+Pure: major numbers and capability minors come in as arguments, DRM nodes
+through the narrow `DrmNodes` reader (see `dra_driver.node.host.HostInfo`),
+driver files as a `DriverFiles` record.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from dra_driver.container.driver_files import MPS_PIPE_DIR, DriverFiles
-from dra_driver.errors import CdiError
+from dra_driver.container.driver_files import DriverFiles
+from dra_driver.errors import CdiError, ConfigError
 from dra_driver.kube.names import is_uid
 
 VENDOR: Final = "k8s.gpu.nvidia.com"
@@ -270,9 +282,47 @@ def gpu_node(minor: int, *, nvidia_major: int = NVIDIA_MAJOR) -> DeviceNode:
     return DeviceNode(path=f"/dev/nvidia{minor}", major=nvidia_major, minor=minor)
 
 
-def gpu_edits(gpu_minor: int, *, nvidia_major: int = NVIDIA_MAJOR) -> ContainerEdits:
-    """Per-device edits of a full GPU: its `/dev/nvidia<minor>` node."""
-    return ContainerEdits(device_nodes=(gpu_node(gpu_minor, nvidia_major=nvidia_major),))
+class DrmNodes(Protocol):
+    """Reads which DRM nodes belong to a PCI device (`HostInfo` on a node)."""
+
+    def drm_nodes(self, pci_bus_id: str) -> Sequence[tuple[str, int, int]]:
+        """`(name, major, minor)` of each `card*`/`renderD*` node of the device."""
+        ...
+
+
+def drm_edits(pci_bus_id: str, host: DrmNodes, hooks: CdiHooks | None) -> ContainerEdits:
+    """The DRM nodes of a GPU and the hook that creates their `/dev/dri/by-path` links.
+
+    nvcdi (`internal/platform-support/dgpu`) adds `/dev/dri/<name>` for each
+    entry of `/sys/bus/pci/devices/<bus id>/drm` and links
+    `/dev/dri/by-path/pci-<bus id>-card` and `-render` to them, as udev names
+    them (`../card1`, `../renderD128`).
+    """
+    nodes: list[DeviceNode] = []
+    links: list[str] = []
+    for name, major, minor in host.drm_nodes(pci_bus_id):
+        nodes.append(DeviceNode(path=f"/dev/dri/{name}", major=major, minor=minor))
+        kind = "card" if name.startswith("card") else "render"
+        links.append(f"../{name}::/dev/dri/by-path/pci-{pci_bus_id}-{kind}")
+    hook = hooks.create(HOOK_CREATE_SYMLINKS, links) if hooks is not None else None
+    return ContainerEdits(device_nodes=tuple(nodes), hooks=(hook,) if hook else ())
+
+
+def gpu_edits(
+    gpu_minor: int,
+    *,
+    nvidia_major: int = NVIDIA_MAJOR,
+    pci_bus_id: str | None = None,
+    host: DrmNodes | None = None,
+    hooks: CdiHooks | None = None,
+) -> ContainerEdits:
+    """Per-device edits of a full GPU: `/dev/nvidia<minor>`, and with `pci_bus_id`
+    and `host` its DRM nodes and their by-path links (a hook, unless `hooks`
+    is None or has `create-symlinks` disabled)."""
+    edits = ContainerEdits(device_nodes=(gpu_node(gpu_minor, nvidia_major=nvidia_major),))
+    if pci_bus_id is not None and host is not None:
+        edits = edits.merged(drm_edits(pci_bus_id, host, hooks))
+    return edits
 
 
 def common_edits(uvm_major: int, *, nvidia_major: int = NVIDIA_MAJOR) -> ContainerEdits:
@@ -301,6 +351,10 @@ def mig_edits(
     ci_cap: tuple[int, int],
     *,
     nvidia_major: int = NVIDIA_MAJOR,
+    graphics: bool = False,
+    pci_bus_id: str | None = None,
+    host: DrmNodes | None = None,
+    hooks: CdiHooks | None = None,
 ) -> ContainerEdits:
     """Per-device edits of a MIG device.
 
@@ -309,6 +363,8 @@ def mig_edits(
     `(DeviceFileMinor, DeviceFileMode)` as `HostInfo.mig_cap` returns them;
     `caps_major` is the "nvidia-caps" major from `/proc/devices`. The nodes
     need not exist on the host: the runtime creates them from these numbers.
+    A MIG device with graphics (`graphics`: a `+gfx` profile) also gets the
+    parent's DRM nodes, as with nvcdi (`pci_bus_id` and `host` say which).
     """
     nodes = [gpu_node(parent_minor, nvidia_major=nvidia_major)]
     for what, (minor, mode) in (("GPU instance", gi_cap), ("compute instance", ci_cap)):
@@ -325,85 +381,178 @@ def mig_edits(
                 file_mode=mode,
             )
         )
-    return ContainerEdits(device_nodes=tuple(nodes))
+    edits = ContainerEdits(device_nodes=tuple(nodes))
+    if graphics and pci_bus_id is not None and host is not None:
+        edits = edits.merged(drm_edits(pci_bus_id, host, hooks))
+    return edits
 
 
-FILE_MOUNT_OPTIONS: Final = ("ro", "nosuid", "nodev", "bind")
-DIR_MOUNT_OPTIONS: Final = ("ro", "nosuid", "nodev", "rbind")
+def has_graphics(profile_name: str) -> bool:
+    """Whether a MIG profile name ("1g.24gb+gfx") carries go-nvlib's "gfx" attribute."""
+    _, _, attributes = profile_name.partition("+")
+    return "gfx" in attributes.split("+")
+
+
+# -- hooks -------------------------------------------------------------------
+
+HOOK_CREATE_SYMLINKS: Final = "create-symlinks"
+HOOK_ENABLE_CUDA_COMPAT: Final = "enable-cuda-compat"
+HOOK_UPDATE_LDCACHE: Final = "update-ldcache"
+HOOK_DISABLE_DEVICE_NODE_MODIFICATION: Final = "disable-device-node-modification"
+HOOK_UPDATE_APPLICATION_PROFILE: Final = "update-application-profile"
+ALL_HOOKS: Final = "all"
+HOOK_MIN_TOOLKIT: Final = {
+    HOOK_CREATE_SYMLINKS: "1.16.0",
+    HOOK_ENABLE_CUDA_COMPAT: "1.17.5",
+    HOOK_UPDATE_LDCACHE: "1.16.0",
+    HOOK_DISABLE_DEVICE_NODE_MODIFICATION: "1.18.0",
+    HOOK_UPDATE_APPLICATION_PROFILE: "1.20.0",
+}
+"""nvcdi's hooks, in the order it emits them, with the first nvidia-container-toolkit
+release whose `nvidia-cdi-hook` has the subcommand (`nvidia-ctk hook` had the
+first two before 1.16.0)."""
+DEFAULT_CDI_HOOK_PATH: Final = "/usr/bin/nvidia-cdi-hook"
 HOOK_STAGE: Final = "createContainer"  # nvcdi runs its hooks in the container's mount namespace
 
 
-def driver_edits(files: DriverFiles, *, host_root: str, hook_path: str | None) -> ContainerEdits:
+@dataclass(frozen=True)
+class CdiHooks:
+    """Which `nvidia-cdi-hook` runs which hooks (nvcdi's `HookCreator`).
+
+    `path` is the binary on the host (`nvidia-cdi-hook`, or `nvidia-ctk`, whose
+    hooks are under its `hook` subcommand); `disabled` holds hook names, or
+    "all" for none.
+    """
+
+    path: str = DEFAULT_CDI_HOOK_PATH
+    disabled: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if not self.path.startswith("/"):
+            raise ConfigError(f"--nvidia-cdi-hook-path {self.path!r} must be absolute")
+        known = {*HOOK_MIN_TOOLKIT, ALL_HOOKS}
+        for name in sorted(self.disabled - known):
+            raise ConfigError(
+                f"--disable-cdi-hook {name!r}: not one of NVIDIA's hook names "
+                f"({', '.join(sorted(known))})"
+            )
+
+    def enabled(self, name: str) -> bool:
+        return ALL_HOOKS not in self.disabled and name not in self.disabled
+
+    @property
+    def active(self) -> tuple[str, ...]:
+        """The hooks that are emitted, in nvcdi's order."""
+        return tuple(name for name in HOOK_MIN_TOOLKIT if self.enabled(name))
+
+    def create(self, name: str, args: Sequence[str] = ()) -> Hook | None:
+        """The hook `name` with its arguments, or None when disabled.
+
+        `create-symlinks` and `update-ldcache` without arguments are None too.
+        """
+        if not self.enabled(name):
+            return None
+        if name == HOOK_CREATE_SYMLINKS:
+            flags = [arg for link in args for arg in ("--link", link)]
+        elif name == HOOK_UPDATE_LDCACHE:
+            flags = [arg for folder in args for arg in ("--folder", folder)]
+        else:
+            flags = list(args)
+        if name in (HOOK_CREATE_SYMLINKS, HOOK_UPDATE_LDCACHE) and not flags:
+            return None
+        argv0 = posixpath.basename(self.path)
+        fixed = (argv0, "hook") if argv0 == "nvidia-ctk" else (argv0,)
+        return Hook(
+            HOOK_STAGE,
+            self.path,
+            args=(*fixed, name, *flags),
+            env=("NVIDIA_CTK_DEBUG=false",),
+        )
+
+
+NO_HOOKS: Final = CdiHooks(disabled=frozenset({ALL_HOOKS}))
+
+
+FILE_MOUNT_OPTIONS: Final = ("ro", "nosuid", "nodev", "bind")
+IPC_MOUNT_OPTIONS: Final = ("nosuid", "nodev", "rbind", "rprivate", "noexec")  # nvcdi's
+
+
+def driver_edits(files: DriverFiles, *, host_root: str, hooks: CdiHooks) -> ContainerEdits:
     """Edits that put the driver's user space into a container, as nvcdi's common edits.
 
     Every file is bind-mounted read-only from `host_root` + its path inside the
-    driver root (the file a symlink there resolves to) to that path.
-    `hook_path` (nvidia-cdi-hook on the host) adds the `create-symlinks`
-    hook (nvcdi's links: `libcuda.so`, and the soname and `.so` links that
-    exist next to each library on the host) and the `update-ldcache` hook
-    over the library folders. Without it no hook is
-    emitted and each library is mounted again at every such link path.
-    `NVIDIA_CTK_LIBCUDA_DIR` names the libcuda folders, as nvcdi sets it.
+    driver root (the file a symlink there resolves to): libraries, graphics
+    libraries and X.Org modules, firmware and binaries at that path, config
+    files at their standard container path, IPC sockets read-write.
+    The hooks, in nvcdi's order: `create-symlinks` for the graphics links
+    (`gbm/nvidia-drm_gbm.so`...), `create-symlinks` for the driver libraries'
+    links (`libcuda.so`, the soname and `.so` links that exist on the host),
+    `enable-cuda-compat --host-driver-version=<version>`, `update-ldcache`
+    over the driver libraries' folders, `disable-device-node-modification`
+    and `update-application-profile`. With `create-symlinks` disabled each
+    library is mounted again at every link path that reaches it instead.
+    `NVIDIA_CTK_LIBCUDA_DIR` names the driver library folders, as nvcdi sets it.
     """
 
     def mount(path: str, at: str | None = None) -> Mount:
-        options = DIR_MOUNT_OPTIONS if path == MPS_PIPE_DIR else FILE_MOUNT_OPTIONS
         return Mount(
             host_path=posixpath.join(host_root, files.source(path).lstrip("/")),
             container_path=at or path,
-            options=options,
+            options=FILE_MOUNT_OPTIONS,
         )
 
     mounts = [mount(lib.path) for lib in files.libraries]
-    mounts += [mount(p) for p in (*files.firmware, *files.binaries, *files.ipc)]
-    links: dict[str, str] = {}  # link path in the container -> target name
+    mounts += [mount(lib.path) for lib in files.graphics]
+    mounts += [mount(p) for p in (*files.firmware, *files.binaries)]
+    mounts += [mount(src, at) for src, at in files.configs]
+    mounts += [dataclasses.replace(mount(p), options=IPC_MOUNT_OPTIONS) for p in files.ipc]
+    links: dict[str, str] = {}  # link path in the container -> target as written
     for lib in files.libraries:
-        if lib.name.startswith("libcuda.so."):
-            # nvcdi: many applications dlopen("libcuda.so") though only the soname exists.
-            links.setdefault(posixpath.join(lib.directory, "libcuda.so"), "libcuda.so.1")
         for name, target in lib.links:
             links.setdefault(posixpath.join(lib.directory, name), target)
-    hooks: list[Hook] = []
-    if hook_path is None:
-        for lib in files.libraries:
-            for link in links:
-                if posixpath.dirname(link) != lib.directory:
-                    continue
-                if _link_reaches(link, lib.name, links):
-                    mounts.append(mount(lib.path, at=link))
-    else:
-        argv0 = posixpath.basename(hook_path)
-        fixed = (argv0, "hook") if argv0 == "nvidia-ctk" else (argv0,)
-        env = ("NVIDIA_CTK_DEBUG=false",)
-        if links:
-            args = [
-                arg for link, target in links.items() for arg in ("--link", f"{target}::{link}")
-            ]
-            hooks.append(
-                Hook(HOOK_STAGE, hook_path, args=(*fixed, "create-symlinks", *args), env=env)
+    graphics_links = dict(files.graphics_links)
+
+    hook_list: list[Hook | None] = []
+    if hooks.enabled(HOOK_CREATE_SYMLINKS):
+        for group in (graphics_links, links):
+            hook_list.append(
+                hooks.create(HOOK_CREATE_SYMLINKS, [f"{t}::{link}" for link, t in group.items()])
             )
-        folders = dict.fromkeys(lib.directory for lib in files.libraries)
-        args = [arg for folder in folders for arg in ("--folder", folder)]
-        hooks.append(Hook(HOOK_STAGE, hook_path, args=(*fixed, "update-ldcache", *args), env=env))
+    else:
+        # No hook: the loader must find each file under its link names.
+        by_path = {lib.path: lib for lib in (*files.libraries, *files.graphics)}
+        every_link = {**links, **graphics_links}
+        for lib in files.graphics:  # ldconfig would have made their soname links
+            if lib.soname and lib.soname != lib.name:
+                every_link.setdefault(posixpath.join(lib.directory, lib.soname), lib.name)
+        for link in every_link:
+            final = _link_target(link, every_link)
+            if final in by_path:
+                mounts.append(mount(final, at=link))
+    hook_list.append(
+        hooks.create(HOOK_ENABLE_CUDA_COMPAT, [f"--host-driver-version={files.version}"])
+    )
+    folders = list(dict.fromkeys(lib.directory for lib in files.libraries))
+    hook_list.append(hooks.create(HOOK_UPDATE_LDCACHE, folders))
+    hook_list.append(hooks.create(HOOK_DISABLE_DEVICE_NODE_MODIFICATION))
+    hook_list.append(hooks.create(HOOK_UPDATE_APPLICATION_PROFILE))
     return ContainerEdits(
         env=(f"NVIDIA_CTK_LIBCUDA_DIR={':'.join(files.library_dirs)}",),
         mounts=tuple(mounts),
-        hooks=tuple(hooks),
+        hooks=tuple(h for h in hook_list if h is not None),
     )
 
 
-def _link_reaches(link: str, library: str, links: Mapping[str, str]) -> bool:
-    """Whether the chain of `links` starting at `link` ends at file `library`."""
-    folder = posixpath.dirname(link)
+def _link_target(link: str, links: Mapping[str, str]) -> str | None:
+    """The path the chain of `links` starting at `link` ends at (None: a loop)."""
     seen = set()
-    target = links[link]
-    while target != library:
-        nxt = posixpath.join(folder, target)
-        if nxt not in links or nxt in seen:
-            return False
-        seen.add(nxt)
-        target = links[nxt]
-    return True
+    path = link
+    while path in links:
+        if path in seen:
+            return None
+        seen.add(path)
+        path = posixpath.normpath(posixpath.join(posixpath.dirname(path), links[path]))
+    return path
 
 
 # -- the spec document -------------------------------------------------------

@@ -1,10 +1,12 @@
 """The CDI spec of one prepared claim, built from its plan and what Prepare recorded.
 
 Each result gets a CDI device (`<claimUID>-<device>`, or `-<shareID>` for a
-share): a whole GPU its `/dev/nvidia<minor>`; a MIG device its parent's node
-and its GPU- and compute-instance capability nodes (a dynamic one's ids as
-recorded when it was created); an MPS device also the daemon's pipe and shm
-directories and the claim's own limits (`dra_driver.claims.mps.container_edits`).
+share): a whole GPU its `/dev/nvidia<minor>` and its DRM nodes with their
+by-path links; a MIG device its parent's node and its GPU- and
+compute-instance capability nodes (a dynamic one's ids as recorded when it
+was created), and the parent's DRM nodes for a `+gfx` profile; an MPS device
+also the daemon's pipe and shm directories and the claim's own limits
+(`dra_driver.claims.mps.container_edits`).
 The spec-level edits are the control nodes and the driver's files.
 
 Pure but for the device numbers, which the caller reads from the host
@@ -13,6 +15,7 @@ Pure but for the device numbers, which the caller reads from the host
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,11 +28,13 @@ from dra_driver.planning.plan import ClaimPlan, cdi_device
 
 
 class DeviceNumbers(Protocol):
-    """The host's device numbers a spec needs (from `/proc`)."""
+    """The host's device numbers a spec needs (from `/proc` and `/sys`)."""
 
     def char_major(self, name: str) -> int: ...
 
     def mig_cap(self, gpu_minor: int, gi: int, ci: int | None = None) -> tuple[int, int]: ...
+
+    def drm_nodes(self, pci_bus_id: str) -> Sequence[tuple[str, int, int]]: ...
 
 
 def build_claim_spec(
@@ -38,10 +43,12 @@ def build_claim_spec(
     *,
     host: DeviceNumbers,
     driver_edits: cdi.ContainerEdits | None = None,
+    hooks: cdi.CdiHooks | None = None,
 ) -> dict[str, Any]:
     """The spec of `plan`'s claim; `entry` is the claim as recorded once every side effect
     is done (its MIG instances created, its MPS daemons known). `driver_edits` are the
-    driver files' mounts and hooks (None: left out). Raises CdiError."""
+    driver files' mounts and hooks (None: left out); `hooks` make the per-device hooks
+    (the DRM by-path links; None: left out). Raises CdiError."""
     uvm_major = host.char_major("nvidia-uvm")
     devices: dict[str, cdi.CdiDevice] = {}
     for item, record in zip(plan.devices, entry.devices, strict=True):
@@ -49,8 +56,9 @@ def build_claim_spec(
         if name in devices:
             continue
         mig = _mig_ids(item.device, record)
+        bus_id = item.device.gpu.pci_bus_id  # the GPU's (a MIG device's parent's) DRM nodes
         if mig is None:
-            edits = cdi.gpu_edits(item.device.gpu.minor)
+            edits = cdi.gpu_edits(item.device.gpu.minor, pci_bus_id=bus_id, host=host, hooks=hooks)
         else:
             parent_minor, gi, ci = mig
             edits = cdi.mig_edits(
@@ -58,6 +66,10 @@ def build_claim_spec(
                 caps_major=host.char_major("nvidia-caps"),
                 gi_cap=host.mig_cap(parent_minor, gi),
                 ci_cap=host.mig_cap(parent_minor, gi, ci),
+                graphics=cdi.has_graphics(_gi_profile_name(item.device)),
+                pci_bus_id=bus_id,
+                host=host,
+                hooks=hooks,
             )
         if item.mps is not None:
             if record.mps is None:
@@ -69,6 +81,13 @@ def build_claim_spec(
     if driver_edits is not None:
         common = common.merged(driver_edits)
     return cdi.claim_spec(plan.claim.uid, list(devices.values()), common)
+
+
+def _gi_profile_name(device: AllocatableDevice) -> str:
+    """The GPU-instance profile name of a MIG device ("1g.24gb+gfx"); "" for a whole GPU."""
+    if device.dynamic is not None:
+        return device.dynamic.gi_profile.name
+    return device.mig.gi_profile.name if device.mig is not None else ""
 
 
 def _mig_ids(device: AllocatableDevice, record: PreparedDevice) -> tuple[int, int, int] | None:

@@ -1,31 +1,49 @@
 """Which files of the host's NVIDIA driver a GPU container needs (pure).
 
 A container image has no driver: the runtime must bind-mount the user-space
-half of the host's driver (libcuda, libnvidia-ml, nvidia-smi, GSP firmware)
-into it, or CUDA and `nvidia-smi` fail. This module decides *which* files,
-the way NVIDIA's container toolkit does it (`pkg/nvcdi/driver-nvml.go` and
-`internal/discover`), for the driver version NVML reports:
+half of the host's driver (libcuda, libnvidia-ml, nvidia-smi, GSP firmware,
+the OpenCL/Vulkan/EGL config files) into it, or CUDA, `nvidia-smi`, OpenCL,
+Vulkan and EGL fail. This module decides *which* files, with the rules of
+NVIDIA's container toolkit (`pkg/nvcdi` mode `nvml`, `internal/discover`,
+`internal/lookup/root`), for the driver version NVML reports:
 
-* libraries: every `*.so.<driverVersion>` in the directory (or directories)
-  holding `libcuda.so.<driverVersion>`, and in its `vdpau/` subdirectory,
-  plus the legacy `libnvidia-nvvm70.so.*`. A library of another version, or
-  one not named after the driver version (libz, libssl...), is never picked;
-* the symlinks next to each library that resolve to it (the soname link
-  `libcuda.so.1` and the `.so` link), so the CDI writer can recreate them;
+* library folders: those holding a `lib*.so.<version>`, searched in nvcdi's
+  standard 64-bit library directories (`LIBRARY_SEARCH_DIRS`); only where none
+  has one, the folders the root's ld.so.conf lists (nvcdi reads the ldcache
+  there, keeping its 64-bit entries: 32-bit ELF files are skipped). `/usr/lib`
+  and `/lib` are never searched: on RHEL they hold the 32-bit libraries;
+* driver libraries: every `*.so.<version>` in those folders and their `vdpau/`,
+  and the legacy `libnvidia-nvvm70.so.*`, each with the links nvcdi's
+  `create-symlinks` hook recreates: `SONAME -> file` and `.so -> SONAME` where
+  that link exists next to the file on the host (the SONAME is read from the
+  library's ELF `DT_SONAME`), `libcuda.so -> libcuda.so.1`,
+  `libGLX_indirect.so.0 -> libGLX_nvidia.so.<version>` and
+  `libnvidia-opticalflow.so -> libnvidia-opticalflow.so.1`;
+* graphics libraries not named after the driver version
+  (`libnvidia-egl-gbm.so.1.1.x`, `libnvidia-egl-wayland.so.1.1.x`, ...) and
+  the X.Org modules (`nvidia_drv.so`, `libglxserver_nvidia.so.<version>`),
+  with the `gbm/nvidia-drm_gbm.so`, `libnvidia-vulkan-producer.so` and
+  `libglxserver_nvidia.so` links;
+* config files, mounted at the standard paths whatever their host path: the
+  EGL vendor and external-platform JSON, OptiX's `nvoptix.bin` and the X.Org
+  configs under `/usr/share`, the OpenCL ICD and the Vulkan ICD and layer
+  JSON under `/etc`;
 * binaries `nvidia-smi`, `nvidia-debugdump`, `nvidia-persistenced`,
   `nvidia-cuda-mps-control`, `nvidia-cuda-mps-server`, `nvidia-imex`,
-  `nvidia-imex-ctl`: the first executable of each name on the search path;
-* GSP firmware `nvidia/<driverVersion>/gsp*.bin` under the firmware search
-  paths, in the kernel's order;
-* the IPC sockets that exist (persistenced, fabricmanager) and the MPS pipe
-  directory.
+  `nvidia-imex-ctl`, `nvidia-xconfig`: the first executable of each name;
+* GSP firmware `nvidia/<version>/gsp*.bin` in the kernel's firmware paths;
+* the IPC sockets that exist (persistenced, fabricmanager). nvcdi's locator
+  for `/tmp/nvidia-mps` accepts files only, so the host's MPS pipe directory is
+  never mounted: a claim reaches an MPS daemon only through its own sharing
+  config (`dra_driver.claims.mps`).
 
 Pure: the filesystem comes in through the narrow `FsView` protocol whose
 paths are absolute paths *inside the driver root* (`/usr/lib64/...`), so the
 same code serves a host driver (`/`), the GPU Operator's root mounted
 anywhere in the plugin's container, and the tests' fake roots. The I/O
-implementation and the cache live in `dra_driver.container.driver_root`; turning the
-result into CDI edits is `dra_driver.container.cdi.driver_edits`.
+implementation and the cache live in `dra_driver.container.driver_root`;
+turning the result into CDI edits is `dra_driver.container.cdi.driver_edits`.
+ELF headers are read with pyelftools.
 
 Written here because no Python library does nvcdi's discovery.
 """
@@ -36,24 +54,30 @@ import fnmatch
 import posixpath
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal, Protocol
+from typing import BinaryIO, Final, Literal, Protocol
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
 
 from dra_driver.errors import DriverRootError
 
 FileKind = Literal["file", "dir", "socket", "other"]
 
 LIBRARY_SEARCH_DIRS: Final = (
-    "/usr/lib/x86_64-linux-gnu",
-    "/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/lib/aarch64-linux-gnu",
+    "/",
     "/usr/lib64",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu/nvidia/current",
+    "/usr/lib/aarch64-linux-gnu/nvidia/current",
     "/lib64",
-    "/usr/lib",
-    "/lib",
-    "/usr/local/nvidia/lib64",
+    "/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/lib/x86_64-linux-gnu/nvidia/current",
+    "/lib/aarch64-linux-gnu/nvidia/current",
 )
-"""Standard library directories, searched after those the root's ld.so.conf lists."""
+"""nvcdi's library directories (`pkg/lookup/library.go`), in its order."""
 
 BINARY_SEARCH_DIRS: Final = (
     "/usr/local/sbin",
@@ -73,18 +97,54 @@ DRIVER_BINARIES: Final = (
     "nvidia-cuda-mps-server",
     "nvidia-imex",
     "nvidia-imex-ctl",
+    "nvidia-xconfig",
 )
-"""nvcdi's driver binaries, in its order."""
+"""nvcdi's driver binaries, in its order, then its graphics binary."""
 
 LEGACY_NVVM: Final = "libnvidia-nvvm70.so.*"
 NVML_SONAME: Final = "libnvidia-ml.so.1"
 LIBCUDA_SONAME: Final = "libcuda.so.1"
 
+GRAPHICS_LIBRARIES: Final = (
+    "libnvidia-egl-gbm.so.*.*",
+    "libnvidia-egl-wayland.so.*.*",
+    "libnvidia-egl-wayland2.so.*.*",
+    "libnvidia-egl-xcb.so.*.*",
+    "libnvidia-egl-xlib.so.*.*",
+)
+"""Graphics libraries without the driver version in their name (nvcdi's graphics table)."""
+
+XORG_MODULE_DIRS: Final = ("drivers", "extensions", "updates/drivers", "updates/extensions")
+XORG_ROOTS: Final = ("/usr/lib/xorg", "/usr/lib64/xorg", "/usr/X11R6/lib", "/usr/X11R6/lib64")
+
+SHARE_CONFIGS: Final = (
+    "glvnd/egl_vendor.d/10_nvidia.json",
+    "egl/egl_external_platform.d/15_nvidia_gbm.json",
+    "egl/egl_external_platform.d/10_nvidia_wayland.json",
+    "egl/egl_external_platform.d/09_nvidia_wayland2.json",
+    "egl/egl_external_platform.d/20_nvidia_xcb.json",
+    "egl/egl_external_platform.d/20_nvidia_xlib.json",
+    "nvidia/nvoptix.bin",
+    "X11/xorg.conf.d/10-nvidia.conf",
+    "X11/xorg.conf.d/nvidia-drm-outputclass.conf",
+)
+"""Config files mounted under /usr/share in the container."""
+ETC_CONFIGS: Final = ("OpenCL/vendors/nvidia.icd",)
+"""Config files mounted under /etc in the container."""
+VULKAN_CONFIGS: Final = (
+    "vulkan/icd.d/nvidia_icd.json",
+    "vulkan/icd.d/nvidia_layers.json",
+    "vulkan/implicit_layer.d/nvidia_layers.json",
+)
+"""Vulkan files mounted under /etc; also looked for at the root itself (GKE's layout)."""
+CONFIG_SEARCH_DIRS: Final = ("/etc", "/usr/local/share", "/usr/share")
+
 IPC_PATHS: Final = (
     ("/run/nvidia-persistenced/socket", "/var/run/nvidia-persistenced/socket"),
     ("/run/nvidia-fabricmanager/socket", "/var/run/nvidia-fabricmanager/socket"),
 )
-MPS_PIPE_DIR: Final = "/tmp/nvidia-mps"
+
+_ELF_CLASS_32: Final = 32
 
 
 def firmware_search_paths(kernel_release: str, custom_path: str = "") -> tuple[str, ...]:
@@ -126,18 +186,50 @@ class FsView(Protocol):
         """The text of file `path`, or None if it cannot be read."""
         ...
 
+    def open_binary(self, path: str) -> BinaryIO | None:
+        """File `path` opened for reading bytes (the caller closes it), or None."""
+        ...
+
+
+@dataclass(frozen=True)
+class ElfInfo:
+    """What the loader cares about in a shared library's ELF header."""
+
+    elf_class: int  # 32 or 64
+    soname: str | None  # DT_SONAME; None when the library has none
+
+
+def read_elf(fs: FsView, path: str) -> ElfInfo | None:
+    """The ELF class and SONAME of `path`; None when it is no readable ELF file."""
+    stream = fs.open_binary(path)
+    if stream is None:
+        return None
+    with stream:
+        try:
+            elf = ELFFile(stream)
+            sonames = [
+                str(tag.soname)  # type: ignore[attr-defined]  # set per tag by pyelftools
+                for section in elf.iter_sections()
+                if isinstance(section, DynamicSection)
+                for tag in section.iter_tags("DT_SONAME")
+            ]
+            return ElfInfo(elf_class=int(elf.elfclass), soname=sonames[0] if sonames else None)
+        except (ELFError, OSError, ValueError, KeyError, IndexError, UnicodeDecodeError):
+            return None
+
 
 @dataclass(frozen=True)
 class DriverLibrary:
-    """One versioned driver library and the symlinks next to it that reach it.
+    """One driver library and the links a container must also find.
 
     `links` are `(name, target)` pairs in the library's directory, e.g.
-    `("libcuda.so.1", "libcuda.so.570.172.08")` and
-    `("libcuda.so", "libcuda.so.1")`: the names a container must also find.
+    `("libcuda.so.1", "libcuda.so.570.172.08")` and `("libcuda.so",
+    "libcuda.so.1")`: nvcdi's `create-symlinks` arguments for it.
     """
 
     path: str
     links: tuple[tuple[str, str], ...] = ()
+    soname: str | None = None
 
     @property
     def directory(self) -> str:
@@ -153,11 +245,18 @@ class DriverFiles:
     """Everything a container gets from the driver root, as paths inside the root."""
 
     version: str
-    library_dirs: tuple[str, ...]  # the directories holding libcuda.so.<version>
-    libraries: tuple[DriverLibrary, ...]
+    library_dirs: tuple[str, ...]  # the folders holding lib*.so.<version>
+    libraries: tuple[DriverLibrary, ...]  # the driver libraries (ldcache folders come from them)
     binaries: tuple[str, ...]
     firmware: tuple[str, ...]
     ipc: tuple[str, ...]
+    # Graphics libraries and X.Org modules, mounted at their paths (no ldcache folder).
+    graphics: tuple[DriverLibrary, ...] = ()
+    # (link path, target as written) the graphics libraries need, e.g.
+    # ("/usr/lib64/gbm/nvidia-drm_gbm.so", "../libnvidia-allocator.so.1").
+    graphics_links: tuple[tuple[str, str], ...] = ()
+    # (path inside the root, path in the container) of each config file.
+    configs: tuple[tuple[str, str], ...] = ()
     # (path, the file it resolves to inside the root) where a symlink lies between:
     # the runtime opens hostPaths on the host, where an absolute link in a root
     # mounted elsewhere would point outside it, so mounts name the file itself.
@@ -174,14 +273,19 @@ class DriverFiles:
 
     def library(self, name: str) -> DriverLibrary | None:
         """The library whose file or one of whose links is called `name`."""
-        for lib in self.libraries:
+        for lib in (*self.libraries, *self.graphics):
             if lib.name == name or any(link == name for link, _ in lib.links):
                 return lib
         return None
 
 
 def library_search_dirs(fs: FsView) -> tuple[str, ...]:
-    """Directories the root's dynamic loader searches: its ld.so.conf, then the standard ones."""
+    """nvcdi's standard library directories, then those the root's ld.so.conf lists."""
+    return tuple(dict.fromkeys((*LIBRARY_SEARCH_DIRS, *ld_so_conf_dirs(fs))))
+
+
+def ld_so_conf_dirs(fs: FsView) -> tuple[str, ...]:
+    """The folders the root's /etc/ld.so.conf (and its includes) list."""
     dirs: list[str] = []
     for conf in _ld_so_conf_files(fs):
         text = fs.read_text(conf) or ""
@@ -189,53 +293,81 @@ def library_search_dirs(fs: FsView) -> tuple[str, ...]:
             line = raw.split("#", 1)[0].strip()
             if line.startswith("/") and not line.startswith("include"):
                 dirs.append(posixpath.normpath(line))
-    dirs += LIBRARY_SEARCH_DIRS
     return tuple(dict.fromkeys(dirs))
 
 
 def find_library(fs: FsView, name: str) -> str | None:
-    """The resolved path of library `name` (e.g. libnvidia-ml.so.1) in the root, or None."""
-    for directory in library_search_dirs(fs):
-        path = posixpath.join(directory, name)
-        if fs.kind(path) == "file":
-            return fs.resolve(path)
-    return None
+    """The resolved path of 64-bit library `name` (e.g. libnvidia-ml.so.1), or None."""
+    found = _locate_libraries(fs, name)
+    return found[0] if found else None
+
+
+def _locate_libraries(fs: FsView, pattern: str) -> list[str]:
+    """nvcdi's library locator: `pattern` in the standard directories, else ld.so.conf's.
+
+    Results are the files matches resolve to, each once, 32-bit ELF files left out.
+    """
+    for dirs in (LIBRARY_SEARCH_DIRS, ld_so_conf_dirs(fs)):
+        found = _glob_files(fs, dirs, pattern)
+        if found:
+            return found
+    return []
+
+
+def _glob_files(fs: FsView, dirs: Iterable[str], pattern: str) -> list[str]:
+    found: list[str] = []
+    for directory in dirs:
+        for name in fs.list_dir(directory):
+            if not fnmatch.fnmatchcase(name, pattern):
+                continue
+            path = posixpath.join(directory, name)
+            real = fs.resolve(path)
+            if real is None or real in found or fs.kind(real) != "file":
+                continue
+            elf = read_elf(fs, real)
+            if elf is not None and elf.elf_class == _ELF_CLASS_32:
+                continue  # a 32-bit library: the ldcache's libs32, never mounted
+            found.append(real)
+    return found
 
 
 def discover_driver_files(
-    fs: FsView, version: str, *, firmware_paths: Sequence[str] = ()
+    fs: FsView,
+    version: str,
+    *,
+    firmware_paths: Sequence[str] = (),
+    machine: str = "x86_64",
 ) -> DriverFiles:
     """The driver files of `version` in the root `fs` shows.
 
     Raises `DriverRootError` when no `libcuda.so.<version>` exists: the root
     holds no driver, or one of another version than the loaded kernel module.
     Missing binaries, firmware and sockets are only reported in `warnings`
-    (a compute container works without nvidia-persistenced).
+    (a compute container works without nvidia-persistenced). `machine`
+    (`uname -m`) picks the arch-named Vulkan ICD.
     """
     if not version or "*" in version or "/" in version:
         raise DriverRootError(f"driver version {version!r} from NVML is not a version")
     suffix = f".so.{version}"
-    search = library_search_dirs(fs)
-    lib_dirs: list[str] = []
-    for directory in search:
-        real_dir = fs.resolve(directory)
-        if real_dir is None or real_dir in lib_dirs:
-            continue
-        if fs.kind(posixpath.join(real_dir, f"libcuda{suffix}")) == "file":
-            lib_dirs.append(real_dir)
-    if not lib_dirs:
+    versioned = _locate_libraries(fs, f"lib*{suffix}")
+    lib_dirs = tuple(dict.fromkeys(posixpath.dirname(p) for p in versioned))
+    if not any(posixpath.basename(p) == f"libcuda{suffix}" for p in versioned):
+        searched = (*LIBRARY_SEARCH_DIRS, *ld_so_conf_dirs(fs))
         raise DriverRootError(
             f"no libcuda{suffix} in any library directory of the driver root "
-            f"({', '.join(search)}): no NVIDIA driver {version} is installed there "
+            f"({', '.join(searched)}): no NVIDIA driver {version} is installed there "
             "(wrong --nvidia-driver-root, or the user-space libraries do not match the "
             "loaded kernel module)"
         )
 
-    libraries: list[DriverLibrary] = []
-    for directory in lib_dirs:
-        for folder in (directory, posixpath.join(directory, "vdpau")):
-            libraries += _versioned_libraries(fs, folder, suffix)
-        libraries += _versioned_libraries(fs, directory, None, pattern=LEGACY_NVVM)
+    # nvcdi's DriverLibraryLocator("vdpau"): the folders, then their vdpau/ subfolders.
+    folders = (*lib_dirs, *(posixpath.join(d, "vdpau") for d in lib_dirs))
+    paths = _glob_files(fs, folders, f"*{suffix}")
+    paths += [p for p in _glob_files(fs, lib_dirs, LEGACY_NVVM) if p not in paths]
+    libraries = tuple(_with_links(fs, path) for path in paths)
+
+    graphics, graphics_links = _graphics_libraries(fs, version, lib_dirs)
+    configs = _configs(fs, machine)
 
     warnings: list[str] = []
     binaries: list[str] = []
@@ -269,47 +401,143 @@ def discover_driver_files(
             if fs.kind(path) == "socket":
                 ipc.append(path)
                 break  # /var/run is usually /run: one mount is enough
-    if fs.kind(MPS_PIPE_DIR) == "dir":
-        ipc.append(MPS_PIPE_DIR)
 
     sources = []
-    for found_path in (*binaries, *firmware, *ipc):
+    others = (*binaries, *firmware, *ipc, *(lib.path for lib in graphics))
+    for found_path in (*others, *(src for src, _ in configs)):
         resolved = fs.resolve(found_path)
         if resolved is not None and resolved != found_path:
             sources.append((found_path, resolved))
     return DriverFiles(
         version=version,
-        library_dirs=tuple(lib_dirs),
-        libraries=tuple(libraries),
+        library_dirs=lib_dirs,
+        libraries=libraries,
         binaries=tuple(binaries),
         firmware=tuple(firmware),
         ipc=tuple(ipc),
-        sources=tuple(sources),
+        graphics=graphics,
+        graphics_links=graphics_links,
+        configs=configs,
+        sources=tuple(dict.fromkeys(sources)),
         warnings=tuple(warnings),
     )
 
 
-def _versioned_libraries(
-    fs: FsView, folder: str, suffix: str | None, *, pattern: str = ""
-) -> list[DriverLibrary]:
-    """Regular files of `folder` ending in `suffix` (or matching `pattern`), with their links."""
-    names = fs.list_dir(folder)
-    found = []
-    for name in names:
-        path = posixpath.join(folder, name)
-        matches = name.endswith(suffix) if suffix else fnmatch.fnmatchcase(name, pattern)
-        if not matches or fs.read_link(path) is not None or fs.kind(path) != "file":
-            continue
-        if not name.startswith("lib"):
-            continue
-        found.append(DriverLibrary(path=path, links=tuple(_links_to(fs, folder, names, path))))
-    return found
+def so_link_name(name: str) -> str:
+    """The `.so` link name of a library or soname: `libcuda.so.1` -> `libcuda.so`.
+
+    "" when the name has no `.so` part (nvcdi's `getSoLink`).
+    """
+    stem = name
+    while True:
+        stem_part, ext = posixpath.splitext(stem)
+        if not ext:
+            return ""
+        if ext == ".so":
+            return stem
+        stem = stem_part
 
 
-def _links_to(fs: FsView, folder: str, names: Iterable[str], target: str) -> list[tuple[str, str]]:
+def _with_links(fs: FsView, path: str) -> DriverLibrary:
+    """A driver library with nvcdi's links for it (`WithDriverDotSoSymlinks`)."""
+    folder, name = posixpath.split(path)
+    links: list[tuple[str, str]] = []
+    if fnmatch.fnmatchcase(name, "libcuda.so.*.*"):
+        # Many applications dlopen("libcuda.so") though only the soname exists.
+        links.append(("libcuda.so", LIBCUDA_SONAME))
+    elif fnmatch.fnmatchcase(name, "libGLX_nvidia.so.*.*"):
+        links.append(("libGLX_indirect.so.0", name))  # GLVND's indirect GLX
+    elif fnmatch.fnmatchcase(name, "libnvidia-opticalflow.so.*.*"):
+        links.append(("libnvidia-opticalflow.so", "libnvidia-opticalflow.so.1"))
+    elf = read_elf(fs, path)
+    soname = elf.soname if elf is not None else None
+    if fnmatch.fnmatchcase(name, "*.*.*"):
+        if elf is None:
+            # No readable ELF header: the links next to the file that reach it.
+            links += _links_to(fs, folder, path)
+        else:
+            target = soname or name
+            if target != name and _is_link(fs, posixpath.join(folder, target)):
+                links.append((target, name))
+            dot_so = so_link_name(target)
+            if dot_so and dot_so != target and _is_link(fs, posixpath.join(folder, dot_so)):
+                links.append((dot_so, target))
+    return DriverLibrary(path=path, links=tuple(dict.fromkeys(links)), soname=soname)
+
+
+def _graphics_libraries(
+    fs: FsView, version: str, lib_dirs: Sequence[str]
+) -> tuple[tuple[DriverLibrary, ...], tuple[tuple[str, str], ...]]:
+    """nvcdi's graphics libraries and X.Org modules, and the links they need."""
+    allocator = f"libnvidia-allocator.so.{version}"
+    producer = f"libnvidia-vulkan-producer.so.{version}"
+    glxserver = f"libglxserver_nvidia.so.{version}"
+    found: list[str] = []
+    for pattern in (*GRAPHICS_LIBRARIES, allocator, producer):
+        found += [p for p in _locate_libraries(fs, pattern) if p not in found]
+    xorg_dirs: list[str] = []
+    for lib_dir in lib_dirs or ("",):
+        specific = [posixpath.join(lib_dir, "nvidia/xorg")] if lib_dir else []
+        specific += [posixpath.join(lib_dir, "xorg/modules", sub) for sub in XORG_MODULE_DIRS]
+        fixed = [posixpath.join(r, "modules", sub) for r in XORG_ROOTS for sub in XORG_MODULE_DIRS]
+        xorg_dirs += [d for d in (*(specific if lib_dir else ()), *fixed) if d not in xorg_dirs]
+    for module in ("nvidia_drv.so", glxserver):
+        path = next(
+            (p for d in xorg_dirs if fs.kind(p := posixpath.join(d, module)) == "file"), None
+        )
+        if path is not None and path not in found:
+            found.append(path)
+    links: list[tuple[str, str]] = []
+    mounted: list[DriverLibrary] = []
+    for path in found:
+        folder, name = posixpath.split(path)
+        if name == allocator:
+            gbm = posixpath.join(folder, "gbm", "nvidia-drm_gbm.so")
+            links.append((gbm, "../libnvidia-allocator.so.1"))
+            continue  # mounted as a driver library already
+        if name == producer:
+            links.append((posixpath.join(folder, "libnvidia-vulkan-producer.so"), name))
+        elif name == glxserver:
+            links.append((posixpath.join(folder, "libglxserver_nvidia.so"), name))
+        elf = read_elf(fs, path)
+        mounted.append(DriverLibrary(path=path, soname=elf.soname if elf is not None else None))
+    return tuple(mounted), tuple(dict.fromkeys(links))
+
+
+def _configs(fs: FsView, machine: str) -> tuple[tuple[str, str], ...]:
+    """(path in the root, container path) of the config files nvcdi mounts."""
+    vulkan = list(VULKAN_CONFIGS)
+    if machine in ("x86_64", "amd64"):
+        vulkan.append("vulkan/icd.d/nvidia_icd.x86_64.json")
+    elif machine in ("aarch64", "arm64"):
+        vulkan.append("vulkan/icd.d/nvidia_icd.aarch64.json")
+    groups: list[tuple[Sequence[str], tuple[str, ...], str]] = [
+        (SHARE_CONFIGS, CONFIG_SEARCH_DIRS, "/usr/share"),
+        (ETC_CONFIGS, CONFIG_SEARCH_DIRS, "/etc"),
+        (vulkan, (*CONFIG_SEARCH_DIRS, "/"), "/etc"),
+    ]
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for targets, search, container_root in groups:
+        for target in targets:
+            path = next(
+                (p for d in search if fs.kind(p := posixpath.join(d, target)) == "file"), None
+            )
+            if path is None or path in seen:
+                continue
+            seen.add(path)
+            out.append((path, posixpath.join(container_root, target)))
+    return tuple(out)
+
+
+def _is_link(fs: FsView, path: str) -> bool:
+    return fs.read_link(path) is not None
+
+
+def _links_to(fs: FsView, folder: str, target: str) -> list[tuple[str, str]]:
     """`(name, what it points at)` for each symlink of `folder` that ends at `target`."""
     links = []
-    for name in names:
+    for name in fs.list_dir(folder):
         path = posixpath.join(folder, name)
         written = fs.read_link(path)
         if written is not None and path != target and fs.resolve(path) == target:

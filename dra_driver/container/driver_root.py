@@ -24,6 +24,7 @@ This module is the I/O side of `dra_driver.container.driver_files`:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
 import stat
@@ -31,6 +32,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from dra_driver.container import cdi
 from dra_driver.container.driver_files import (
@@ -53,7 +55,8 @@ class DriverRoot:
 
     host_path: str | None = DEFAULT_DRIVER_ROOT  # None: the backend's default root
     container_path: str | None = None  # None: the same as host_path
-    cdi_hook_path: str | None = None  # nvidia-cdi-hook on the host; None: no hooks
+    cdi_hook_path: str | None = None  # nvidia-cdi-hook on the host; None: nvcdi's default
+    disabled_hooks: frozenset[str] = frozenset()  # NVIDIA's hook names, or "all"
 
     def __post_init__(self) -> None:
         for flag, value in (
@@ -63,6 +66,15 @@ class DriverRoot:
         ):
             if value is not None and not value.startswith("/"):
                 raise DriverRootError(f"{flag} {value!r} must be absolute")
+        self.hooks  # noqa: B018  (refuses unknown hook names now, not at the first Prepare)
+
+    @property
+    def hooks(self) -> cdi.CdiHooks:
+        """Which nvidia-cdi-hook runs which of nvcdi's hooks in the CDI specs."""
+        return cdi.CdiHooks(
+            path=self.cdi_hook_path or cdi.DEFAULT_CDI_HOOK_PATH,
+            disabled=frozenset(self.disabled_hooks),
+        )
 
     @property
     def host(self) -> str:
@@ -159,6 +171,15 @@ class RootFs:
             return None
         try:
             return Path(self._real(resolved)).read_text(errors="replace")
+        except OSError:
+            return None
+
+    def open_binary(self, path: str) -> BinaryIO | None:
+        resolved = self.resolve(path)
+        if resolved is None:
+            return None
+        try:
+            return open(self._real(resolved), "rb")  # the caller closes it
         except OSError:
             return None
 
@@ -270,11 +291,42 @@ class DriverUserSpace:
                 if self._setup is not None:
                     self._setup(version)
                 files = discover_driver_files(
-                    RootFs(self.root.local_path), version, firmware_paths=self._firmware_paths
+                    RootFs(self.root.local_path),
+                    version,
+                    firmware_paths=self._firmware_paths,
+                    machine=os.uname().machine,
                 )
-                edits = cdi.driver_edits(
-                    files, host_root=self.root.host, hook_path=self.root.cdi_hook_path
+                files = dataclasses.replace(
+                    files, warnings=(*files.warnings, *self._hook_warnings())
                 )
+                edits = cdi.driver_edits(files, host_root=self.root.host, hooks=self.root.hooks)
                 self._cached = (files, edits)
                 self.discoveries += 1
             return self._cached
+
+    def _hook_warnings(self) -> list[str]:
+        """A missing nvidia-cdi-hook, where this process can see the host path.
+
+        The hook runs on the host; the plugin sees only the driver root. When the
+        hook path lies inside it, a missing binary means every GPU container
+        would fail to start.
+        """
+        hooks = self.root.hooks
+        if not hooks.active:
+            return []
+        host = self.root.host.rstrip("/") + "/"
+        if not hooks.path.startswith(host):
+            return []
+        inside = "/" + hooks.path[len(host) :]
+        if RootFs(self.root.local_path).is_executable(inside):
+            return []
+        return [
+            f"CDI hook {hooks.path} is not installed (containers of prepared claims will fail "
+            f"to start): install nvidia-container-toolkit >= "
+            f"{max((cdi.HOOK_MIN_TOOLKIT[h] for h in hooks.active), key=_version_key)}, point "
+            "--nvidia-cdi-hook-path at it, or pass --disable-cdi-hook all"
+        ]
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))

@@ -232,8 +232,10 @@ class LocalCluster:
                 continue
             failures = 0
             if current != seen:
-                if seen is not None:
-                    on_change()
+                # The first look counts too: a slice deleted between the caller's
+                # first publish and this watch's start must not go unnoticed (the
+                # API store's watch likewise begins with the slices it finds).
+                on_change()
                 seen = current
             stop.wait(SLICE_POLL_SECONDS)
 

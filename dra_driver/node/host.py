@@ -1,11 +1,14 @@
 """Readers for the host files the kubelet plugin needs besides NVML.
 
-A CDI spec must name device nodes by major:minor, and two of those numbers
-come only from procfs: the dynamic majors of `nvidia-uvm` and `nvidia-caps`
-(`/proc/devices`) and the capability minors of MIG GPU and compute instances
-(`/proc/driver/nvidia/capabilities/...`). The checkpoint also needs the boot
-id to notice a reboot. Everything is read below a configurable `proc_root`,
-so the simulated hardware can serve a fake tree with the same formats.
+A CDI spec must name device nodes by major:minor, and those numbers come
+only from procfs and sysfs: the dynamic majors of `nvidia-uvm` and
+`nvidia-caps` (`/proc/devices`), the capability minors of MIG GPU and compute
+instances (`/proc/driver/nvidia/capabilities/...`, checked against
+`/proc/driver/nvidia-caps/mig-minors`, which NVIDIA's container toolkit
+reads), and the DRM nodes of a GPU (`/sys/bus/pci/devices/<bus id>/drm/*/dev`).
+The checkpoint also needs the boot id to notice a reboot. Everything is read
+below a configurable `proc_root` and `sys_root`, so the simulated hardware
+and the tests can serve fake trees with the same formats.
 
 Failures are reported in the caller's layer: device lookups raise `CdiError`
 (they only matter while building a CDI spec), the boot id raises
@@ -29,8 +32,10 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 class HostInfo:
     """Reads `/proc`-style files under `proc_root` (default the real `/proc`)."""
 
-    def __init__(self, proc_root: Path = Path("/proc")) -> None:
+    def __init__(self, proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys")) -> None:
         self.proc_root = Path(proc_root)
+        self.sys_root = Path(sys_root)
+        self._mig_minors: dict[str, int] = {}  # the table is fixed once the module is loaded
 
     # -- /proc/devices -------------------------------------------------------
 
@@ -90,12 +95,38 @@ class HostInfo:
             base = base / f"ci{ci}"
         return base / "access"
 
+    def mig_minors(self) -> dict[str, int]:
+        """`/proc/driver/nvidia-caps/mig-minors`: capability -> minor ({} if absent).
+
+        Lines are `config 1`, `monitor 2`, `gpu<m>/gi<g>/access <n>` and
+        `gpu<m>/gi<g>/ci<c>/access <n>`; others are skipped, as nvcdi does.
+        Read once: the nvidia-caps module writes the whole table when it loads.
+        """
+        if self._mig_minors:
+            return self._mig_minors
+        path = self.proc_root / "driver" / "nvidia-caps" / "mig-minors"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CdiError(f"{path}: cannot read: {exc}") from exc
+        minors: dict[str, int] = {}
+        for line in text.splitlines():
+            cap, sep, number = line.strip().partition(" ")
+            if sep and number.isdigit():
+                minors[cap] = int(number)
+        self._mig_minors = minors
+        return minors
+
     def mig_cap(self, gpu_minor: int, gi: int, ci: int | None = None) -> tuple[int, int]:
         """`(DeviceFileMinor, DeviceFileMode)` of a MIG GI (or CI) capability.
 
         The minor is N in `/dev/nvidia-caps/nvidia-cap<N>`; the mode is the
         decimal `DeviceFileMode` (e.g. 292 == 0o444) to give that node: a
         permission mode, so anything above 0o777 is rejected as garbage.
+        Where `mig-minors` lists the capability (nvcdi's source), both must
+        agree, or the node would grant another instance.
         """
         path = self.mig_cap_path(gpu_minor, gi, ci)
         fields: dict[str, str] = {}
@@ -114,7 +145,45 @@ class HostInfo:
             ) from exc
         if minor < 0 or not 0 <= mode <= 0o777:
             raise CdiError(f"{path}: DeviceFileMinor {minor} / DeviceFileMode {mode} out of range")
+        cap = f"gpu{gpu_minor}/gi{gi}" + (f"/ci{ci}" if ci is not None else "") + "/access"
+        listed = self.mig_minors().get(cap)
+        if listed is not None and listed != minor:
+            raise CdiError(
+                f"{path}: DeviceFileMinor {minor} differs from {cap} {listed} in "
+                f"{self.proc_root / 'driver/nvidia-caps/mig-minors'}"
+            )
         return minor, mode
+
+    # -- DRM nodes -----------------------------------------------------------
+
+    def drm_nodes(self, pci_bus_id: str) -> list[tuple[str, int, int]]:
+        """`(name, major, minor)` of the `card*` and `renderD*` nodes of a PCI device.
+
+        Read from `<sys_root>/bus/pci/devices/<bus id>/drm/<name>/dev` ("226:1").
+        A GPU without DRM (the nvidia-drm module not loaded) has none. nvcdi
+        maps every entry there to `/dev/dri/<name>` and keeps those that are
+        character devices on the host: `card*` and `renderD*`.
+        """
+        folder = self.sys_root / "bus" / "pci" / "devices" / pci_bus_id / "drm"
+        try:
+            names = sorted(p.name for p in folder.iterdir())
+        except OSError:
+            return []
+        nodes = []
+        for name in names:
+            if not name.startswith(("card", "renderD")):
+                continue
+            dev = folder / name / "dev"
+            try:
+                major, sep, minor = dev.read_text(encoding="utf-8").strip().partition(":")
+            except FileNotFoundError:
+                continue
+            except (OSError, UnicodeDecodeError) as exc:
+                raise CdiError(f"{dev}: cannot read: {exc}") from exc
+            if not (sep and major.isdigit() and minor.isdigit()):
+                raise CdiError(f"{dev}: not '<major>:<minor>'")
+            nodes.append((name, int(major), int(minor)))
+        return nodes
 
     # -- boot id -------------------------------------------------------------
 

@@ -1,9 +1,11 @@
 """A prepared claim's CDI spec carries the driver's user space from the driver root.
 
-Whole GPU and MIG device, with and without `--nvidia-cdi-hook-path`, for a
-GPU Operator root (host /run/nvidia/driver, read by the plugin elsewhere):
-the device edits stay as they were, the spec-level edits add the mounts with
-host paths, the hooks only when asked, and `cdiVersion` stays the minimum.
+Whole GPU and MIG device, with nvcdi's hooks and with `--disable-cdi-hook
+all`, for a GPU Operator root (host /run/nvidia/driver, read by the plugin
+elsewhere): the device edits carry the GPU's nodes (and a whole GPU its DRM
+nodes from sysfs), the spec-level edits add the mounts with host paths and
+the hooks, the host's MPS pipe directory is never mounted, and `cdiVersion`
+stays the minimum.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pytest
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.checkpoint_store import CheckpointStore
-from dra_driver.container.cdi import validate_spec
+from dra_driver.container.cdi import ALL_HOOKS, validate_spec
 from dra_driver.container.cdi_store import CdiStore
 from dra_driver.container.driver_files import firmware_search_paths
 from dra_driver.container.driver_root import DriverRoot, DriverUserSpace
@@ -23,6 +25,7 @@ from dra_driver.hardware.nvml.interface import Placement
 from dra_driver.hardware.simulated.hardware import SimHardware
 from dra_driver.hardware.simulated.nvml import SimNvml
 from dra_driver.hardware.simulated.shapes import load_shape
+from dra_driver.hardware.simulated.sysfs import materialize_sysfs
 from dra_driver.kube.local_store import LocalCluster
 from dra_driver.node.devices import build_devices
 from dra_driver.node.host import HostInfo
@@ -37,35 +40,27 @@ from tests.fakes import TEST_POOL, make_allocated_claim
 HOOK = "/usr/local/nvidia/toolkit/nvidia-cdi-hook"
 HOST_ROOT = "/run/nvidia/driver"
 LIB = "/usr/lib/x86_64-linux-gnu"
-SONAME_LINKS = sorted(
-    [
-        "libcuda.so.1",
-        "libcudadebugger.so.1",
-        "libnvidia-allocator.so.1",
-        "libnvidia-cfg.so.1",
-        "libnvidia-ml.so.1",
-        "libnvidia-nvvm.so.4",
-        "libnvidia-opencl.so.1",
-        "libnvidia-ptxjitcompiler.so.1",
-        "vdpau/libvdpau_nvidia.so.1",
-    ]
-)
 
 
 def _prepare(
     tmp_path: Path, shape: str, hook: str | None, uid: str, mig: bool
 ) -> tuple[dict[str, Any], DriverUserSpace]:
+    """Prepare one device; `hook` None disables every hook."""
     hardware = SimHardware(load_shape(shape), proc_root=tmp_path / "proc")
     if mig:
         gi = hardware.create_gpu_instance(1, 9, Placement(4, 4))  # 3g.20gb
         hardware.create_compute_instance(1, gi.id, 2)
     nvml = SimNvml(hardware)
+    materialize_sysfs(tmp_path / "sys", [gpu.pci_bus_id for gpu in nvml.gpus()])
     devices = build_devices(discover(nvml))
     device = next(d for d in devices if (d.mig is not None) == mig)
     root = build_root(tmp_path, "gpu-operator", version=nvml.system().driver_version)
     space = DriverUserSpace(
         DriverRoot(
-            host_path=HOST_ROOT, container_path=str(root.container_root), cdi_hook_path=hook
+            host_path=HOST_ROOT,
+            container_path=str(root.container_root),
+            cdi_hook_path=hook,
+            disabled_hooks=frozenset() if hook else frozenset({ALL_HOOKS}),
         ),
         firmware_paths=firmware_search_paths("6.8.0"),
     )
@@ -77,12 +72,13 @@ def _prepare(
         pool_name=TEST_POOL,
         cluster=cluster,
         devices=devices,
-        host=HostInfo(tmp_path / "proc"),
+        host=HostInfo(tmp_path / "proc", sys_root=tmp_path / "sys"),
         checkpoints=checkpoints,
         cdi_store=store,
         mig=MigLifecycle(nvml),
         gpu_locks=GpuLocks(tmp_path / "plugin/locks"),
         driver_edits=lambda: space.edits(nvml.system().driver_version),
+        cdi_hooks=space.root.hooks,
     )
     claim = make_allocated_claim("job", uid=uid, results=[("gpu", device.name)])
     del claim["metadata"]["resourceVersion"]
@@ -110,6 +106,20 @@ def test_claim_spec_carries_driver_mounts(
     nodes = [n["path"] for n in device["containerEdits"]["deviceNodes"]]
     assert nodes[0].startswith("/dev/nvidia")
     assert any("nvidia-caps" in n for n in nodes) == mig  # MIG keeps its capability nodes
+    if mig:  # nvcdi's rule: the parent's node, then the GI and CI caps of mig-minors
+        minors = HostInfo(tmp_path / "proc").mig_minors()
+        caps = tmp_path / "proc/driver/nvidia/capabilities/gpu1/mig"
+        # The 3g.20gb at 4:4 on GPU 1 (an A100 names it GI 1 or 2), and its first CI.
+        gi, ci = next(g for g in (1, 2) if (caps / f"gi{g}").exists()), 0
+        assert nodes == [
+            "/dev/nvidia1",
+            f"/dev/nvidia-caps/nvidia-cap{minors[f'gpu1/gi{gi}/access']}",
+            f"/dev/nvidia-caps/nvidia-cap{minors[f'gpu1/gi{gi}/ci{ci}/access']}",
+        ]
+    else:  # the first GPU of the node: card1 and renderD128 in the simulated sysfs
+        assert nodes[1:] == ["/dev/dri/card1", "/dev/dri/renderD128"]
+        links = device["containerEdits"].get("hooks", [])
+        assert [h["args"][1] for h in links] == (["create-symlinks"] if hook else [])
     common = spec["containerEdits"]
     assert [n["path"] for n in common["deviceNodes"]][:2] == ["/dev/nvidiactl", "/dev/nvidia-uvm"]
     assert common["env"] == ["NVIDIA_VISIBLE_DEVICES=void", f"NVIDIA_CTK_LIBCUDA_DIR={LIB}"]
@@ -121,17 +131,28 @@ def test_claim_spec_carries_driver_mounts(
         "options": ["ro", "nosuid", "nodev", "bind"],
     }
     assert mounts["/usr/bin/nvidia-smi"]["hostPath"] == f"{HOST_ROOT}/usr/bin/nvidia-smi"
-    assert all(m["hostPath"].startswith(HOST_ROOT + "/") for m in common["mounts"])
-    assert sorted(m for m in mounts if "/lib/" in m and ".so." in m and version not in m) == (
-        [] if hook else [f"{LIB}/{n}" for n in SONAME_LINKS]
+    assert mounts["/etc/vulkan/icd.d/nvidia_icd.json"]["hostPath"] == (
+        f"{HOST_ROOT}/etc/vulkan/icd.d/nvidia_icd.json"
     )
+    assert "/etc/OpenCL/vendors/nvidia.icd" in mounts
+    assert all(m["hostPath"].startswith(HOST_ROOT + "/") for m in common["mounts"])
+    assert not [m for m in mounts if "nvidia-mps" in m]  # the root has /tmp/nvidia-mps
+    soname_mounts = [m for m in mounts if m.startswith(LIB) and m.endswith(".so.1")]
     if hook is None:
         assert "hooks" not in common
         assert mounts[f"{LIB}/libcuda.so.1"]["hostPath"] == libcuda["hostPath"]
+        assert f"{LIB}/libnvidia-ml.so.1" in soname_mounts
     else:
-        assert [h["args"][1] for h in common["hooks"]] == ["create-symlinks", "update-ldcache"]
+        assert [h["args"][1] for h in common["hooks"]] == [
+            "create-symlinks",
+            "create-symlinks",
+            "enable-cuda-compat",
+            "update-ldcache",
+            "disable-device-node-modification",
+            "update-application-profile",
+        ]
         assert {h["path"] for h in common["hooks"]} == {HOOK}
-        assert f"{LIB}/libcuda.so.1" not in mounts
+        assert soname_mounts == []
     # Mount options and hooks need nothing above CDI 0.3.0.
     assert spec["cdiVersion"] == "0.3.0"
 

@@ -113,7 +113,7 @@ def test_plugin_waits_for_the_driver_then_serves(work: Path) -> None:
         assert process.poll() is None  # the same process: no restart
         text = log.read_text()
         assert f"NVIDIA driver {VERSION} at driver root /run/nvidia/driver" in text
-        assert "no CDI hooks" in text
+        assert "CDI hooks create-symlinks, enable-cuda-compat, update-ldcache" in text
         assert text.count("serving the gRPC health service") == 1  # one port, all along
         assert _health(port, "liveness") == SERVING
         assert _health(port, "") == NOT_SERVING  # until the kubelet registers it

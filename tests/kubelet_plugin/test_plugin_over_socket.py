@@ -23,7 +23,7 @@ from dra_driver.claims.checkpoint import ClaimState
 from dra_driver.container import cdi
 from dra_driver.errors import PluginError
 from dra_driver.hardware.simulated.hardware import SimHardware
-from dra_driver.hardware.simulated.node_files import sim_proc_root
+from dra_driver.hardware.simulated.node_files import sim_proc_root, sim_sys_root
 from dra_driver.node.device_classes import default_device_classes
 from dra_driver.node.host import HostInfo
 from dra_driver.scheduling.allocator import Features, Node
@@ -85,6 +85,26 @@ def _gpu_minors(plugin: PluginProcess) -> dict[str, int]:
         device["name"]: minor_by_uuid[device["attributes"]["uuid"]["string"]]
         for device in published["spec"]["devices"]
     }
+
+
+def _drm_nodes(plugin: PluginProcess, device_name: str) -> list[dict[str, Any]]:
+    """The DRM nodes the simulated node's sysfs shows for a published GPU, as CDI nodes."""
+    (published,) = plugin.cluster.list_resource_slices(node_name=plugin.node_name)
+    (device,) = [d for d in published["spec"]["devices"] if d["name"] == device_name]
+    bus_id = device["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
+    drm = sim_sys_root(plugin.sim_state) / "bus/pci/devices" / bus_id / "drm"
+    nodes = []
+    for entry in sorted(drm.iterdir()):
+        major, minor = (entry / "dev").read_text().strip().split(":")
+        nodes.append(
+            {
+                "path": f"/dev/dri/{entry.name}",
+                "type": "c",
+                "major": int(major),
+                "minor": int(minor),
+            }
+        )
+    return nodes
 
 
 def _unprepare_ok(plugin: PluginProcess, refs: Sequence[ClaimRef], version: str = "v1") -> None:
@@ -188,10 +208,20 @@ def test_prepare_and_unprepare_whole_gpus(
     devices = {d["name"]: d["containerEdits"]["deviceNodes"] for d in spec["devices"]}
     assert devices == {
         f"{uid}-{name}": [
-            {"path": f"/dev/nvidia{minors[name]}", "type": "c", "major": 195, "minor": minors[name]}
+            {
+                "path": f"/dev/nvidia{minors[name]}",
+                "type": "c",
+                "major": 195,
+                "minor": minors[name],
+            },
+            *_drm_nodes(plugin, name),  # card<N> and renderD<M> of that GPU
         ]
         for name in ("gpu-1", "gpu-3")
     }
+    assert [n["path"] for n in devices[f"{uid}-gpu-1"]][1:] == [
+        "/dev/dri/card2",
+        "/dev/dri/renderD129",
+    ]
     uvm = host.char_major("nvidia-uvm")
     control = {(n["path"], n["major"], n["minor"]) for n in spec["containerEdits"]["deviceNodes"]}
     assert control == {

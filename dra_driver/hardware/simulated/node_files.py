@@ -15,6 +15,11 @@ def sim_proc_root(sim_state: Path) -> Path:
     return sim_state.with_name(sim_state.name + ".proc")
 
 
+def sim_sys_root(sim_state: Path) -> Path:
+    """Where the fake `/sys` (DRM nodes) of a simulated node with state file `sim_state` lives."""
+    return sim_state.with_name(sim_state.name + ".sys")
+
+
 def sim_driver_root(sim_state: Path) -> Path:
     """Where the fake driver root of a simulated node with state file `sim_state` lives."""
     return sim_state.with_name(sim_state.name + ".driver-root")

@@ -2,7 +2,8 @@
 
 The kubelet plugin reads four things from procfs that NVML does not tell it:
 the dynamic majors in `/proc/devices`, the MIG capability minors under
-`/proc/driver/nvidia/capabilities/`, the boot id, and which pod a GPU
+`/proc/driver/nvidia/capabilities/` (and the static table of every possible
+one in `/proc/driver/nvidia-caps/mig-minors`), the boot id, and which pod a GPU
 process belongs to (`/proc/<pid>/cgroup` of each simulated workload, as a
 cgroup v2 node with the systemd driver, kubeadm's default, shows it). `dra_driver.node.host`
 reads them below a configurable root, so the simulator writes the same files,
@@ -65,6 +66,27 @@ def render_devices() -> str:
     return "\n".join(lines) + "\n"
 
 
+MAX_GPUS = 32  # mig-minors lists gpu0..gpu31, gi0..gi14, ci0..ci7 whatever is installed
+MAX_GIS = 15
+MAX_CIS = 8
+
+
+def render_mig_minors() -> str:
+    """`/proc/driver/nvidia-caps/mig-minors` as the nvidia-caps module prints it."""
+    lines = [f"config {CONFIG_CAP[0]}", f"monitor {MONITOR_CAP[0]}"]
+    for gpu in range(MAX_GPUS):
+        for gi in range(MAX_GIS):
+            lines.append(f"gpu{gpu}/gi{gi}/access {rules.gi_cap_minor(gpu, gi)}")
+            lines += [
+                f"gpu{gpu}/gi{gi}/ci{ci}/access {rules.ci_cap_minor(gpu, gi, ci)}"
+                for ci in range(MAX_CIS)
+            ]
+    return "\n".join(lines) + "\n"
+
+
+_MIG_MINORS = render_mig_minors()
+
+
 def render_cgroup(pod_uid: str, pid: int) -> str:
     """`/proc/<pid>/cgroup` of a container process of a Burstable pod, cgroup v2, systemd driver."""
     container = hashlib.sha256(f"{pod_uid}/{pid}".encode()).hexdigest()
@@ -92,6 +114,7 @@ class ProcTree:
             self.root / "devices": render_devices(),
             self.caps / "mig" / "config": render_cap(*CONFIG_CAP),
             self.caps / "mig" / "monitor": render_cap(*MONITOR_CAP),
+            self.root / "driver" / "nvidia-caps" / "mig-minors": _MIG_MINORS,
             self.root / "sys" / "kernel" / "random" / "boot_id": state.boot_id + "\n",
         }
         for gpu in state.gpus:

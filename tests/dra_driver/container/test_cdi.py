@@ -301,3 +301,87 @@ def test_merged_edits_keep_order_and_drop_repeated_nodes() -> None:
         "/dev/nvidia-caps/nvidia-cap3",
         "/dev/nvidia-caps/nvidia-cap4",
     ]
+
+
+class FakeDrm:
+    """DRM nodes per bus id, as `HostInfo.drm_nodes` reads them from sysfs."""
+
+    def __init__(self, nodes: dict[str, list[tuple[str, int, int]]]) -> None:
+        self.nodes = nodes
+
+    def drm_nodes(self, pci_bus_id: str) -> list[tuple[str, int, int]]:
+        return self.nodes.get(pci_bus_id, [])
+
+
+DRM = FakeDrm(
+    {
+        "0000:3b:00.0": [("card1", 226, 1), ("renderD128", 226, 128)],
+        "0000:86:00.0": [("card2", 226, 2), ("renderD129", 226, 129)],
+    }
+)
+
+
+def test_gpu_edits_add_the_gpus_drm_nodes_and_by_path_links() -> None:
+    edits = cdi.gpu_edits(0, pci_bus_id="0000:3b:00.0", host=DRM, hooks=cdi.CdiHooks())
+    assert edits.to_dict() == {
+        "deviceNodes": [
+            {"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0},
+            {"path": "/dev/dri/card1", "type": "c", "major": 226, "minor": 1},
+            {"path": "/dev/dri/renderD128", "type": "c", "major": 226, "minor": 128},
+        ],
+        "hooks": [
+            {
+                "hookName": "createContainer",
+                "path": "/usr/bin/nvidia-cdi-hook",
+                "args": [
+                    "nvidia-cdi-hook",
+                    "create-symlinks",
+                    "--link",
+                    "../card1::/dev/dri/by-path/pci-0000:3b:00.0-card",
+                    "--link",
+                    "../renderD128::/dev/dri/by-path/pci-0000:3b:00.0-render",
+                ],
+                "env": ["NVIDIA_CTK_DEBUG=false"],
+            }
+        ],
+    }
+
+
+def test_a_gpu_without_drm_or_without_hooks_gets_only_what_applies() -> None:
+    assert cdi.gpu_edits(0, pci_bus_id="0000:c1:00.0", host=DRM) == cdi.gpu_edits(0)
+    no_links = cdi.gpu_edits(1, pci_bus_id="0000:86:00.0", host=DRM, hooks=cdi.NO_HOOKS)
+    assert [n.path for n in no_links.device_nodes] == [
+        "/dev/nvidia1",
+        "/dev/dri/card2",
+        "/dev/dri/renderD129",
+    ]
+    assert no_links.hooks == ()
+
+
+def test_mig_devices_get_drm_nodes_only_with_a_graphics_profile() -> None:
+    compute = cdi.mig_edits(
+        0, CAPS, (12, 292), (13, 292), pci_bus_id="0000:3b:00.0", host=DRM, graphics=False
+    )
+    assert [n.path for n in compute.device_nodes] == [
+        "/dev/nvidia0",
+        "/dev/nvidia-caps/nvidia-cap12",
+        "/dev/nvidia-caps/nvidia-cap13",
+    ]
+    gfx = cdi.mig_edits(
+        0,
+        CAPS,
+        (48, 292),
+        (49, 292),
+        pci_bus_id="0000:3b:00.0",
+        host=DRM,
+        hooks=cdi.CdiHooks(),
+        graphics=cdi.has_graphics("1g.24gb+gfx"),
+    )
+    assert [n.path for n in gfx.device_nodes][3:] == ["/dev/dri/card1", "/dev/dri/renderD128"]
+    assert gfx.hooks[0].args[1] == "create-symlinks"
+    assert [cdi.has_graphics(p) for p in ("1g.24gb+gfx", "2g.48gb+me.all", "1g.10gb", "4g-me")] == [
+        True,
+        False,
+        False,
+        False,
+    ]

@@ -11,7 +11,7 @@ import pytest
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.allocated import parse_allocated_claim
 from dra_driver.claims.checkpoint import Checkpoint
-from dra_driver.container.cdi import ContainerEdits
+from dra_driver.container.cdi import CdiHooks, ContainerEdits
 from dra_driver.container.claim_spec import build_claim_spec
 from dra_driver.errors import CdiError
 from dra_driver.node.devices import build_devices
@@ -28,7 +28,13 @@ UID = "5e1f0c2a-7b3d-4e9a-8c61-0d2b4f6a8e13"
 
 
 class Host:
-    """The device numbers of a node's /proc, as `HostInfo` reads them."""
+    """The device numbers of a node's /proc and /sys, as `HostInfo` reads them."""
+
+    def __init__(self, drm: dict[str, list[tuple[str, int, int]]] | None = None) -> None:
+        self.drm = drm or {}
+
+    def drm_nodes(self, pci_bus_id: str) -> list[tuple[str, int, int]]:
+        return self.drm.get(pci_bus_id, [])
 
     def char_major(self, name: str) -> int:
         return {"nvidia-uvm": 510, "nvidia-caps": 236}[name]
@@ -105,3 +111,25 @@ def test_an_mps_device_gets_the_daemons_directories_and_its_limits() -> None:
     without = dataclasses.replace(plan.entry(), devices=(dataclasses.replace(record, mps=None),))
     with pytest.raises(CdiError, match="no MPS daemon was recorded"):
         build_claim_spec(plan, without, host=Host())
+
+
+def test_a_whole_gpu_gets_its_drm_nodes_and_a_compute_mig_device_does_not() -> None:
+    devices = build_devices(a100_static_mig_inventory())
+    plan = _plan(devices, [("gpu", "gpu-1"), ("mig", "gpu-0-mig-3g20gb-9-4")])
+    by_name = {d.name: d for d in devices}
+    gpu1, gpu0 = by_name["gpu-1"].gpu.pci_bus_id, by_name["gpu-0-mig-3g20gb-9-4"].gpu.pci_bus_id
+    host = Host({gpu1: [("card2", 226, 2), ("renderD129", 226, 129)], gpu0: [("card1", 226, 1)]})
+    spec = build_claim_spec(plan, plan.entry(), host=host, hooks=CdiHooks())
+
+    assert _nodes(spec, "gpu-1") == ["/dev/nvidia1", "/dev/dri/card2", "/dev/dri/renderD129"]
+    (entry,) = [d for d in spec["devices"] if d["name"] == f"{UID}-gpu-1"]
+    (hook,) = entry["containerEdits"]["hooks"]
+    assert hook["args"][1:] == [
+        "create-symlinks",
+        "--link",
+        f"../card2::/dev/dri/by-path/pci-{gpu1}-card",
+        "--link",
+        f"../renderD129::/dev/dri/by-path/pci-{gpu1}-render",
+    ]
+    # A 3g.20gb has no graphics: no DRM node of its parent (nvcdi's "gfx" attribute rule).
+    assert not [n for n in _nodes(spec, "gpu-0-mig-3g20gb-9-4") if n.startswith("/dev/dri")]

@@ -135,3 +135,36 @@ def test_boot_id_missing(tmp_path: Path) -> None:
 def test_real_proc_boot_id_is_readable() -> None:
     boot_id = HostInfo().boot_id()
     assert len(boot_id) == 36
+
+
+def test_mig_cap_agrees_with_mig_minors_and_a_mismatch_is_refused(tmp_path: Path) -> None:
+    write(tmp_path, "driver/nvidia/capabilities/gpu0/mig/gi1/access", cap_file(12, 292))
+    write(tmp_path, "driver/nvidia/capabilities/gpu0/mig/gi1/ci0/access", cap_file(13, 292))
+    write(
+        tmp_path,
+        "driver/nvidia-caps/mig-minors",
+        "config 1\nmonitor 2\ngpu0/gi0/access 3\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 14\n",
+    )
+    host = HostInfo(tmp_path)
+    assert host.mig_minors()["gpu0/gi1/access"] == 12
+    assert host.mig_cap(0, 1) == (12, 0o444)
+    with pytest.raises(CdiError, match=r"DeviceFileMinor 13 differs from gpu0/gi1/ci0/access 14"):
+        host.mig_cap(0, 1, 0)
+
+
+def write_drm(sys_root: Path, bus_id: str, nodes: dict[str, str]) -> None:
+    for name, dev in nodes.items():
+        write(sys_root, f"bus/pci/devices/{bus_id}/drm/{name}/dev", dev + "\n")
+
+
+def test_drm_nodes_of_a_gpu_come_from_its_pci_device_in_sysfs(tmp_path: Path) -> None:
+    sys_root = tmp_path / "sys"
+    write_drm(sys_root, "0000:3b:00.0", {"card1": "226:1", "renderD128": "226:128"})
+    write_drm(sys_root, "0000:86:00.0", {"card2": "226:2", "renderD129": "226:129"})
+    (sys_root / "bus/pci/devices/0000:3b:00.0/drm/version").mkdir()  # not a node
+    host = HostInfo(tmp_path / "proc", sys_root=sys_root)
+    assert host.drm_nodes("0000:3b:00.0") == [("card1", 226, 1), ("renderD128", 226, 128)]
+    assert host.drm_nodes("0000:c1:00.0") == []  # no nvidia-drm: no DRM nodes
+    write_drm(sys_root, "0000:c1:00.0", {"card3": "garbage"})
+    with pytest.raises(CdiError, match=r"0000:c1:00.0/drm/card3/dev: not '<major>:<minor>'"):
+        host.drm_nodes("0000:c1:00.0")

@@ -102,3 +102,14 @@ def test_an_unwritable_proc_root_is_a_config_error(tmp_path: Path):
     with pytest.raises(ConfigError) as err:
         SimHardware(load_shape("l4-node"), proc_root=blocker)
     assert str(blocker) in str(err.value)
+
+
+def test_mig_minors_lists_every_possible_capability_as_the_driver_does(tmp_path: Path):
+    node(tmp_path)
+    minors = HostInfo(tmp_path / "proc").mig_minors()
+    assert (minors["config"], minors["monitor"]) == (1, 2)
+    # The MIG user guide's last line, and the DRA driver's comment examples.
+    assert minors["gpu31/gi14/ci7/access"] == 4322
+    assert minors["gpu3/gi3/ci3/access"] == 439
+    assert minors["gpu6/gi11/ci5/access"] == 918
+    assert len(minors) == 2 + 32 * 15 * 9

@@ -1,0 +1,39 @@
+"""Real-GPU tests: they run where NVML loads from the driver root, and skip elsewhere.
+
+`make gpu-test` runs them (`pytest -m gpu tests/gpu`). The driver root is `/`
+unless `GPU_TEST_DRIVER_ROOT` names another (the GPU Operator's
+`/run/nvidia/driver`). Every test only reads the GPUs or uses them the way a
+workload does: none changes MIG mode, compute mode, time-slice or clocks,
+and none resets a GPU. See docs/validated-hardware.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from dra_driver.composition.hardware import REAL_SPEC, open_hardware
+from dra_driver.errors import DriverRootError, NvmlError
+from dra_driver.hardware.machine import Hardware
+from tests.gpu.real_root import DRIVER_ROOT_ENV, driver_root
+
+
+@pytest.fixture(scope="session")
+def real() -> Iterator[Hardware]:
+    """The machine's GPUs through the real pynvml path, or a skip that says why not."""
+    root = driver_root()
+    try:
+        hardware = open_hardware(REAL_SPEC, driver_root=root)
+    except DriverRootError as exc:
+        pytest.skip(f"no NVML in the driver root {root.host} ({DRIVER_ROOT_ENV}): {exc}")
+    except NvmlError as exc:
+        pytest.skip(f"NVML from the driver root {root.host} did not initialise: {exc}")
+    try:
+        if not hardware.nvml.gpus():
+            pytest.skip(f"NVML from the driver root {root.host} sees no GPU")
+        yield hardware
+    finally:
+        close = getattr(hardware.nvml, "close", None)
+        if close is not None:
+            close()
