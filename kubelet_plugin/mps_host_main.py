@@ -70,17 +70,30 @@ def run(
     return 0
 
 
+def host_daemons(hardware: Hardware, root: Path) -> MpsDaemons:
+    """The daemons under `root`, run with the driver root's `nvidia-cuda-mps-control` (a
+    simulated node's fake root holds one that starts the simulated daemon);
+    `DriverRootError` when the driver root has none."""
+    binaries = hardware.driver_binaries()
+    if binaries.nvidia_cuda_mps_control is None:
+        raise DriverRootError(
+            f"the driver root {hardware.driver.root.host} has no nvidia-cuda-mps-control"
+        )
+    return MpsDaemons(
+        root,
+        (str(binaries.nvidia_cuda_mps_control),),
+        shm_tmpfs=hardware.mps_shm_tmpfs,
+        env={**os.environ, **binaries.env},
+    )
+
+
 def _daemons(options: HostOptions, stop: threading.Event) -> MpsDaemons | None:
     """The daemons under the plugin's MPS directory, once the driver's MPS binary is found."""
     last = ""
+    root = mps_root(options.kubelet_root, options.driver_name)
     while True:
         try:
-            hardware = options.open_hardware()
-            binaries = hardware.driver_binaries()
-            if binaries.nvidia_cuda_mps_control is None:
-                raise DriverRootError(
-                    f"the driver root {hardware.driver.root.host} has no nvidia-cuda-mps-control"
-                )
+            daemons = host_daemons(options.open_hardware(), root)
         except (DriverRootError, NvmlError) as exc:
             if str(exc) != last:
                 log.error(
@@ -92,10 +105,5 @@ def _daemons(options: HostOptions, stop: threading.Event) -> MpsDaemons | None:
             if stop.wait(options.driver_retry_interval):
                 return None
             continue
-        log.info("MPS control daemons run with %s", binaries.nvidia_cuda_mps_control)
-        return MpsDaemons(
-            mps_root(options.kubelet_root, options.driver_name),
-            (str(binaries.nvidia_cuda_mps_control),),
-            shm_tmpfs=hardware.mps_shm_tmpfs,
-            env={**os.environ, **binaries.env},
-        )
+        log.info("MPS control daemons run with %s", daemons.command[0])
+        return daemons
