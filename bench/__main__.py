@@ -22,6 +22,8 @@ BENCHMARKS: dict[str, str] = {
     "simulate": "bench.simulate_cli",
     "mig-parallel": "bench.mig_parallel",
     "republish": "bench.republish",
+    "health-streams": "bench.health_streams",
+    "fuzz": "bench.fuzz",
     "usage-sampling": "bench.usage_sampling",
 }
 """Benchmark name -> module; modules are imported only when their benchmark runs."""

@@ -71,6 +71,8 @@ DEFAULT_INTERVAL: Final = 30.0
 """Seconds between republishes in `run_forever` (the helper library's sync delay)."""
 
 _STOP_CHECK_SECONDS: Final = 0.5
+LEASE_RETRY_SECONDS: Final = 1.0
+"""How often a publisher without the lease asks for it again."""
 
 _COMPARED_METADATA: Final = ("labels", "annotations", "ownerReferences")
 
@@ -183,6 +185,7 @@ class SlicePublisher:
         immediately: bool = True,
         wake: threading.Event | None = None,
         on_result: Callable[[bool], None] | None = None,
+        may_publish: Callable[[], bool] | None = None,
     ) -> None:
         """Publish `build()` now, whenever `wake` is set, and every `interval` seconds.
 
@@ -194,6 +197,9 @@ class SlicePublisher:
         exponential back-off with jitter (`dra_driver.backoff`), during which
         wake-ups are not acted on, so a down apiserver is not hammered.
         `on_result(ok)` is told the outcome of every round (metrics).
+        `may_publish()` is asked before every round: while it says no (another
+        publisher of the node has the lease), nothing is published and it is
+        asked again every `LEASE_RETRY_SECONDS`.
         """
         wake = wake if wake is not None else threading.Event()
         failures = 0
@@ -201,6 +207,9 @@ class SlicePublisher:
             self._sleep(interval, stop, wake)
         while not stop.is_set():
             wake.clear()
+            if may_publish is not None and not may_publish():
+                self._sleep(min(interval, LEASE_RETRY_SECONDS), stop, wake)
+                continue
             try:
                 result = self.publish(build())
             except Exception as exc:

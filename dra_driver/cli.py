@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.errors import DraGpuError
+from dra_driver.log_safety import SafeLogFilter
 from dra_driver.node.consumable_shares import FLAG_HELP, parse_consumable_shares
 
 if TYPE_CHECKING:
@@ -382,6 +383,14 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
         help="serve the gRPC health service (for liveness/readiness probes) on this port",
     )
     parser.add_argument(
+        "--instance-wait",
+        type=_positive_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long to wait for another plugin instance that serves this node (and is "
+        "no rolling-upgrade peer of this one) to exit before refusing to start",
+    )
+    parser.add_argument(
         "--usage-interval",
         type=_seconds_or_off,
         default=10.0,
@@ -459,10 +468,50 @@ def _run_plugin(args: argparse.Namespace) -> int:
             taint_effect=args.unhealthy_taint_effect,
             metrics_address=args.metrics_address,
             healthcheck_port=args.healthcheck_port,
+            instance_wait=args.instance_wait,
             pod_uid=args.pod_uid,
             usage_interval=args.usage_interval,
             idle_claim_after=args.idle_claim_after,
             device_metadata=args.device_metadata,
+        )
+    )
+
+
+# ---------------------------------------------------------------- mps-host
+
+
+def _mps_host_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME") or "sim-node",
+        help="node name (simulated UUIDs; env NODE_NAME)",
+    )
+    parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
+    parser.add_argument(
+        "--kubelet-root",
+        type=Path,
+        default=Path("/var/lib/kubelet"),
+        help="the kubelet plugin's kubelet root: intents are read from <root>/plugins/<driver>/mps",
+    )
+    _add_hardware_flags(parser)
+    _add_driver_root_flags(parser)
+    parser.add_argument(
+        "--driver-retry-interval",
+        type=_positive_seconds,
+        default=10.0,
+        help="seconds between attempts to find nvidia-cuda-mps-control while the driver is missing",
+    )
+
+
+def _run_mps_host(args: argparse.Namespace) -> int:
+    from kubelet_plugin.mps_host_main import HostOptions, run
+
+    return run(
+        HostOptions(
+            open_hardware=lambda: _hardware(args),
+            kubelet_root=args.kubelet_root,
+            driver_name=args.driver_name,
+            driver_retry_interval=args.driver_retry_interval,
         )
     )
 
@@ -537,9 +586,9 @@ def _sim_flags(parser: argparse.ArgumentParser) -> None:
         "health", help="inject a device-health event into a running plugin's simulated GPUs"
     )
     health.add_argument("--sim-state", type=Path, required=True, help="the node's state file")
-    health.add_argument("--gpu", type=int, required=True, help="NVML index of the GPU")
+    health.add_argument("--gpu", type=_gpu_index, required=True, help="NVML index of the GPU")
     event = health.add_mutually_exclusive_group(required=True)
-    event.add_argument("--xid", type=int, help="a critical Xid error, e.g. 79 or 48")
+    event.add_argument("--xid", type=_xid, help="a critical Xid error, e.g. 79 or 48")
     event.add_argument("--double-bit-ecc", action="store_true", help="a double-bit ECC error")
     event.add_argument("--gpu-lost", action="store_true", help="the GPU fell off the bus")
     event.add_argument(
@@ -575,6 +624,31 @@ def _sim_flags(parser: argparse.ArgumentParser) -> None:
         "--memory", default="0", metavar="QTY", help="GPU memory used, e.g. 20Gi (default 0)"
     )
     workload.add_argument("--stop", action="store_true", help="end the pod's process there")
+
+
+MAX_XID = 2**32 - 1
+
+
+def _xid(text: str) -> int:
+    """An argparse type: an Xid as NVML reports them, 1 to 2^32-1."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an Xid number") from None
+    if not 1 <= value <= MAX_XID:
+        raise argparse.ArgumentTypeError(f"{text[:40]}: an Xid is 1 to {MAX_XID}")
+    return value
+
+
+def _gpu_index(text: str) -> int:
+    """An argparse type: an NVML GPU index, 0 to 1023."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a GPU index") from None
+    if not 0 <= value < 1024:
+        raise argparse.ArgumentTypeError(f"{text[:40]}: a GPU index is 0 to 1023")
+    return value
 
 
 def _run_sim(args: argparse.Namespace) -> int:
@@ -790,6 +864,16 @@ COMMANDS: tuple[Command, ...] = (
         _run_status,
     ),
     Command("mig", "MIG tools", _mig_flags, _run_mig),
+    Command(
+        "mps-host",
+        "run the node's MPS control daemons for the kubelet plugin (outlives plugin upgrades)",
+        _mps_host_flags,
+        _run_mps_host,
+        description="Start, re-limit and stop MPS control daemons as the kubelet plugin's "
+        "intent files under <kubelet root>/plugins/<driver>/mps ask. Runs as its own "
+        "DaemonSet so that plugin upgrades never stop a daemon; exits on SIGTERM and leaves "
+        "the daemons running.",
+    ),
     Command("sim", "act on a simulated node's hardware", _sim_flags, _run_sim),
     Command(
         "cdi",
@@ -891,6 +975,7 @@ def _configure_logging(*, verbose: bool, json_format: bool) -> None:
         )
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(SafeLogFilter())  # one bounded line per record, whatever claims hold
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True
     )

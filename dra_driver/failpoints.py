@@ -53,14 +53,19 @@ MIG_UNPREPARE_STEPS: Final[tuple[str, ...]] = (
 )
 
 # MPS, per device, between the MIG steps and "prepare-after-cdi-written": the
-# daemon is started only when none runs for the device yet ...
+# claim's daemon intent is checkpointed, the MPS host answers for the daemon,
+# its pid is checkpointed ...
 MPS_PREPARE_STEPS: Final[tuple[str, ...]] = (
+    "mps-after-intent-recorded",
     "mps-after-daemon-started",
     "mps-after-daemon-recorded",
-    "mps-after-limits-set",
 )
-# ... and stopped on Unprepare, before the MIG steps, once no other claim uses it.
-MPS_UNPREPARE_STEPS: Final[tuple[str, ...]] = ("mps-after-daemon-stopped",)
+# ... and on Unprepare, before the MIG steps: the claim's record is dropped from
+# the checkpoint, then the host is told the remaining users (none: stop).
+MPS_UNPREPARE_STEPS: Final[tuple[str, ...]] = (
+    "mps-after-release-recorded",
+    "mps-after-daemon-stopped",
+)
 # Time-slicing, per GPU: after the interval is set (between the dynamic MIG
 # steps and "prepare-after-cdi-written"), and after it is reset to Default
 # (after the MIG steps of Unprepare, or while rolling back).

@@ -14,15 +14,26 @@ whose GPUs have done nothing for `--idle-claim-after` gets a Warning Event
 `claim_warning_events` builds them (pure); `EventingService` wraps the
 driver's `DraService` and posts them in a background thread, so a slow API
 server never delays the answer to the kubelet. Failures to post are logged.
+
+Bounded: the kubelet retries a failed Prepare every few seconds, and a
+hostile or broken client can fail thousands of claims a second, faster than
+any API server takes Events. So the same failure of the same claim is
+reported once a minute at most (`REPEAT_AFTER_S`, remembering the last
+`MAX_REMEMBERED` failures), at most `MAX_PENDING` reports wait to be
+posted, and the rest are dropped and counted in the log. Before this, an
+unbounded queue of reports grew the plugin's memory without limit.
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import logging
+import queue
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 from dra_driver.claims.consumers import claim_consumers
@@ -38,6 +49,10 @@ ACTION: Final = "PrepareResources"
 IDLE_REASON: Final = "GPUIdle"
 IDLE_ACTION: Final = "SampleUsage"
 MAX_NOTE_BYTES: Final = 1024  # the apiserver's limit on `note`
+MAX_PENDING: Final = 256
+REPEAT_AFTER_S: Final = 60.0
+MAX_REMEMBERED: Final = 1024
+_CLOSE_TIMEOUT_S: Final = 30.0
 
 
 def prepare_failed_events(
@@ -126,14 +141,22 @@ class EventingService:
         self._cluster = cluster
         self._driver_name = driver_name
         self._node_name = node_name
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="claim-events")
+        self._pending: queue.Queue[tuple[ClaimRef, str, float, str, str] | None] = queue.Queue(
+            MAX_PENDING
+        )
+        self._recent: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._guard = threading.Lock()
+        self.dropped = 0
+        self._worker = threading.Thread(target=self._post_all, name="claim-events", daemon=True)
+        self._worker.start()
 
     def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
         results = self._inner.prepare(claims)
+        now = time.time()
         for ref in claims:
             result = results.get(ref.uid)
             if result is not None and result.error:
-                self._executor.submit(self._report, ref, result.error, time.time())
+                self._offer(ref, result.error, now)
         return results
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, UnprepareResult]:
@@ -141,16 +164,54 @@ class EventingService:
 
     def close(self) -> None:
         """Post what is queued, then stop."""
-        self._executor.shutdown(wait=True)
+        try:
+            self._pending.put(None, timeout=_CLOSE_TIMEOUT_S)
+        except queue.Full:
+            return
+        self._worker.join(_CLOSE_TIMEOUT_S)
+
+    def _offer(
+        self,
+        ref: ClaimRef,
+        error: str,
+        now: float,
+        *,
+        reason: str = REASON,
+        action: str = ACTION,
+    ) -> None:
+        error = error[:MAX_NOTE_BYTES]
+        digest = hashlib.sha256(f"{reason}\0{error}".encode(errors="replace")).hexdigest()
+        key = (ref.uid[:256], digest)
+        with self._guard:
+            last = self._recent.get(key)
+            if last is not None and now - last < REPEAT_AFTER_S:
+                return  # reported a moment ago
+            self._recent[key] = now
+            self._recent.move_to_end(key)
+            while len(self._recent) > MAX_REMEMBERED:
+                self._recent.popitem(last=False)
+        try:
+            self._pending.put_nowait((ref, error, now, reason, action))
+        except queue.Full:
+            with self._guard:
+                self.dropped += 1
+                dropped = self.dropped
+            if dropped % 100 == 1:
+                log.warning(
+                    "%d Events for failed Prepares dropped: more failures than the API "
+                    "server takes (at most %d wait to be posted)",
+                    dropped,
+                    MAX_PENDING,
+                )
+
+    def _post_all(self) -> None:
+        while (item := self._pending.get()) is not None:
+            ref, error, now, reason, action = item
+            self._report(ref, error, now, reason=reason, action=action)
 
     def claim_idle(self, ref: ClaimRef, message: str) -> None:
         """Post a `GPUIdle` Warning Event on the claim and its pods (in the background)."""
-        try:
-            self._executor.submit(
-                self._report, ref, message, time.time(), reason=IDLE_REASON, action=IDLE_ACTION
-            )
-        except RuntimeError:  # closed: the plugin is stopping
-            log.info("not reporting %s as idle: the plugin is stopping", ref)
+        self._offer(ref, message, time.time(), reason=IDLE_REASON, action=IDLE_ACTION)
 
     def _report(
         self,

@@ -65,18 +65,19 @@ from dra_driver.claims.checkpoint import (
     PreparedDevice,
     to_spec_record,
 )
-from dra_driver.claims.checkpoint_store import CheckpointStore
+from dra_driver.claims.checkpoint_store import CheckpointStore, LoadOutcome
 from dra_driver.container import cdi
 from dra_driver.container.cdi_store import CdiStore
 from dra_driver.container.claim_spec import build_claim_spec
-from dra_driver.errors import ClaimError, DraGpuError, NotFoundError
+from dra_driver.errors import CheckpointError, ClaimError, DraGpuError, NotFoundError
 from dra_driver.kube.cluster import Cluster
+from dra_driver.log_safety import claim_fields, one_line
 from dra_driver.node.devices import AllocatableDevice
 from dra_driver.node.host import HostInfo
 from dra_driver.planning import ClaimPlan, plan_claim
 from dra_driver.planning.plan import MigTarget, mig_target
+from kubelet_plugin.claim_locks import ClaimLocks
 from kubelet_plugin.gpu_locks import GpuLocks
-from kubelet_plugin.keyed_locks import KeyedLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle
 from kubelet_plugin.rebuild import RebuildSource
 from kubelet_plugin.recovery_report import RecoveryReport
@@ -86,6 +87,8 @@ from kubelet_plugin.sharing import SharingFactory, SharingStrategy, sharing_stra
 log = logging.getLogger(__name__)
 
 MAX_PARALLEL_CLAIMS = 16
+MAX_ERROR_CHARS = 2048
+"""A claim's error is one line of at most this many characters."""
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -109,12 +112,15 @@ class GpuDriver:
         driver_edits: Callable[[], cdi.ContainerEdits] | None = None,
         rebuild_sources: Sequence[RebuildSource] = (),
         sharing: SharingFactory | None = None,
+        claim_locks: ClaimLocks | None = None,
         cdi_hooks: cdi.CdiHooks | None = None,
     ) -> None:
         """`driver_edits` gives the mounts (and hooks) of the driver's user space
         for the current driver version (`DriverUserSpace.edits`, cached); None
         leaves them out (tests of device handling only). `rebuild_sources`
         rebuild a lost checkpoint (`kubelet_plugin.rebuild`); none: start empty.
+        `claim_locks` hold one claim for one call at a time (`kubelet_plugin.claim_locks`:
+        across plugin instances when given a lock directory); None: this process only.
         `sharing` builds the sharing strategies, given this driver's checkpoint
         (`kubelet_plugin.sharing.sharing_strategies`); None: none can be applied,
         so claims asking for MPS or a time-slice fail clearly. `cdi_hooks` makes the
@@ -131,8 +137,9 @@ class GpuDriver:
         self._driver_edits = driver_edits
         self._cdi_hooks = cdi_hooks
         self._thread_lock = threading.Lock()
-        self._claim_locks = KeyedLocks()
+        self._claim_locks = claim_locks or ClaimLocks(None)
         self._state: Checkpoint | None = None
+        self._generation = ""
         self._rebuild_sources = tuple(rebuild_sources)
         build = sharing or sharing_strategies(gpu_locks=gpu_locks)
         self._sharing: tuple[SharingStrategy, ...] = build(self)
@@ -146,15 +153,22 @@ class GpuDriver:
     def recover(self) -> RecoveryReport:
         """Make the checkpoint, the hardware and the CDI directory agree before serving.
 
-        A corrupt checkpoint file is moved aside (kept as evidence) and the
-        claims are rebuilt from the rebuild sources (`kubelet_plugin.rebuild`);
-        a checkpoint of an older dra-gpu is migrated; entries from an earlier
-        boot are dropped; half-prepared claims are rolled back (MIG devices
-        they created are destroyed); a completed claim without its CDI spec
-        was being unprepared (Unprepare removes the spec first), so that
-        Unprepare is finished; CDI specs that no entry owns are removed, and
-        so are temp files of interrupted spec writes; completed claims whose
-        MIG devices vanished are reported.
+        A damaged checkpoint directory (missing, a dangling link) or a corrupt
+        file (moved aside, kept as evidence) is never read as "no claims":
+        the claims are rebuilt from the rebuild sources (`kubelet_plugin.rebuild`:
+        the CDI specs' records, the API, the MIG instances). A checkpoint of
+        an older dra-gpu is migrated; entries from an earlier boot are dropped;
+        temp files of interrupted writes are removed. A CDI spec no entry owns
+        is first offered to the rebuild sources (a crash right after the spec
+        was written leaves one), and a claim they bring back is kept only if
+        the API, where reachable, still has it reserved; what no source
+        vouches for is removed. Half-prepared claims are rolled back (MIG
+        devices they created are destroyed), except those another plugin
+        instance is working on right now (a rolling-upgrade peer holds their
+        claim lock); a completed claim without its CDI spec was being
+        unprepared, so that Unprepare is finished; completed claims whose MIG
+        devices vanished are reported. Last, each sharing strategy makes the
+        hardware match the settled checkpoint (MPS daemons, time-slices).
         """
         report = RecoveryReport()
         with self._thread_lock, self._checkpoints.lock():
@@ -168,29 +182,36 @@ class GpuDriver:
                     outcome.discarded_boot_id,
                     report.discarded_after_reboot,
                 )
-            for bad in outcome.unreadable:
-                moved = self._checkpoints.quarantine(bad.path)
-                report.quarantined.append(str(moved))
-                log.error("checkpoint unreadable (%s); moved to %s", bad.error, moved)
-            if outcome.unreadable:
+            if outcome.incomplete:
+                checkpoint = self._repair_locked(outcome, report)
+            else:
+                if outcome.legacy:
+                    log.info(
+                        "migrating %d claims of %s to one file per claim in %s",
+                        len(checkpoint.claims),
+                        self._checkpoints.legacy_file,
+                        self._checkpoints.directory,
+                    )
+                if outcome.needs_save:
+                    self._checkpoints.save(checkpoint)
+            for temp in self._checkpoints.remove_temp_files():
+                log.warning("removed %s, left by an interrupted checkpoint write", temp)
+                report.temp_files_removed.append(str(temp))
+            if self._cdi.claim_uids() - set(checkpoint.claims):
+                before = set(checkpoint.claims)
                 checkpoint = self._rebuild(checkpoint, report)
-            if outcome.legacy and not outcome.unreadable:
-                log.info(
-                    "migrating %d claims of %s to one file per claim in %s",
-                    len(checkpoint.claims),
-                    self._checkpoints.legacy_file,
-                    self._checkpoints.directory,
-                )
-            if outcome.needs_save:
-                self._checkpoints.save(checkpoint)
+                if set(checkpoint.claims) != before:
+                    self._checkpoints.save(checkpoint)
             self._state = checkpoint
+            self._generation = self._checkpoints.generation()
+        self._settle_rebuilt(report)
         checkpoint = self.snapshot()
         for entry in checkpoint.in_state(ClaimState.PrepareStarted):
             log.warning("%s was left half-prepared; rolling it back", entry.ref)
             if self._recover_roll_back(entry, report):
                 report.rolled_back.append(entry.uid)
         for entry in checkpoint.in_state(ClaimState.PrepareCompleted):
-            if not self._cdi.path_for(entry.uid).exists():
+            if entry.releasing or not self._cdi.path_for(entry.uid).exists():
                 log.warning("%s has no CDI spec: finishing its interrupted Unprepare", entry.ref)
                 if self._recover_roll_back(entry, report):
                     report.unprepare_finished.append(entry.uid)
@@ -198,10 +219,11 @@ class GpuDriver:
         def remove_orphans(checkpoint: Checkpoint) -> Checkpoint:
             for temp in self._cdi.remove_temp_files():
                 log.warning("removed %s, left by an interrupted CDI spec write", temp)
+                report.temp_files_removed.append(str(temp))
             for uid in sorted(self._cdi.claim_uids() - set(checkpoint.claims)):
                 self._cdi.remove(uid)
                 report.orphan_cdi_specs_removed.append(uid)
-                log.warning("removed CDI spec of claim %s: no checkpoint entry owns it", uid)
+                log.warning("removed CDI spec of claim %s: nothing vouches for it", uid)
             for entry in checkpoint.in_state(ClaimState.PrepareCompleted):
                 for device in entry.devices:
                     mig = device.mig
@@ -218,8 +240,35 @@ class GpuDriver:
 
         self.update(remove_orphans)
         for strategy in self._sharing:
-            strategy.recover(self.snapshot(), report)
+            strategy.recover(self.current(), report)
         return report
+
+    def _settle_rebuilt(self, report: RecoveryReport) -> None:
+        """Roll back the rebuilt claims the API says no longer exist.
+
+        A claim rebuilt from its CDI spec alone may be one whose Unprepare the
+        kubelet will never send again: deleted from the API (a claim is
+        deleted only once nothing reserves it) or replaced by another of the
+        same name. Anything else is kept, also where the API cannot be
+        reached: holding a device too long is recoverable, tearing down a
+        running pod's GPU is not.
+        """
+        for uid in list(report.rebuilt):
+            entry = self.snapshot().claims.get(uid)
+            if entry is None:
+                continue
+            try:
+                obj = self._cluster.get_resource_claim(entry.namespace, entry.name)
+            except NotFoundError:
+                obj = None
+            except Exception as exc:  # the API is down or answers garbage: keep the claim
+                log.warning("%s: kept, the API cannot say whether it is held: %s", entry.ref, exc)
+                continue
+            if obj is not None and _same_claim(obj, uid):
+                continue
+            log.warning("%s: rebuilt, but the API no longer has it: unpreparing it", entry.ref)
+            if self._recover_roll_back(entry, report):
+                report.rebuilt_but_gone.append(uid)
 
     def _rebuild(self, checkpoint: Checkpoint, report: RecoveryReport) -> Checkpoint:
         """Ask each rebuild source what it vouches for (see `kubelet_plugin.rebuild`)."""
@@ -246,19 +295,26 @@ class GpuDriver:
         return checkpoint
 
     def _recover_roll_back(self, entry: ClaimEntry, report: RecoveryReport) -> bool:
-        """Roll `entry` back at start-up; on failure keep it for a later try and go on.
+        """Roll `entry` back at start-up; on failure keep its record for a later try and go on.
 
         One instance the GPU will not let go of must not keep the plugin from
         serving every other claim of the node (a crash loop would also block
-        every Unprepare). The entry stays, so its devices stay refused to other
-        claims, and the claim's next Prepare or Unprepare rolls it back again.
+        every Unprepare). The record stays, marked releasing, so its devices
+        are free for other claims, and the claim's next Prepare or Unprepare,
+        or a Prepare on the same GPU, tries the undo again. A claim another
+        plugin instance is working on right now is left to it.
         """
-        try:
-            self._roll_back(entry)
-        except DraGpuError as exc:
-            log.error("%s: rolling back failed, kept for a later retry: %s", entry.ref, exc)
-            report.rollback_failed.append(entry.uid)
-            return False
+        with self._claim_locks.try_hold(entry.uid) as held:
+            if not held:
+                log.info("%s: another plugin instance is working on it; left alone", entry.ref)
+                return False
+            try:
+                self._roll_back(entry)
+            except DraGpuError as exc:
+                log.error("%s: rolling back failed, kept for a later retry: %s", entry.ref, exc)
+                self._mark_releasing(entry.uid)
+                report.rollback_failed.append(entry.uid)
+                return False
         return True
 
     def reconcile_mig(self, *, reclaim_unknown: bool) -> list[str]:
@@ -322,9 +378,8 @@ class GpuDriver:
         for ref in claims:
             try:
                 fetched.append((ref, self._fetch(ref)))
-            except DraGpuError as exc:
-                log.warning("prepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
-                results[ref.uid] = PrepareResult(error=str(exc))
+            except Exception as exc:  # one claim's bad input never fails the others
+                results[ref.uid] = PrepareResult(error=_claim_error("prepare", ref, exc))
         for ref, result in zip(
             [ref for ref, _ in fetched],
             _in_parallel(self._prepare_guarded, [claim for _, claim in fetched]),
@@ -344,21 +399,22 @@ class GpuDriver:
     # -- Prepare of one claim -------------------------------------------------------
 
     def _prepare_guarded(self, claim: AllocatedClaim) -> PrepareResult:
+        """One claim's Prepare, isolated: any exception becomes this claim's one-line error."""
+        ref = ClaimRef(claim.namespace, claim.uid, claim.name)
         try:
             with self._claim_locks.hold(claim.uid):
                 return PrepareResult(devices=self._prepare_one(claim))
-        except DraGpuError as exc:
-            log.warning("prepare %s (%s): %s", claim.ref, claim.uid, exc)
-            return PrepareResult(error=str(exc))
+        except Exception as exc:
+            return PrepareResult(error=_claim_error("prepare", ref, exc))
 
     def _unprepare_guarded(self, ref: ClaimRef) -> UnprepareResult:
+        """One claim's Unprepare, isolated: any exception becomes this claim's one-line error."""
         try:
             with self._claim_locks.hold(ref.uid):
                 self._unprepare_one(ref.uid)
             return UnprepareResult()
-        except DraGpuError as exc:
-            log.warning("unprepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
-            return UnprepareResult(error=str(exc))
+        except Exception as exc:
+            return UnprepareResult(error=_claim_error("unprepare", ref, exc))
 
     def _fetch(self, ref: ClaimRef) -> AllocatedClaim:
         try:
@@ -377,12 +433,17 @@ class GpuDriver:
         )
 
     def _prepare_one(self, claim: AllocatedClaim) -> tuple[ResultDevice, ...]:
-        existing = self.snapshot().claims.get(claim.uid)
-        if existing is not None and existing.state is ClaimState.PrepareCompleted:
+        existing = self.current().claims.get(claim.uid)
+        if (
+            existing is not None
+            and existing.state is ClaimState.PrepareCompleted
+            and (not existing.releasing)
+        ):
             return _result_devices(existing.devices)
         if existing is not None:
             log.info("%s was left half-prepared; rolling back first", existing.ref)
             self._roll_back(existing)
+        self._finish_releases(claim)
 
         plans: list[ClaimPlan] = []
 
@@ -401,7 +462,7 @@ class GpuDriver:
             )
             return checkpoint.start(plans[0].entry())
 
-        # Persisted only if something must be undone after a crash (see `_undo_needs_record`).
+        # fsync'd only if something must be undone after a crash (see `_undo_needs_record`).
         self.update(start, durable=_undo_needs_record(claim, self._devices))
         (plan,) = plans
         failpoints.hit("prepare-after-checkpoint-started")
@@ -409,7 +470,7 @@ class GpuDriver:
         try:
             self._create_mig_devices(claim.uid, plan)
             for strategy in self._sharing:
-                strategy.apply(plan, self.snapshot().claims[claim.uid])
+                strategy.apply(plan, self.current().claims[claim.uid])
             spec = build_claim_spec(
                 plan,
                 self.snapshot().claims[claim.uid],
@@ -427,14 +488,20 @@ class GpuDriver:
                 return done
 
             completed = self.update(complete).claims[claim.uid].devices
-        except DraGpuError as exc:
+        except Exception as exc:
+            entry = self.current().claims.get(claim.uid)
             try:
-                self._roll_back(self.snapshot().claims[claim.uid], search_unrecorded=False)
-            except DraGpuError as undo:
-                # The kubelet must learn why Prepare failed, not only why the undo did.
+                if entry is not None:
+                    self._roll_back(entry, search_unrecorded=False)
+            except Exception as undo:
+                # Nothing may keep holding the devices of a claim that failed: its record
+                # stays, marked releasing, and the undo is finished later.
+                self._mark_releasing(claim.uid)
                 raise ClaimError(
-                    f"{exc}; undoing the partial Prepare also failed (it is retried on the "
-                    f"next Prepare or Unprepare of the claim): {undo}"
+                    f"{_one_line(exc)}; undoing the partial Prepare also failed: "
+                    f"{_one_line(undo)} (its devices are free for other claims; the undo is "
+                    "retried on the claim's next Prepare or Unprepare, a Prepare on the same "
+                    "GPU, or the plugin's next start)"
                 ) from exc
             raise
         failpoints.hit("prepare-after-checkpoint-completed")
@@ -445,6 +512,41 @@ class GpuDriver:
             ", ".join(device.device for device in completed),
         )
         return _result_devices(completed)
+
+    def _finish_releases(self, claim: AllocatedClaim) -> None:
+        """Retry the undo of claims whose rollback failed on the GPUs `claim` uses, so what
+        they left (a MIG instance, a CDI spec) is gone before `claim` is planned there.
+        One that fails again is only logged: the GPU's devices are free regardless."""
+        gpus = {
+            device.gpu.uuid
+            for result in claim.results
+            if (device := self._devices.get(result.device)) is not None
+        }
+        for entry in self.current().releasing():
+            if entry.uid == claim.uid or not gpus & _gpus_of(entry):
+                continue
+            with self._claim_locks.try_hold(entry.uid) as held:
+                if not held:
+                    continue
+                try:
+                    self._roll_back(entry)
+                except DraGpuError as exc:
+                    log.warning(
+                        "%s: finishing its failed rollback failed again: %s", entry.ref, exc
+                    )
+                    continue
+            log.info("%s: finished its failed rollback", entry.ref)
+
+    def _mark_releasing(self, uid: str) -> None:
+        """Record that `uid`'s rollback failed (never raises: at worst only this process
+        knows, which still frees the devices here)."""
+        try:
+            self.update(lambda checkpoint: checkpoint.mark_releasing(uid))
+        except Exception as exc:
+            log.error("claim %s: cannot record its failed rollback: %s", uid, exc)
+            with self._thread_lock:
+                if self._state is not None:
+                    self._state = self._state.mark_releasing(uid)
 
     def _create_mig_devices(self, uid: str, plan: ClaimPlan) -> None:
         """Create the dynamic MIG devices of a started claim, GPU by GPU in parallel; each
@@ -511,7 +613,7 @@ class GpuDriver:
         self.update(forget)
 
     def _unprepare_one(self, uid: str) -> None:
-        entry = self.snapshot().claims.get(uid)
+        entry = self.current().claims.get(uid)
         if entry is None:
 
             def remove_orphan(checkpoint: Checkpoint) -> Checkpoint:
@@ -537,7 +639,7 @@ class GpuDriver:
             with self._gpu_locks.hold([uuid]):
                 others = {
                     (d.mig.parent_uuid, d.mig.gi_id)
-                    for other in self.snapshot().claims.values()
+                    for other in self.current().claims.values()
                     if other.uid != entry.uid
                     for d in other.devices
                     if d.mig is not None
@@ -567,40 +669,94 @@ class GpuDriver:
         """Apply `mutate` to the checkpoint and persist the result; the only path that changes it.
 
         Runs under the thread lock and the checkpoint's file lock, so
-        read-modify-write cycles never interleave. `mutate` gets the current
-        checkpoint and returns the next one (or the same object for no change);
-        it may do work that must happen atomically with the change (writing a
-        CDI spec, planning against the other claims). If it raises, nothing is
-        saved. Only the files of the claims that changed are written, so the
-        cost does not depend on how many claims the node holds. The state is
-        cached in memory: the plugin's instance lock guarantees that no other
-        process writes the files while this one runs.
+        read-modify-write cycles never interleave, in this process or with a
+        rolling-upgrade peer sharing the data directory: the checkpoint is
+        reloaded first if another process changed it (`current`). `mutate`
+        gets the current checkpoint and returns the next one (or the same
+        object for no change); it may do work that must happen atomically with
+        the change (writing a CDI spec, planning against the other claims). If
+        it raises, nothing is saved. Only the files of the claims that changed
+        are written, so the cost does not depend on how many claims the node
+        holds.
 
-        `durable=False` keeps the change in memory only. Prepare uses it to
-        reserve a claim's devices when nothing will need undoing after a
-        crash; the claim's next durable update writes its file.
+        `durable=False` writes the change without fsync: other processes see
+        it at once (a peer must see a reservation), a power loss may lose it.
+        Prepare uses it to reserve a claim's devices when nothing will need
+        undoing after a crash.
         """
         with self._thread_lock, self._checkpoints.lock():
             old = self._current_locked()
             new = mutate(old)
             if new is not old:
-                if durable:
-                    self._checkpoints.commit(old, new)
+                self._checkpoints.commit(old, new, sync=durable)
                 self._state = new
+                self._generation = self._checkpoints.generation()
             return new
 
+    def current(self) -> Checkpoint:
+        """The checkpoint as it is now: reloaded under its lock if another plugin instance
+        changed it (or it was damaged) since this one last looked."""
+        with self._thread_lock, self._checkpoints.lock():
+            return self._current_locked()
+
     def snapshot(self) -> Checkpoint:
-        """The checkpoint as last saved (an immutable value; read it without locks)."""
+        """The checkpoint as this process last saw it (an immutable value; read it without
+        locks). Decisions that another instance's changes could affect use `current`."""
         state = self._state
         if state is None:
-            with self._thread_lock:
-                state = self._current_locked()
+            return self.current()
         return state
 
     def _current_locked(self) -> Checkpoint:
-        if self._state is None:
-            self._state = self._checkpoints.load()
-        return self._state
+        """Under the locks: the cached checkpoint if no process changed it since, else a
+        fresh load; a damaged directory is never read as "no claims" (`_repair_locked`)."""
+        generation = self._checkpoints.generation()
+        problem = self._checkpoints.directory_problem()
+        if self._state is not None and generation == self._generation and problem is None:
+            return self._state
+        if self._state is not None and generation in (self._generation, ""):
+            # Nobody else wrote since we did (a lock file without a token was deleted
+            # with its directory, not written by a peer): our copy is the truth.
+            log.error(
+                "checkpoint directory %s %s while %d claims are prepared: rewriting them "
+                "from memory",
+                self._checkpoints.directory,
+                problem,
+                len(self._state.claims),
+            )
+            self._checkpoints.save(self._state)
+            self._generation = self._checkpoints.generation()
+            return self._state
+        outcome = self._checkpoints.load_outcome()
+        checkpoint = outcome.checkpoint
+        if outcome.incomplete:
+            checkpoint = self._repair_locked(outcome, RecoveryReport())
+        self._state = checkpoint
+        self._generation = self._checkpoints.generation()
+        return checkpoint
+
+    def _repair_locked(self, outcome: LoadOutcome, report: RecoveryReport) -> Checkpoint:
+        """Under the locks: rebuild what a damaged or unreadable checkpoint lost from every
+        source the node has (CDI records, the API, MIG instances), and save it, so nothing
+        held is forgotten, deleted or handed out again."""
+        report.checkpoint_rebuilt = True
+        if outcome.damaged is not None:
+            log.error(
+                "checkpoint directory %s %s: rebuilding the claims from the node",
+                self._checkpoints.directory,
+                outcome.damaged,
+            )
+        for bad in outcome.unreadable:
+            try:
+                moved = self._checkpoints.quarantine(bad.path)
+            except CheckpointError as exc:
+                log.error("checkpoint file %s unreadable (%s): %s", bad.path, bad.error, exc)
+                continue
+            report.quarantined.append(str(moved))
+            log.error("checkpoint unreadable (%s); moved to %s", bad.error, moved)
+        checkpoint = self._rebuild(outcome.checkpoint, report)
+        self._checkpoints.save(checkpoint)
+        return checkpoint
 
 
 def _undo_needs_record(claim: AllocatedClaim, devices: Mapping[str, AllocatableDevice]) -> bool:
@@ -617,6 +773,44 @@ def _undo_needs_record(claim: AllocatedClaim, devices: Mapping[str, AllocatableD
         (device := devices.get(result.device)) is not None and device.dynamic is not None
         for result in claim.results
     )
+
+
+def _claim_error(operation: str, ref: ClaimRef, exc: BaseException) -> str:
+    """The one-line error a claim gets for `exc`; logged, with the traceback at debug level
+    for an exception that is not one of ours (a bug, or input nothing checked)."""
+    text = _one_line(exc)
+    if not isinstance(exc, DraGpuError):
+        text = f"internal error: {text}"
+        log.debug("%s %s: unexpected exception", operation, ref, exc_info=exc)
+    log.warning(
+        "%s %s/%s (%s): %s",
+        operation,
+        ref.namespace,
+        ref.name,
+        ref.uid,
+        text,
+        extra=claim_fields(ref.namespace, ref.name, ref.uid),
+    )
+    return text
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc) if isinstance(exc, DraGpuError) else f"{type(exc).__name__}: {exc}"
+    return one_line(text, MAX_ERROR_CHARS)
+
+
+def _gpus_of(entry: ClaimEntry) -> set[str]:
+    """The GPUs whose devices `entry` recorded (a MIG device's parent)."""
+    gpus = {d.mig.parent_uuid for d in entry.devices if d.mig is not None}
+    gpus |= {d.mps.gpu_uuid for d in entry.devices if d.mps is not None}
+    gpus |= {d.time_slice.gpu_uuid for d in entry.devices if d.time_slice is not None}
+    return gpus
+
+
+def _same_claim(obj: Mapping[str, object], uid: str) -> bool:
+    """Whether the API object is still claim `uid` (not deleted and created again)."""
+    metadata = obj.get("metadata")
+    return isinstance(metadata, Mapping) and metadata.get("uid") == uid
 
 
 def _describe(device: PreparedDevice) -> str:

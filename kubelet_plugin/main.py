@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -45,15 +44,13 @@ from controller.slices import build_resource_slices, choose_layout
 from dra_driver.claims.checkpoint_store import CheckpointStore
 from dra_driver.claims.mps import MPS_DIR
 from dra_driver.claims.usage import ClaimDeviceUsage
-from dra_driver.container.cdi_store import CdiStore
+from dra_driver.container.cdi_store import CdiStore, owner_of_data_dir
 from dra_driver.errors import (
     DraGpuError,
     DriverRootError,
     NotFoundError,
     NvmlError,
-    PluginError,
 )
-from dra_driver.files.flock import file_lock
 from dra_driver.hardware.machine import Hardware
 from dra_driver.kube.access import Cluster, open_cluster
 from dra_driver.kube.objects import Obj
@@ -67,17 +64,21 @@ from dra_driver.node.health import (
 )
 from dra_driver.node.inventory import discover
 from kubelet_plugin.claim_events import EventingService
+from kubelet_plugin.claim_locks import ClaimLocks
 from kubelet_plugin.claim_status import ClaimStatusService, ClaimStatusWriter
 from kubelet_plugin.device_metadata import DeviceMetadataService
 from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.health_monitor import DEFAULT_POLL_SECONDS, HealthMonitor
 from kubelet_plugin.health_stream import DeviceHealthServicer
+from kubelet_plugin.malloc_tuning import tune_malloc
 from kubelet_plugin.metrics import PluginMetrics
 from kubelet_plugin.mig_lifecycle import MigLifecycle
-from kubelet_plugin.mps_daemons import MpsDaemons
+from kubelet_plugin.mps_intents import MpsHostClient
+from kubelet_plugin.node_ownership import own_node
 from kubelet_plugin.preflight import PluginPaths, check_options
 from kubelet_plugin.probe import HealthCheckServer, Phase, PluginHealthServicer, PluginProbe
+from kubelet_plugin.publish_lease import PublishLease
 from kubelet_plugin.rebuild import default_sources
 from kubelet_plugin.server import PluginServer
 from kubelet_plugin.service import ClaimRef
@@ -98,7 +99,8 @@ CHECKPOINT_DIR = "checkpoint"
 """One file per prepared claim (`dra_driver.claims.checkpoint_store`)."""
 LEGACY_CHECKPOINT_FILE = "checkpoint.json"
 """The single checkpoint file of older dra-gpu versions, migrated at start-up."""
-INSTANCE_LOCK_FILE = "plugin.lock"
+ROLLING_DRAIN_S = 1.0
+"""With a rolling-upgrade peer, the DRA socket serves this long after deregistering."""
 STOP_GRACE_S = 5.0
 """On SIGTERM, how long DRA calls in flight may take to finish before the sockets go."""
 THREAD_JOIN_S = 5.0
@@ -137,6 +139,7 @@ class PluginOptions:
     metrics_address: str | None = None
     healthcheck_port: int | None = None
     pod_uid: str | None = None  # per-instance socket names for rolling upgrades
+    instance_wait: float = 60.0  # how long to wait for another instance before refusing
     usage_interval: float = DEFAULT_INTERVAL_SECONDS  # 0: off
     idle_claim_after: float | None = None  # seconds; None: no GPUIdle Events
     device_metadata: bool = False
@@ -152,6 +155,7 @@ def run(options: PluginOptions, stop: threading.Event | None = None) -> int:
     nothing is then left published, listening or bound.
     """
     stop = stop or threading.Event()
+    tune_malloc()  # before any thread starts: memory stays flat under load
     paths = check_options(options)  # flags first: nothing has started yet
     cluster = open_cluster(options.cluster, kubeconfig=options.kubeconfig)
 
@@ -203,26 +207,21 @@ def _run_locked(
     probe: PluginProbe,
 ) -> int:
     data_dir = paths.data_dir
-    # One plugin process of the driver per node: two would roll back each
-    # other's half-done claims at start-up, so a new one waits, without a time
-    # limit, until the old one is gone (or it is told to stop).
-    lock_path = data_dir / INSTANCE_LOCK_FILE
-    with file_lock(
-        lock_path,
-        timeout_s=None,
-        error=PluginError,
+    # One owner per node (`node_ownership`): rolling-upgrade peers (a pod UID
+    # each) share it; any other instance waits for the one there, then refuses.
+    probe.set_phase(Phase.WAITING_FOR_INSTANCE, str(data_dir))
+    with own_node(
+        data_dir=data_dir,
+        cdi_root=options.cdi_root,
+        driver_name=options.driver_name,
+        owner=owner_of_data_dir(options.driver_name, data_dir),
+        rolling_peer=bool(options.pod_uid),
         stop=stop,
-        on_wait=lambda: _waiting_for_instance(probe, lock_path),
-        poll_s=0.2,
+        wait_s=options.instance_wait,
     ) as held:
         if not held:
             return 0
         return _serve(options, stop, hardware, cluster, data_dir, metrics=metrics, probe=probe)
-
-
-def _waiting_for_instance(probe: PluginProbe, lock_path: Path) -> None:
-    probe.set_phase(Phase.WAITING_FOR_INSTANCE, str(lock_path))
-    log.warning("another plugin process holds %s; waiting for it to exit", lock_path)
 
 
 def _wait_for_driver(
@@ -293,7 +292,7 @@ def _serve(
     probe: PluginProbe,
 ) -> int:
     probe.set_phase(Phase.RECOVERING)
-    cdi_store = CdiStore(options.cdi_root)
+    cdi_store = CdiStore(options.cdi_root, owner=owner_of_data_dir(options.driver_name, data_dir))
     mig = MigLifecycle(
         hardware.nvml, disable_mig_when_empty=not options.keep_mig_enabled, metrics=metrics
     )
@@ -304,7 +303,7 @@ def _serve(
         inventory = discover(hardware.nvml)
         return build_devices(inventory, dynamic_mig=options.dynamic_mig, owned_instances=existing)
 
-    mps = _mps_daemons(hardware, data_dir)
+    mps = MpsHostClient(data_dir / MPS_DIR)  # the daemons run in the node's MPS host
     gpu_locks = GpuLocks(data_dir / "locks")
     driver = GpuDriver(
         driver_name=options.driver_name,
@@ -331,10 +330,10 @@ def _serve(
             devices=every_instance_as_dynamic,
         ),
         sharing=sharing_strategies(gpu_locks=gpu_locks, gpu_policy=hardware.gpu_policy, mps=mps),
+        claim_locks=ClaimLocks(data_dir / "locks"),
     )
     metrics.track_prepared(driver.prepared_counts)
-    if mps is not None:
-        metrics.track_mps_daemons(mps.running)
+    metrics.track_mps_daemons(mps.running)
 
     # 1. Make checkpoint, hardware and CDI agree; 2. deal with MIG instances
     # nobody owns; 3. only then look at the hardware to decide what to publish.
@@ -448,7 +447,9 @@ def _serve(
         health=health_servicer if health_checks else None,
         metrics=metrics,
         pod_uid=options.pod_uid,
+        drain=ROLLING_DRAIN_S if options.pod_uid else 0.0,
     )
+    lease = PublishLease(data_dir)  # one publisher per node (rolling-upgrade peers take turns)
     publisher = SlicePublisher(
         cluster,
         driver=options.driver_name,
@@ -465,6 +466,7 @@ def _serve(
                 "on_result": lambda ok: metrics.publishes.labels(
                     "success" if ok else "error"
                 ).inc(),
+                "may_publish": lease.held,
             },
             name="slice-publisher",
             daemon=True,
@@ -508,7 +510,8 @@ def _serve(
         status_writer.close()
         raise
     try:
-        _publish_first(publisher, desired_slices, metrics, layout, lambda: len(devices))
+        if lease.held():  # else a peer publishes; this instance takes over when it exits
+            _publish_first(publisher, desired_slices, metrics, layout, lambda: len(devices))
         server.expose()
         for thread in threads:
             thread.start()
@@ -518,7 +521,9 @@ def _serve(
         server.stop(grace=0)
         service.close()
         status_writer.close()
-        _withdraw(publisher)  # the first publish may have written some slices
+        if lease.held():  # never a peer's slices
+            _withdraw(publisher)  # the first publish may have written some slices
+        lease.release()
         raise
     probe.serving(
         registration_socket=server.registration_socket,
@@ -545,6 +550,7 @@ def _serve(
         status_writer.close()
         for thread in threads:
             thread.join(timeout=THREAD_JOIN_S)
+        lease.release()
     log.info("stopped")
     return 0
 
@@ -651,21 +657,6 @@ def _duration_text(seconds: float) -> str:
     if minutes:
         return f"{minutes}m{secs:02d}s"
     return f"{secs}s"
-
-
-def _mps_daemons(hardware: Hardware, data_dir: Path) -> MpsDaemons | None:
-    """The MPS control daemons, run with the driver root's `nvidia-cuda-mps-control` (a
-    simulated node's fake root holds one that starts the simulated daemon); None without it."""
-    binaries = hardware.driver_binaries()
-    if binaries.nvidia_cuda_mps_control is None:
-        log.warning("the driver root has no nvidia-cuda-mps-control: MPS claims will be refused")
-        return None
-    return MpsDaemons(
-        data_dir / MPS_DIR,
-        (str(binaries.nvidia_cuda_mps_control),),
-        shm_tmpfs=hardware.mps_shm_tmpfs,
-        env={**os.environ, **binaries.env},
-    )
 
 
 class _SliceBuilder:

@@ -1,27 +1,28 @@
 """Starting, configuring, finding and stopping MPS control daemons: real processes.
 
-The plugin runs `nvidia-cuda-mps-control -d [-M]` itself (NVIDIA's driver
-creates a Deployment through the API server for this, one per claim), with
-`CUDA_VISIBLE_DEVICES` set to the GPU or MIG UUID the daemon serves and its
-pipe and log directories under `<plugin data dir>/mps/<uuid>/`. Commands go
-to the daemon on the stdin of another run of the same binary with the same
-pipe directory. On a simulated node the command is
-the fake driver root's `nvidia-cuda-mps-control`, which runs
+The node's MPS host (`kubelet_plugin.mps_host`) runs `nvidia-cuda-mps-control
+-d [-M]` through this module (NVIDIA's driver creates a Deployment through
+the API server for this, one per claim; the kubelet plugin itself never
+starts a daemon), with `CUDA_VISIBLE_DEVICES` set to the GPU or MIG UUID the
+daemon serves and its pipe and log directories under `<plugin data
+dir>/mps/<uuid>/`. Commands go to the daemon on the stdin of another run of
+the same binary with the same pipe directory. On a simulated node the
+command is the fake driver root's `nvidia-cuda-mps-control`, which runs
 `python -m dra_driver.hardware.simulated.mps_control`; nothing else differs.
 
-The daemon forks into its own session, so a plugin crash or restart never
-takes it down; the plugin finds it again through the pid file in the pipe
-directory and tells it from a process that reused its pid by the start time
-in `/proc/<pid>/stat`.
+The daemon forks into its own session, so a restart of the MPS host process
+does not take it down; the host finds it again through the pid file in the
+pipe directory and tells it from a process that reused its pid by the start
+time in `/proc/<pid>/stat`.
 
 Shared memory: MPS clients and the daemon talk through `/dev/shm`, which
 must be the same directory for both and private to the daemon. With
-`shm_tmpfs` (a real node; needs root, as NVIDIA's plugin has) a tmpfs of
-half the node's memory is mounted at `<uuid>/shm` (NVIDIA's size and
-options), and the daemon runs in its own mount namespace with that tmpfs
-bound over `/dev/shm` (`unshare --mount`). Without it (a non-root plugin, a
-simulated node) `<uuid>/shm` is a plain directory: clients still get a
-private `/dev/shm` of their own, only on disk rather than in memory.
+`shm_tmpfs` (a real node; needs root) a tmpfs of half the node's memory is
+mounted at `<uuid>/shm` (NVIDIA's size and options), and the daemon runs in
+its own mount namespace with that tmpfs bound over `/dev/shm` (`unshare
+--mount`). Without it (a simulated node) `<uuid>/shm` is a plain directory:
+clients still get a private `/dev/shm` of their own, only on disk rather
+than in memory.
 """
 
 from __future__ import annotations

@@ -14,9 +14,13 @@ class RecoveryReport:
     `sharing_problems`, MPS the `mps_*` lists.
     """
 
+    checkpoint_rebuilt: bool = False
+    """The checkpoint was damaged or unreadable and rebuilt: it may lack held claims."""
     discarded_after_reboot: int = 0
     quarantined: list[str] = field(default_factory=list)
     rebuilt: list[str] = field(default_factory=list)
+    rebuilt_but_gone: list[str] = field(default_factory=list)
+    temp_files_removed: list[str] = field(default_factory=list)
     orphan_cdi_specs_removed: list[str] = field(default_factory=list)
     rolled_back: list[str] = field(default_factory=list)
     unprepare_finished: list[str] = field(default_factory=list)

@@ -40,10 +40,23 @@ per-instance names (a pod UID) an instance never touches another's sockets.
 Each socket has its own gRPC server and thread pool, so slow Prepare calls
 can neither delay each other beyond the pool size nor the kubelet's 1 s
 GetInfo. Deadlines are the kubelet's (45 s per DRA call); none are added here.
+
+Health streams (`NodeWatchResources`, every server-streaming method) hold a
+gRPC worker thread for as long as they are open. So they are capped
+(`max_streams`, default `MAX_HEALTH_STREAMS`: a kubelet opens one per
+plugin instance; more are refused with RESOURCE_EXHAUSTED at once) and the
+DRA socket's pool has `max_streams` threads on top of the `max_workers` that
+serve Prepare and Unprepare: open streams can never take a Prepare's thread.
+
+Stopping with a `drain` (rolling-upgrade peers): the registration socket
+goes first, so the kubelet sends new calls to the other instance, and the
+DRA socket keeps serving for `drain` seconds for the calls already on their
+way, then finishes the calls in flight within `grace`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -63,6 +76,7 @@ import grpc
 
 from dra_driver.errors import DraGpuError, PluginError
 from dra_driver.kube.names import driver_name_errors
+from dra_driver.log_safety import claim_fields, one_line
 from kubelet_plugin.gen.dra.v1 import api_pb2 as dra_v1
 from kubelet_plugin.gen.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from kubelet_plugin.gen.dra.v1beta1 import api_pb2 as dra_v1beta1
@@ -93,7 +107,12 @@ MAX_UNIX_SOCKET_PATH_BYTES = MAX_SOCKET_PATH_BYTES
 REGISTRATION_WORKERS = 2
 """Threads for the registration socket: the kubelet makes two short calls per registration."""
 
+MAX_HEALTH_STREAMS = 32
+"""Open health streams served at once (the kubelet opens one per plugin instance)."""
+
 NO_RESULT_ERROR = "internal error: no result"
+MAX_ERROR_CHARS = 4096
+"""A claim's error goes to the kubelet as one line of at most this many characters."""
 
 
 # --------------------------------------------------------------------------- claim checks
@@ -215,9 +234,23 @@ class _ServiceCaller:
         results: dict[str, _R] = {uid: make_error(text) for uid, text in checked.errors.items()}
         if checked.valid:
             results.update(self._results_from_service(rid, method, checked.valid, call, make_error))
+        for uid, result in results.items():
+            if result.error and one_line(result.error, MAX_ERROR_CHARS) != result.error:
+                results[uid] = dataclasses.replace(
+                    result, error=one_line(result.error, MAX_ERROR_CHARS)
+                )
         failed = {uid: result.error for uid, result in results.items() if result.error}
+        refs = {claim.uid: claim for claim in claims}
         for uid, error in failed.items():
-            log.warning("request %d: %s claim %r failed: %s", rid, method, uid, error)
+            ref = refs.get(uid, ClaimRef("", uid, ""))
+            log.warning(
+                "request %d: %s claim %r failed: %s",
+                rid,
+                method,
+                uid,
+                error,
+                extra=claim_fields(ref.namespace, ref.name, uid),
+            )
         log.info(
             "request %d: %s done in %.1f ms: %d ok, %d failed",
             rid,
@@ -454,6 +487,8 @@ class PluginServer:
         max_workers: int = 16,
         health: DeviceHealthServicer | None = None,
         metrics: PluginMetrics | None = None,
+        max_streams: int = MAX_HEALTH_STREAMS,
+        drain: float = 0.0,
         pod_uid: str | None = None,
     ) -> None:
         if errors := driver_name_errors(driver_name):
@@ -472,6 +507,8 @@ class PluginServer:
         for path in (self.dra_socket, self.registration_socket):
             _check_socket_path_length(path)
         self._max_workers = max_workers
+        self._streams = _StreamLimit(max_streams)
+        self._drain = drain
         self._caller = _ServiceCaller(service, metrics)
         self._health = health
         self._registration = RegistrationState()
@@ -505,9 +542,10 @@ class PluginServer:
         try:
             self._listen(
                 self.dra_socket,
-                self._max_workers,
+                self._max_workers + self._streams.limit,  # streams never take Prepare's threads
                 "dra-grpc",
                 self._add_dra_servicers,
+                interceptors=(self._streams,),
             )
             self._listen(
                 self.registration_socket,
@@ -600,6 +638,7 @@ class PluginServer:
         workers: int,
         thread_prefix: str,
         add_servicers: Callable[[grpc.Server], None],
+        interceptors: Sequence[grpc.ServerInterceptor] = (),
     ) -> None:
         _prepare_socket_path(socket_path)
         # gRPC unlinks the path it bound when it shuts down, even if another
@@ -610,7 +649,7 @@ class PluginServer:
         # long gone.
         private = socket_path.with_name(f".{secrets.token_hex(4)[:7]}")
         executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=thread_prefix)
-        server = grpc.server(executor)
+        server = grpc.server(executor, interceptors=list(interceptors))
         add_servicers(server)
         try:
             if not server.add_insecure_port(f"unix:{private}"):
@@ -635,13 +674,54 @@ class PluginServer:
         """Stop the listeners, registration first (that deregisters us), and remove sockets."""
         with self._lock:
             listeners, self._listeners = self._listeners, []
-        for listener in reversed(listeners):
+        for index, listener in enumerate(reversed(listeners)):
+            if index == 1 and self._drain > 0 and grace > 0:
+                time.sleep(self._drain)  # deregistered: let calls on their way land here
             listener.server.stop(grace).wait()
             listener.executor.shutdown(wait=False)
             if listener.identity is None:
                 listener.private.unlink(missing_ok=True)
             else:
                 _remove_own_socket(listener.socket, listener.identity)
+
+
+class _StreamLimit(grpc.ServerInterceptor):
+    """Refuses server-streaming calls beyond `limit` open ones with RESOURCE_EXHAUSTED."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise PluginError(f"max_streams must be at least 1, got {limit}")
+        self.limit = limit
+        self._open = threading.BoundedSemaphore(limit)
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = continuation(handler_call_details)
+        if handler is None or handler.unary_stream is None:
+            return handler
+        stream = handler.unary_stream
+        method = handler_call_details.method
+
+        def limited(request: Any, context: grpc.ServicerContext) -> Iterable[Any]:
+            if not self._open.acquire(blocking=False):
+                log.warning("%s: refused, %d streams are open already", method, self.limit)
+                context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"{self.limit} streams are open already; a kubelet needs one per plugin",
+                )
+            try:
+                yield from stream(request, context)
+            finally:
+                self._open.release()
+
+        return grpc.unary_stream_rpc_method_handler(
+            limited,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
 
 
 def _check_socket_path_length(path: Path) -> None:

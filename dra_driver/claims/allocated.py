@@ -14,6 +14,7 @@ Pure: no I/O, no clock, no Kubernetes client.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -26,6 +27,10 @@ KIND: Final = "ResourceClaim"
 SUPPORTED_API_VERSIONS: Final = frozenset(
     {"resource.k8s.io/v1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1"}
 )
+MAX_PARAMETERS_BYTES: Final = 10 * 1024
+"""The API server's limit on one opaque config's parameters (10 KiB of JSON)."""
+MAX_PARAMETERS_DEPTH: Final = 32
+"""Deepest nesting accepted in opaque parameters (NVIDIA's config kinds need 4)."""
 CONFIG_SOURCE_CLASS: Final = "FromClass"
 CONFIG_SOURCE_CLAIM: Final = "FromClaim"
 _SOURCE_RANK: Final = {CONFIG_SOURCE_CLASS: 0, CONFIG_SOURCE_CLAIM: 1}
@@ -273,6 +278,7 @@ def _parse_configs(raw: object, driver: str, ref: str) -> list[OpaqueConfig]:
         parameters = _mapping(
             opaque.get("parameters"), f"{where}.opaque.parameters", ref, required=True
         )
+        _check_bounded(parameters, f"{where}.opaque.parameters", ref)
         out.append(
             OpaqueConfig(
                 source=str(source),
@@ -282,6 +288,32 @@ def _parse_configs(raw: object, driver: str, ref: str) -> list[OpaqueConfig]:
             )
         )
     return out
+
+
+def _check_bounded(parameters: Mapping[str, Any], where: str, ref: str) -> None:
+    """Refuse parameters nested deeper than MAX_PARAMETERS_DEPTH or larger than the API
+    allows, before anything recursive (copying, decoding) touches them."""
+    stack: list[tuple[object, int]] = [(parameters, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_PARAMETERS_DEPTH:
+            raise ClaimError(
+                f"{ref}: {where} is nested more than {MAX_PARAMETERS_DEPTH} levels deep; "
+                "no GpuConfig or MigDeviceConfig field is"
+            )
+        if isinstance(value, Mapping):
+            stack.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list | tuple):
+            stack.extend((item, depth + 1) for item in value)
+    try:
+        size = len(json.dumps(parameters, separators=(",", ":"), default=str))
+    except (TypeError, ValueError) as exc:
+        raise ClaimError(f"{ref}: {where} is not JSON: {exc}") from exc
+    if size > MAX_PARAMETERS_BYTES:
+        raise ClaimError(
+            f"{ref}: {where} is {size} bytes of JSON, more than the API's limit of "
+            f"{MAX_PARAMETERS_BYTES // 1024} KiB"
+        )
 
 
 def _quantities(raw: object, where: str, ref: str) -> Mapping[str, str]:

@@ -216,6 +216,11 @@ class ClaimEntry(Record):
     started_at: str | None = json_key(  # RFC 3339 time Prepare began, for logs and GC
         "startedAt", default=None
     )
+    releasing: bool = json_key("releasing", default=False)
+    """A rollback failed half-way: what is recorded is still to be undone (the next
+    Prepare or Unprepare of the claim, a Prepare on the same GPU, or start-up tries
+    again), but the claim holds no device any more. Added within schema version 1:
+    an older reader sees a started claim, which it rolls back (safe to lose)."""
 
     @property
     def ref(self) -> str:
@@ -302,6 +307,18 @@ class Checkpoint:
         if existing is not None:
             raise CheckpointError(f"{existing.ref}: already in the checkpoint; cannot adopt it")
         return self._with(entry)
+
+    def mark_releasing(self, uid: str) -> Checkpoint:
+        """Record that a rollback of `uid` failed half-way: it holds no device any more,
+        and what it recorded is still to be undone. Unknown UIDs are fine."""
+        entry = self.claims.get(uid)
+        if entry is None or entry.releasing:
+            return self
+        return self._with(dataclasses.replace(entry, releasing=True))
+
+    def releasing(self) -> list[ClaimEntry]:
+        """The claims whose rollback is still to be finished, ordered by UID."""
+        return [self.claims[u] for u in sorted(self.claims) if self.claims[u].releasing]
 
     def remove(self, uid: str) -> Checkpoint:
         """Forget a claim (after Unprepare or rollback). Unknown UIDs are fine."""
@@ -455,7 +472,7 @@ def _first(holder: tuple[str, PreparedDevice]) -> str:
 
 
 def _add_holder(holders: _Holders, entry: ClaimEntry | None) -> None:
-    if entry is None:
+    if entry is None or entry.releasing:
         return
     for device in entry.devices:
         if not device.admin_access:

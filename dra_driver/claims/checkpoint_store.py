@@ -32,12 +32,29 @@ This module is the only code that touches those files:
   makes the directory hold exactly one checkpoint (start-up only).
 * `lock()` serialises read-modify-write cycles across processes with
   `flock` on a sibling `.lock` file that is never deleted.
+
+Shared by several processes: during a rolling upgrade two plugin instances
+prepare and unprepare claims from the same directory, so each must see the
+other's changes before it decides anything. Every change (`commit`, `save`,
+`quarantine`) writes a new random *generation* token into the lock file
+while the lock is held; a process that cached the checkpoint compares the
+token under the lock (`generation()`, one small read) and reloads only when
+another process changed something.
+
+Damage: a checkpoint directory that is missing although this store wrote
+to it (the token says so), a dangling symbolic link, something else than a
+directory, or a directory that cannot be listed is reported in
+`LoadOutcome.damaged` (and by `directory_problem()`), never read as "no
+claims", so the plugin rebuilds the claims from the node instead of
+forgetting them. `save()` moves such a path aside and recreates the directory.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -51,6 +68,7 @@ from dra_driver.kube.names import is_uid
 
 DEFAULT_LOCK_TIMEOUT_S = 10.0
 CLAIM_FILE_SUFFIX = ".json"
+_GENERATION_BYTES = 32
 
 
 @dataclass(frozen=True)
@@ -74,7 +92,9 @@ class LoadOutcome:
     `discarded_claims` the entries they held, which were dropped.
     `unreadable` lists corrupt files, whose claims are missing from
     `checkpoint`. `legacy` is True when the single-file checkpoint of an
-    older dra-gpu was read (the next `save()` migrates it).
+    older dra-gpu was read (the next `save()` migrates it). `damaged` says
+    why the directory itself could not be read (see the module docstring):
+    then `checkpoint` may lack any number of claims.
     """
 
     checkpoint: Checkpoint
@@ -83,15 +103,21 @@ class LoadOutcome:
     discarded_claims: tuple[ClaimEntry, ...] = ()
     unreadable: tuple[Unreadable, ...] = ()
     legacy: bool = False
+    damaged: str | None = None
 
     @property
     def rebooted(self) -> bool:
         return self.discarded_boot_id is not None
 
     @property
+    def incomplete(self) -> bool:
+        """True when claims may be missing: rebuild them from the node before trusting it."""
+        return self.damaged is not None or bool(self.unreadable)
+
+    @property
     def needs_save(self) -> bool:
         """True when the files on disk differ from `checkpoint` and `save()` should run."""
-        return self.rebooted or self.legacy or bool(self.unreadable)
+        return self.rebooted or self.legacy or self.incomplete
 
 
 class CheckpointStore:
@@ -120,6 +146,8 @@ class CheckpointStore:
         The strict read for tools and tests; the plugin uses `load_outcome`.
         """
         outcome = self.load_outcome()
+        if outcome.damaged is not None:
+            raise CheckpointError(f"{self.directory}: {outcome.damaged}")
         if outcome.unreadable:
             raise CheckpointError(
                 "; ".join(f"{bad.path}: {bad.error}" for bad in outcome.unreadable)
@@ -129,12 +157,13 @@ class CheckpointStore:
     def load_outcome(self) -> LoadOutcome:
         """Read every claim file (and the legacy file); also stored in `last_load`.
 
-        Never raises for a bad file: it goes to `unreadable`. A directory
-        that cannot be listed raises `CheckpointError`.
+        Never raises for a bad file (it goes to `unreadable`) nor for a
+        damaged directory (`damaged`).
         """
         found: list[tuple[Checkpoint, bool]] = []  # (one file's content, from the legacy file)
         unreadable: list[Unreadable] = []
         legacy = False
+        damaged = self.directory_problem()
         if self.legacy_file is not None:
             stored = self._read(self.legacy_file, None, unreadable)
             if stored is not None:
@@ -142,7 +171,11 @@ class CheckpointStore:
                 legacy = True
             elif unreadable:
                 legacy = True
-        for path in self._claim_files():
+        try:
+            claim_files = [] if damaged is not None else self._claim_files()
+        except CheckpointError as exc:
+            damaged, claim_files = str(exc), []
+        for path in claim_files:
             uid = path.name[: -len(CLAIM_FILE_SUFFIX)]
             stored = self._read(path, uid, unreadable)
             if stored is None:
@@ -164,11 +197,12 @@ class CheckpointStore:
                 discarded.extend(stored.claims[u] for u in sorted(stored.claims))
         outcome = LoadOutcome(
             Checkpoint(boot_id=self.boot_id, claims=claims),
-            file_existed=bool(found or unreadable),
+            file_existed=bool(found or unreadable or damaged),
             discarded_boot_id=discarded_boot,
             discarded_claims=tuple(discarded),
             unreadable=tuple(unreadable),
             legacy=legacy,
+            damaged=damaged,
         )
         self.last_load = outcome
         return outcome
@@ -187,6 +221,29 @@ class CheckpointStore:
             unreadable.append(Unreadable(path, str(exc), uid))
             return None
 
+    def directory_problem(self) -> str | None:
+        """Why the checkpoint directory cannot be read as the claims' record now, or None.
+
+        A missing directory is a problem only once this store has written to
+        it (a fresh node has none yet). One `lstat` (and a small read when it
+        is missing), so the plugin checks it on every call.
+        """
+        try:
+            info = os.lstat(self.directory)
+        except FileNotFoundError:
+            return "is missing, although claims were recorded in it" if self.generation() else None
+        except OSError as exc:
+            return f"cannot be examined: {exc.strerror or exc}"
+        if stat.S_ISLNK(info.st_mode):
+            target = os.readlink(self.directory)
+            try:
+                info = os.stat(self.directory)
+            except OSError:
+                return f"is a dangling symbolic link (to {target})"
+        if not stat.S_ISDIR(info.st_mode):
+            return "is not a directory"
+        return None
+
     def _claim_files(self) -> list[Path]:
         try:
             names = sorted(os.listdir(self.directory))
@@ -202,23 +259,31 @@ class CheckpointStore:
 
     # -- writing ------------------------------------------------------------------
 
-    def commit(self, old: Checkpoint, new: Checkpoint) -> None:
+    def commit(self, old: Checkpoint, new: Checkpoint, *, sync: bool = True) -> None:
         """Make the files go from `old` (what is on disk) to `new`.
 
         Writes the file of each claim whose entry changed and removes the
         file of each claim that is gone; each file is replaced atomically.
         The cost depends on the claims that changed, not on how many there are.
+        `sync=False` skips the fsyncs: the change is visible to every other
+        process at once (a rolling-upgrade peer must see a reservation), only
+        not guaranteed to survive a power loss, which voids the boot's
+        claims anyway.
         """
         self._check_boot(new)
         changed = new.changed_since(old)
         candidates = set(new.claims) | set(old.claims) if changed is None else changed
+        wrote = False
         for uid in sorted(candidates):
             entry = new.claims.get(uid)
             if entry is None:
-                if uid in old.claims:
-                    self._remove(self.path_for(uid))
+                if uid in old.claims and self._remove(self.path_for(uid)):
+                    wrote = True
             elif old.claims.get(uid) is not entry:
-                self._write(uid, entry)
+                self._write(uid, entry, sync=sync)
+                wrote = True
+        if wrote:
+            self._bump_generation()
 
     def save(self, checkpoint: Checkpoint) -> None:
         """Make the directory hold exactly `checkpoint` (start-up: migrate, discard, rebuild).
@@ -227,42 +292,96 @@ class CheckpointStore:
         temp file, and only then the legacy file.
         """
         self._check_boot(checkpoint)
+        self._replace_damaged_directory()
         for uid, entry in checkpoint.claims.items():
             self._write(uid, entry)
         keep = {self.path_for(uid) for uid in checkpoint.claims}
         for path in self._claim_files():
             if path not in keep:
                 self._remove(path)
-        self._remove_temp_files()
+        self.remove_temp_files()
         if self.legacy_file is not None:
             self._remove(self.legacy_file)
+        self._bump_generation()
 
-    def _write(self, uid: str, entry: ClaimEntry) -> None:
+    def _write(self, uid: str, entry: ClaimEntry, *, sync: bool = True) -> None:
         path = self.path_for(uid)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             fsutil.atomic_write(
-                path, encode(Checkpoint(boot_id=self.boot_id, claims={uid: entry})), mode=0o600
+                path,
+                encode(Checkpoint(boot_id=self.boot_id, claims={uid: entry})),
+                mode=0o600,
+                sync=sync,
             )
         except OSError as exc:
             raise CheckpointError(f"{path}: cannot write: {exc.strerror or exc}") from exc
 
-    def _remove(self, path: Path) -> None:
+    def _remove(self, path: Path) -> bool:
         try:
-            fsutil.remove_file(path)
+            return fsutil.remove_file(path)
         except OSError as exc:
             raise CheckpointError(f"{path}: cannot remove: {exc.strerror or exc}") from exc
 
-    def _remove_temp_files(self) -> None:
+    def remove_temp_files(self) -> list[Path]:
+        """Delete the temp files interrupted writes left (start-up, under `lock()`: a write
+        in flight in another process would lose its temp file). Returns what went."""
         try:
             names = os.listdir(self.directory)
         except FileNotFoundError:
-            return
+            return []
         except OSError as exc:
             raise CheckpointError(f"{self.directory}: cannot list: {exc.strerror or exc}") from exc
-        for name in names:
+        removed = []
+        for name in sorted(names):
             if name.startswith(fsutil.temp_prefix_for("")):
                 self._remove(self.directory / name)
+                removed.append(self.directory / name)
+        return removed
+
+    def _replace_damaged_directory(self) -> None:
+        """Make `directory` a directory again: move a dangling link or a file aside."""
+        problem = self.directory_problem()
+        try:
+            if problem is not None and os.path.lexists(self.directory):
+                stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+                os.rename(
+                    self.directory,
+                    self.directory.with_name(f"{self.directory.name}.damaged-{stamp}"),
+                )
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CheckpointError(
+                f"{self.directory}: cannot write: {exc.strerror or exc}"
+                + (f" (the path {problem})" if problem else "")
+            ) from exc
+
+    # -- the generation token ----------------------------------------------------------
+
+    def generation(self) -> str:
+        """The token of the last change by any process ("" before the first). Read it
+        under `lock()`: a different value than last time means another process changed
+        the checkpoint (reload it)."""
+        try:
+            with open(self.lock_path, "rb") as f:
+                return f.read(_GENERATION_BYTES).decode("ascii", errors="replace").strip("\0 ")
+        except FileNotFoundError:
+            return ""
+        except OSError as exc:
+            raise CheckpointError(f"{self.lock_path}: cannot read: {exc.strerror or exc}") from exc
+
+    def _bump_generation(self) -> str:
+        token = secrets.token_hex(_GENERATION_BYTES // 2)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)  # "missing" would mean damaged
+            fd = os.open(self.lock_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                os.pwrite(fd, token.encode("ascii"), 0)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise CheckpointError(f"{self.lock_path}: cannot write: {exc.strerror or exc}") from exc
+        return token
 
     def _check_boot(self, checkpoint: Checkpoint) -> None:
         if checkpoint.boot_id != self.boot_id:
@@ -286,6 +405,7 @@ class CheckpointStore:
         try:
             path.rename(target)
             fsutil.fsync_dir(path.parent)
+            self._bump_generation()
         except FileNotFoundError as exc:
             raise CheckpointError(f"{path}: nothing to quarantine, the file is gone") from exc
         except OSError as exc:

@@ -29,7 +29,9 @@ from dra_driver import failpoints as failpoints_module
 from dra_driver.claims.checkpoint import Checkpoint
 from dra_driver.claims.checkpoint import decode as decode_checkpoint
 from dra_driver.claims.mps import MPS_DIR
+from dra_driver.claims.mps_intent import HOST_LOCK_FILE, HOST_WAKE_FIFO
 from dra_driver.composition.hardware import SimulatedNode, open_simulated
+from dra_driver.composition.mps_host_process import MpsHostProcess
 from dra_driver.container import cdi as cdi_module
 from dra_driver.errors import PluginError
 from dra_driver.hardware.machine import Hardware
@@ -37,6 +39,7 @@ from dra_driver.kube.local_store import LocalCluster
 from kubelet_plugin.kubelet_client import KubeletClient
 from kubelet_plugin.main import CHECKPOINT_DIR, LEGACY_CHECKPOINT_FILE, plugin_data_dir
 from kubelet_plugin.mps_daemons import MpsDaemons
+from kubelet_plugin.node_ownership import cdi_owner_lock
 from kubelet_plugin.socket_names import dra_socket_path, registration_socket_path
 
 PLUGIN_START_TIMEOUT_S = 30.0
@@ -87,6 +90,7 @@ class PluginProcess:
         wait_for_ready: bool = False,
         pod_uid: str | None = None,
         share_work_with: PluginProcess | None = None,
+        mps_host: bool = True,
     ) -> None:
         self.node_name = node_name
         self.shape = shape
@@ -120,6 +124,22 @@ class PluginProcess:
             pod_uid=pod_uid,
         )
         self.process: subprocess.Popen[bytes] | None = None
+        # The node's MPS host (its own DaemonSet on a cluster): a process of its own,
+        # one per node, so an instance sharing the work directory shares it too.
+        self.mps_host: MpsHostProcess | None = (
+            share_work_with.mps_host
+            if share_work_with is not None
+            else MpsHostProcess(
+                kubelet_root=self.kubelet_root,
+                driver=driver,
+                shape=shape,
+                sim_state=self.sim_state,
+                node_name=node_name,
+                log_path=self.work / "mps-host.log",
+            )
+            if mps_host
+            else None
+        )
         self._failpoints = tuple(failpoints)
         self._runs = 0
 
@@ -168,12 +188,17 @@ class PluginProcess:
         if self.pod_uid is not None:
             args.append(f"--pod-uid={self.pod_uid}")
         args.extend(self.extra_args)
+        if self.mps_host is not None:
+            self.mps_host.launch()  # ready by the time the plugin is (checked below)
         with self.log_path.open("ab") as log:
             log.write(
                 f"--- run {self._runs}: failpoints {','.join(self._failpoints) or '-'}\n".encode()
             )
             log.flush()
-            self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+            # A process group of its own, as a container's: tests may SIGKILL all of it.
+            self.process = subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
 
         def fresh_socket() -> bool:
             identity = _file_identity(self.registration_socket)
@@ -181,6 +206,8 @@ class PluginProcess:
 
         if wait:
             self.wait_for(fresh_socket, "registration socket", timeout)
+            if self.mps_host is not None:
+                self.mps_host.wait_ready(timeout)
         return self
 
     def wait_for(
@@ -233,14 +260,17 @@ class PluginProcess:
         return self.start(failpoints=failpoints or ())
 
     def close(self) -> None:
-        """Kill the plugin if it runs, then any MPS daemon it left, and remove the work
-        directory (unless `keep`)."""
+        """Kill the plugin if it runs, stop the MPS host, kill any MPS daemon left, and
+        remove the work directory (unless `keep`)."""
         self.client.close()
         if self.process is not None:
             if self.process.poll() is None:
                 self.process.kill()
             self.process.wait(timeout=15)
-        self.kill_mps_daemons()
+        if self._owns_work:  # the node's MPS host and daemons go with the node
+            if self.mps_host is not None:
+                self.mps_host.stop()
+            self.kill_mps_daemons()
         if not self.keep:
             shutil.rmtree(self.work, ignore_errors=True)
 
@@ -269,6 +299,15 @@ class PluginProcess:
             if found is not None:
                 alive[paths.device_uuid] = found.pid
         return alive
+
+    def mps_files(self) -> list[str]:
+        """What is under `mps_root` besides the MPS host's own lock and FIFO: daemon
+        directories, intent and status files (empty once no claim uses MPS)."""
+        try:
+            names = os.listdir(self.mps_root)
+        except FileNotFoundError:
+            return []
+        return sorted(set(names) - {HOST_LOCK_FILE, HOST_WAKE_FIFO})
 
     def kill_mps_daemons(self) -> list[int]:
         """SIGKILL every MPS daemon left under `mps_root` (tests must not leak processes)."""
@@ -324,9 +363,11 @@ class PluginProcess:
         return self.cdi_root / cdi_module.spec_file_name(claim_uid)
 
     def cdi_files(self) -> list[str]:
-        """Names of every file in the CDI directory (ours, temp files, anything)."""
+        """Names of every file in the CDI directory (ours, temp files, anything) but the
+        plugin's ownership lock of the directory (`kubelet_plugin.node_ownership`)."""
+        lock = cdi_owner_lock(self.cdi_root, self.driver).name
         try:
-            return sorted(p.name for p in self.cdi_root.iterdir())
+            return sorted(p.name for p in self.cdi_root.iterdir() if p.name != lock)
         except FileNotFoundError:
             return []
 

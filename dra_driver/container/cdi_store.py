@@ -12,12 +12,28 @@ checkpoint entry, so a lost checkpoint can be rebuilt) as its first line, a
 YAML comment `# gpu.nvidia.com/dra-gpu-claim: <JSON>`. CDI parsers skip
 comments; a spec annotation would do the same job but needs `cdiVersion`
 0.6.0, which container runtimes with older CDI libraries reject.
+
+Owner: a store made with an `owner` (the plugin's: its driver name and
+data directory, `owner_of_data_dir`) writes it into every spec, in a comment
+line `# gpu.nvidia.com/dra-gpu-owner: <owner>`, and lists, rebuilds from
+and deletes only specs of that owner (or of no owner: written by a dra-gpu
+from before owners, on a CDI directory the plugin's directory lock gives to
+one installation). So a second installation pointed at the same CDI
+directory can never delete the first one's specs. A store without an owner
+(the CLI's tools, tests) sees every spec of ours.
+
+Removing is "nothing to do" for anything that cannot be one of our specs:
+an odd claim UID (`../../etc/passwd`, 300 characters), a spec that is not
+there (also on a read-only directory, where even unlinking a missing file
+fails), a spec of another owner.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from dra_driver.container import cdi
 from dra_driver.errors import CdiError
@@ -26,13 +42,28 @@ from dra_driver.kube import yaml_io
 
 RECORD_PREFIX = "# gpu.nvidia.com/dra-gpu-claim: "
 """The first line of a spec that carries its claim's record, before the record."""
+OWNER_PREFIX = "# gpu.nvidia.com/dra-gpu-owner: "
+"""A comment line of a spec that names the plugin installation that wrote it."""
+_MAX_HEADER_LINE: Final = 1 << 20
+
+
+def owner_of_data_dir(driver_name: str, data_dir: Path) -> str:
+    """The owner a plugin writes into its specs: `<driver>@<absolute plugin data dir>`.
+
+    Rolling-upgrade peers share the data directory, hence the owner; another
+    installation (another kubelet root) has another one.
+    """
+    return f"{driver_name}@{os.path.abspath(data_dir)}"
 
 
 class CdiStore:
     """Reads and writes this driver's transient claim specs under `root`."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, owner: str | None = None) -> None:
+        if owner is not None and ("\n" in owner or "\r" in owner or not owner):
+            raise CdiError(f"CDI spec owner {owner!r} must be one non-empty line")
         self.root = Path(root)
+        self.owner = owner
 
     def path_for(self, claim_uid: str) -> Path:
         """Where the spec of `claim_uid` lives (whether or not it exists)."""
@@ -55,6 +86,8 @@ class CdiStore:
         cdi.validate_spec(spec)
         path = self.path_for(claim_uid)
         text = yaml_io.dump(spec, sort_keys=False)
+        if self.owner is not None:
+            text = f"{OWNER_PREFIX}{self.owner}\n{text}"
         if record is not None:
             text = f"{RECORD_PREFIX}{record}\n{text}"
         data = text.encode()
@@ -84,34 +117,88 @@ class CdiStore:
 
     def read_record(self, claim_uid: str) -> str | None:
         """The record written with the claim's spec; None if no spec or no record."""
+        return self._header(claim_uid).get(RECORD_PREFIX)
+
+    def owner_of(self, claim_uid: str) -> str | None:
+        """The owner written into the claim's spec; None if no spec or no owner line."""
+        return self._header(claim_uid).get(OWNER_PREFIX)
+
+    def owns(self, claim_uid: str) -> bool:
+        """Whether this store may rebuild from and delete the claim's spec (see the
+        module docstring); True without a spec."""
+        if self.owner is None:
+            return True
+        owner = self.owner_of(claim_uid)
+        return owner is None or owner == self.owner
+
+    def _header(self, claim_uid: str) -> dict[str, str]:
+        """The comment lines the plugin wrote at the top of the spec, by prefix."""
         path = self.path_for(claim_uid)
+        found: dict[str, str] = {}
         try:
             with path.open("rb") as f:
-                first = f.readline()
+                for _ in range(2):
+                    line = f.readline(_MAX_HEADER_LINE).decode("utf-8", errors="replace")
+                    line = line.rstrip("\n")
+                    prefix = next(
+                        (p for p in (RECORD_PREFIX, OWNER_PREFIX) if line.startswith(p)), None
+                    )
+                    if prefix is None:
+                        break
+                    found[prefix] = line[len(prefix) :]
         except FileNotFoundError:
-            return None
+            return {}
         except OSError as exc:
             raise CdiError(f"{path}: cannot read CDI spec: {exc.strerror or exc}") from exc
-        line = first.decode("utf-8", errors="replace").rstrip("\n")
-        return line[len(RECORD_PREFIX) :] if line.startswith(RECORD_PREFIX) else None
+        return found
 
     def remove(self, claim_uid: str) -> bool:
-        """Delete the claim's spec; False if there was none (not an error)."""
-        path = self.path_for(claim_uid)
+        """Delete the claim's spec; False if there is none of ours (not an error).
+
+        A UID that cannot name a spec of ours, a missing spec and a spec of
+        another owner are all "nothing to do". `CdiError` only when a spec of
+        ours exists and cannot be deleted.
+        """
+        try:
+            path = self.path_for(claim_uid)
+        except CdiError:
+            return False  # no spec of ours can have this name
+        try:
+            path.lstat()
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:
+                return False
+            raise CdiError(f"{path}: cannot remove CDI spec: {exc.strerror or exc}") from exc
+        if not self.owns(claim_uid):
+            return False
         try:
             return fsutil.remove_file(path)
         except OSError as exc:
             raise CdiError(f"{path}: cannot remove CDI spec: {exc.strerror or exc}") from exc
 
     def claim_uids(self) -> set[str]:
-        """UIDs of the claims that have a spec file of ours in `root` (empty if no root)."""
+        """UIDs of the claims that have a spec file of ours in `root` (empty if no root).
+
+        With an `owner`, specs of other owners are left out.
+        """
         try:
             names = [p.name for p in self.root.iterdir()]
         except FileNotFoundError:
             return set()
         except OSError as exc:
             raise CdiError(f"{self.root}: cannot list CDI specs: {exc.strerror or exc}") from exc
-        return {uid for name in names if (uid := cdi.claim_uid_from_file_name(name)) is not None}
+        uids = {uid for name in names if (uid := cdi.claim_uid_from_file_name(name)) is not None}
+        if self.owner is None:
+            return uids
+        return {uid for uid in uids if self._owned_or_gone(uid)}
+
+    def _owned_or_gone(self, claim_uid: str) -> bool:
+        try:
+            return self.owns(claim_uid)
+        except CdiError:
+            return True  # unreadable: ours to deal with (rebuild or remove), as before owners
 
     def remove_temp_files(self) -> list[Path]:
         """Delete temp files a crash left in the middle of writing one of our specs.

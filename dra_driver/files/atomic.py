@@ -30,13 +30,16 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
+def atomic_write(path: Path, data: bytes, mode: int = 0o644, *, sync: bool = True) -> None:
     """Replace `path` with `data` so readers see the old or the new content, never a mix.
 
     The temp file is created next to `path` (a rename is atomic only within
     one file system), named `.tmp-<name>.<random>`, and removed again if any
     step fails, so a failed write leaves the old content and no litter.
     `mode` is applied to the new file exactly (the umask does not narrow it).
+    `sync=False` skips the fsyncs: other processes see the new content at
+    once, but a power loss may lose it (for state a crash of the machine
+    makes void anyway).
     """
     path = Path(path)
     directory = path.parent
@@ -47,13 +50,15 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
             f.write(data)
             f.flush()
             os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    fsync_dir(directory)
+    if sync:
+        fsync_dir(directory)
 
 
 def remove_file(path: Path) -> bool:

@@ -7,9 +7,10 @@ so `dra-gpu simulate` refuses what the node would; the I/O that applies the
 plan lives here.
 
 * `mps.MpsSharing` - `sharing.strategy: MPS`: one control daemon per GPU or
-  MIG device (`kubelet_plugin.mps_daemons`), shared by every MPS claim on it,
-  with each claim's own limits and the daemon's defaults set to the most
-  generous claim's;
+  MIG device, shared by every MPS claim on it, with each claim's own limits
+  and the daemon's defaults set to the most generous claim's; the node's
+  MPS host runs the daemons (`kubelet_plugin.mps_host`), so they outlive the
+  plugin;
 * `timeslicing.TimeSlicing` - `GpuConfig.sharing.strategy: TimeSlicing`: the
   interval a GPU must have, applied through `dra_driver.hardware.gpu_policy`
   (nvidia-smi on a real node, the simulated hardware state on a simulated
@@ -33,8 +34,8 @@ from collections.abc import Callable
 
 from dra_driver.hardware.gpu_policy import GpuPolicy, UnavailableGpuPolicy
 from kubelet_plugin.gpu_locks import GpuLocks
-from kubelet_plugin.mps_daemons import MpsDaemons
-from kubelet_plugin.sharing.mps import MpsSharing
+from kubelet_plugin.mps_intents import MpsHostClient
+from kubelet_plugin.sharing.mps import MpsSharing, MpsUnavailable
 from kubelet_plugin.sharing.strategy import ClaimBook, SharingStrategy
 from kubelet_plugin.sharing.timeslicing import TimeSlicing
 
@@ -46,14 +47,15 @@ def sharing_strategies(
     *,
     gpu_locks: GpuLocks,
     gpu_policy: GpuPolicy | None = None,
-    mps: MpsDaemons | None = None,
+    mps: MpsHostClient | None = None,
 ) -> SharingFactory:
     """MPS, then time-slicing. `gpu_policy` None makes a claim that asks for a time-slice
-    fail clearly; `mps` None (no control binary) refuses MPS claims."""
+    fail clearly; `mps` None leaves MPS out (tests of other things), so MPS claims fail
+    clearly."""
 
     def build(book: ClaimBook) -> tuple[SharingStrategy, ...]:
         return (
-            MpsSharing(mps, gpu_locks, book),
+            MpsUnavailable() if mps is None else MpsSharing(mps, gpu_locks, book),
             TimeSlicing(gpu_policy or UnavailableGpuPolicy(), gpu_locks, book),
         )
 

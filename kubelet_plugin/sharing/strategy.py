@@ -22,6 +22,11 @@ class ClaimBook(Protocol):
         """The checkpoint as last saved (immutable)."""
         ...
 
+    def current(self) -> Checkpoint:
+        """The checkpoint as it is now: reloaded, under its lock, if another plugin
+        instance changed it since (a rolling upgrade runs two)."""
+        ...
+
     def update(
         self, mutate: Callable[[Checkpoint], Checkpoint], *, durable: bool = True
     ) -> Checkpoint:

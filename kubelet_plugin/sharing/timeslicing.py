@@ -66,7 +66,7 @@ class TimeSlicing:
         records = {d.time_slice.gpu_uuid: d for d in entry.devices if d.time_slice is not None}
         for uuid, record in sorted(records.items()):
             with self._gpu_locks.hold([uuid]):
-                if wanted_interval(self._book.snapshot(), record, without=entry.uid) is not None:
+                if wanted_interval(self._book.current(), record, without=entry.uid) is not None:
                     continue  # another claim still wants (and set) this interval
                 try:
                     self._policy.set_time_slice(uuid, LEVELS[TimeSliceInterval.DEFAULT])

@@ -83,8 +83,14 @@ def _render_users_kustomization(components: Sequence[str], extra: str = "") -> l
         return list(_render(Path(work)))
 
 
-def _daemonset(directory: Path) -> dict[str, Any]:
-    (daemonset,) = [d for d in _render(directory) if d["kind"] == "DaemonSet"]
+def _is_daemonset(doc: dict[str, Any], name: str) -> bool:
+    return bool(doc["kind"] == "DaemonSet" and doc["metadata"]["name"] == name)
+
+
+def _daemonset(directory: Path, name: str = "dra-gpu-kubelet-plugin") -> dict[str, Any]:
+    (daemonset,) = [
+        d for d in _render(directory) if d["kind"] == "DaemonSet" and d["metadata"]["name"] == name
+    ]
     return daemonset
 
 
@@ -124,8 +130,11 @@ def test_every_combination_of_components_renders_and_validates(
         for doc in documents:
             kubernetes_validate.validate(doc, version, strict=True)
     (namespace,) = [d for d in documents if d["kind"] == "Namespace"]
-    (daemonset,) = [d for d in documents if d["kind"] == "DaemonSet"]
+    (daemonset,) = [d for d in documents if _is_daemonset(d, "dra-gpu-kubelet-plugin")]
+    (host,) = [d for d in documents if _is_daemonset(d, "dra-gpu-mps-host")]
+    (host_container,) = host["spec"]["template"]["spec"]["containers"]
     (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    host_env = {e["name"]: e.get("value") for e in host_container["env"]}
     args = build_parser().parse_args(container["command"][1:])
     env = {e["name"]: e.get("value") for e in container["env"]}
     # Each component does its part, whatever else is listed with it.
@@ -135,6 +144,7 @@ def test_every_combination_of_components_renders_and_validates(
     assert bool(mig_classes) == ("extended-resources" in components)
     operator = env["NVIDIA_DRIVER_ROOT"] == "/run/nvidia/driver"
     assert operator == ("gpu-operator" in components)
+    assert host_env["NVIDIA_DRIVER_ROOT"] == env["NVIDIA_DRIVER_ROOT"]  # the MPS host's too
     scc = [d for d in documents if d["kind"] == "RoleBinding"]
     assert bool(scc) == ("openshift" in components)
     assert namespace["metadata"]["name"] == "dra-gpu"
@@ -190,9 +200,9 @@ def test_a_self_built_image_is_one_images_entry_away() -> None:
         "images:\n- name: ghcr.io/dra-gpu/dra-gpu\n"
         "  newName: registry.example.com/gpu/dra-gpu\n  newTag: dev-1",
     )
-    (daemonset,) = [d for d in documents if d["kind"] == "DaemonSet"]
-    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
-    assert container["image"] == "registry.example.com/gpu/dra-gpu:dev-1"
+    for daemonset in (d for d in documents if d["kind"] == "DaemonSet"):
+        (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+        assert container["image"] == "registry.example.com/gpu/dra-gpu:dev-1"
     install = " ".join((ROOT / "docs/install.md").read_text().split())
     assert "newName: registry.example.com/gpu/dra-gpu" in (ROOT / "docs/install.md").read_text()
     assert "images:" in install
@@ -398,3 +408,35 @@ def test_a_device_plugin_mig_pod_places_through_the_overlays_classes(
     assert code == 0
     (claim,) = record["claims"]
     assert [r["device"].split("-mig-")[1][:6] for r in claim["results"]] == ["3g40gb"] * 2
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=_name)
+def test_the_mps_host_outlives_plugin_upgrades_and_shares_the_plugins_mps_directory(
+    directory: Path,
+) -> None:
+    host = _daemonset(directory, "dra-gpu-mps-host")
+    plugin = _daemonset(directory)
+    assert host["spec"]["updateStrategy"] == {"type": "OnDelete"}  # never rolled with the plugin
+    pod = host["spec"]["template"]["spec"]
+    assert pod["hostPID"] is True
+    assert pod["automountServiceAccountToken"] is False
+    (container,) = pod["containers"]
+    program, *argv = container["command"]
+    args = build_parser().parse_args(argv)
+    assert (program, args.command, args.nvml) == ("dra-gpu", "mps-host", "real")
+    assert "limits" not in container["resources"]  # an OOM kill would take every MPS client
+    assert "livenessProbe" not in container
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["plugins"]["mountPath"] == "/var/lib/kubelet/plugins"
+    assert mounts["plugins"]["mountPropagation"] == "Bidirectional"
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    (plugin_container,) = plugin["spec"]["template"]["spec"]["containers"]
+    plugin_paths = {
+        v["name"]: v["hostPath"]["path"] for v in plugin["spec"]["template"]["spec"]["volumes"]
+    }
+    assert host_paths["plugins"] == plugin_paths["plugins"]
+    assert host_paths["driver-root"] == plugin_paths["driver-root"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    plugin_env = {e["name"]: e.get("value") for e in plugin_container["env"]}
+    for name in ("NVIDIA_DRIVER_ROOT", "DRIVER_ROOT_CTR_PATH"):
+        assert env[name] == plugin_env[name], f"{name} differs from the plugin's"

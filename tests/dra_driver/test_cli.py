@@ -58,6 +58,39 @@ def test_sim_health_needs_exactly_one_event(capsys: pytest.CaptureFixture[str]) 
     assert "not allowed with argument" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("flag", "why"),
+    [
+        ("--xid=-5", "an Xid is 1 to 4294967295"),
+        ("--xid=123456789012345678901234567890", "an Xid is 1 to 4294967295"),
+        ("--xid=seventy-nine", "is not an Xid number"),
+        ("--gpu=-1", "a GPU index is 0 to 1023"),
+    ],
+)
+def test_sim_health_refuses_impossible_numbers(
+    flag: str, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["sim", "health", "--sim-state=x", "--gpu=0", "--xid=79"]
+    name = flag.partition("=")[0]
+    args = [a for a in args if a.partition("=")[0] != name] + [flag]
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert exited.value.code == 2
+    assert why in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("garbage", ["[" * 100_000, "{]", "\x00\xff", '{"version": 1}'])
+def test_sim_health_refuses_a_garbage_state_file_in_one_line(
+    tmp_path: Path, garbage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state.json"
+    state.write_text(garbage)
+    assert main(["sim", "health", f"--sim-state={state}", "--gpu=0", "--xid=79"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"simulated hardware state {state}" in err
+
+
 @pytest.mark.parametrize("command", ["inventory", "kubelet-plugin", "status", "cdi"])
 def test_node_name_comes_from_the_environment_when_the_flag_is_absent(
     command: str, monkeypatch: pytest.MonkeyPatch

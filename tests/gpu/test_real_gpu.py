@@ -27,7 +27,7 @@ from dra_driver.cli import main
 from dra_driver.hardware.machine import Hardware
 from dra_driver.hardware.nvml.interface import GpuInfo
 from dra_driver.node.inventory import discover
-from kubelet_plugin.main import _mps_daemons
+from kubelet_plugin.mps_host_main import host_daemons
 from kubelet_plugin.service import ClaimRef
 from tests.fakes import PluginProcess, make_allocated_claim
 from tests.gpu.real_root import driver_root
@@ -166,8 +166,7 @@ def test_usage_sampling_sees_a_real_cuda_process(real: Hardware) -> None:
 
 def test_an_mps_control_daemon_starts_and_stops(real: Hardware, tmp_path: Path) -> None:
     gpu = whole_gpu(real)
-    daemons = _mps_daemons(real, tmp_path)
-    assert daemons is not None, "the driver root has no nvidia-cuda-mps-control"
+    daemons = host_daemons(real, tmp_path / "mps")  # what the node's MPS host runs
     paths = daemons.paths(gpu.uuid)
     process = daemons.start(paths, multi_user=False)
     try:

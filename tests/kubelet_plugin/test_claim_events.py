@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from dra_driver.kube.local_store import LocalCluster
+from kubelet_plugin import claim_events
 from kubelet_plugin.claim_events import EventingService, prepare_failed_events
 from kubelet_plugin.service import ClaimRef, PrepareResult, UnprepareResult
 from tests.fakes import make_allocated_claim
@@ -97,3 +102,31 @@ def test_the_service_posts_events_for_failed_claims_even_when_the_claim_is_gone(
     assert results["uid-gone"].error == "gone failed"
     names = sorted(p.name for p in (cluster.root / "events" / "default").iterdir())
     assert [n.split(".")[0] for n in names] == ["gone", "present"]
+
+
+class _SlowCluster(LocalCluster):
+    """An API server that takes Events slowly (0.01 s each), as a busy one does."""
+
+    def create_event(self, obj: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(0.01)
+        return super().create_event(obj)
+
+
+def test_a_flood_of_failures_posts_each_failure_once_and_queues_a_bounded_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(claim_events, "MAX_PENDING", 32)
+    cluster = _SlowCluster(tmp_path / "cluster")
+    service = EventingService(_Failing(), cluster, driver_name="gpu.nvidia.com", node_name="n1")
+    repeated = ClaimRef("default", "uid-retried", "retried")
+    for _ in range(50):  # the kubelet retrying one failing claim
+        service.prepare([repeated])
+    flood = [ClaimRef("default", f"uid-{i}", f"claim-{i}") for i in range(2000)]
+    for start in range(0, len(flood), 8):
+        service.prepare(flood[start : start + 8])
+    assert service._pending.qsize() <= claim_events.MAX_PENDING
+    assert service.dropped > 1000
+    service.close()
+    names = [p.name.split(".")[0] for p in (cluster.root / "events" / "default").iterdir()]
+    assert names.count("retried") == 1
+    assert len(names) + service.dropped == 1 + len(flood)  # each failure posted or dropped once

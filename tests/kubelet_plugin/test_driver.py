@@ -292,6 +292,6 @@ def test_mps_claim_on_a_driver_without_mps_support_is_refused_cleanly(h100: Node
 
     result = h100.driver.prepare([ClaimRef("default", TEST_CLAIM_UID, "mps")])[TEST_CLAIM_UID]
 
-    assert "gpu-0: MPS was asked for, but this node has no MPS control binary" in result.error
+    assert "gpu-0: MPS was asked for, but this plugin runs without MPS" in result.error
     assert h100.checkpoints.load().claims == {}
     assert h100.cdi.claim_uids() == set()

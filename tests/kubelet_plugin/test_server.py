@@ -9,6 +9,7 @@ import signal
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,12 @@ import grpc
 import pytest
 
 from dra_driver.errors import PluginError
+from dra_driver.node.health import HealthPolicy
 from kubelet_plugin import server as server_module
+from kubelet_plugin.gen.dra_health.v1alpha1 import api_pb2 as dra_health_pb2
+from kubelet_plugin.gen.dra_health.v1alpha1 import api_pb2_grpc as dra_health_grpc
+from kubelet_plugin.health_monitor import HealthMonitor
+from kubelet_plugin.health_stream import DeviceHealthServicer
 from kubelet_plugin.registration import RegistrationStatus
 from kubelet_plugin.server import (
     NO_RESULT_ERROR,
@@ -531,6 +537,69 @@ def test_socket_paths_up_to_the_limit_work(service: FakeDraService, kubelet_root
     ):
         assert len(os.fsencode(plugin.registration_socket)) == 107
         assert kubelet.get_info().endpoint == str(plugin.dra_socket)
+
+
+def test_health_streams_are_capped_and_never_take_the_threads_of_prepare(
+    service: FakeDraService, kubelet_root: Path
+) -> None:
+    monitor = HealthMonitor(None, [], HealthPolicy())
+    health = DeviceHealthServicer(monitor, pool_name="node", devices=list)
+    plugin = PluginServer(
+        service,
+        driver_name=DRIVER,
+        kubelet_root=kubelet_root,
+        max_workers=2,
+        max_streams=3,
+        health=health,
+    )
+    plugin.start()
+    channel = grpc.insecure_channel(f"unix:{plugin.dra_socket}")
+    stub = dra_health_grpc.DRAResourceHealthStub(channel)
+    streams = []
+    try:
+        for _ in range(3):
+            stream = stub.NodeWatchResources(dra_health_pb2.NodeWatchResourcesRequest())
+            next(stream)  # open and answered; it now waits for a change
+            streams.append(stream)
+        extra = stub.NodeWatchResources(dra_health_pb2.NodeWatchResourcesRequest(), timeout=10)
+        with pytest.raises(grpc.RpcError) as refused:
+            next(extra)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        with KubeletClient(kubelet_root, DRIVER, timeout=5) as kubelet:
+            started = time.monotonic()
+            results = kubelet.prepare([claim_ref(1), claim_ref(2)])
+            assert time.monotonic() - started < 5
+            assert all(result.error == "" for result in results.values())
+        streams.pop().cancel()  # a closed stream frees its place
+
+        def answered() -> bool:
+            again = stub.NodeWatchResources(dra_health_pb2.NodeWatchResourcesRequest())
+            try:
+                next(again)
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise
+                return False
+            streams.append(again)
+            return True
+
+        wait_until(answered, "a freed stream place")
+    finally:
+        for stream in streams:
+            stream.cancel()
+        channel.close()
+        plugin.stop(grace=1)
+
+
+def test_a_claim_error_reaches_the_kubelet_as_one_bounded_line(
+    service: FakeDraService, kubelet: KubeletClient
+) -> None:
+    forged = "bad name\nI1127 10:00:00 prepared fine" + "x" * 100_000
+    service.results["uid-1"] = PrepareResult(error=f"claim {forged}: refused")
+    error = kubelet.prepare([claim_ref(1)])["uid-1"].error
+    assert "\n" not in error
+    assert error.startswith("claim bad name\\nI1127 10:00:00 prepared fine")
+    assert len(error) < server_module.MAX_ERROR_CHARS + 100
 
 
 # --------------------------------------------------------------------------- rolling upgrades

@@ -26,6 +26,7 @@ Also present, as on real installs, and never mounted by default:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 from dataclasses import dataclass
@@ -230,14 +231,21 @@ def fake_driver_files(version: str, layout: Layout = "debian") -> list[FakeFile]
 def materialize_driver_root(root: Path, version: str, layout: Layout = "debian") -> Path:
     """Create (or complete) the fake driver root of `version` under `root`; returns `root`."""
     root = Path(root)
+    # Several processes of one simulated node (the plugin, the MPS host) may do this at
+    # once: links another made are fine, and files are replaced whole, never seen half
+    # written (a truncated nvidia-cuda-mps-control script would not run).
     for entry in fake_driver_files(version, layout):
         path = root / entry.path.lstrip("/")
         path.parent.mkdir(parents=True, exist_ok=True)
         if entry.link_to is not None:
             if not path.is_symlink():
-                os.symlink(entry.link_to, path)
+                with contextlib.suppress(FileExistsError):
+                    os.symlink(entry.link_to, path)
             continue
         if not path.exists() or path.read_bytes() != entry.content:
-            path.write_bytes(entry.content)
+            temp = path.with_name(f".{path.name}.{os.getpid()}")
+            temp.write_bytes(entry.content)
+            temp.chmod(entry.mode)
+            os.replace(temp, path)
         path.chmod(entry.mode)
     return root

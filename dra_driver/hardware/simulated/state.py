@@ -178,6 +178,11 @@ def decode(data: bytes, source: str) -> NodeState:
         doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"simulated hardware state {source}: not valid JSON: {exc}") from exc
+    except RecursionError as exc:  # garbage nested deeper than the decoder goes
+        raise ConfigError(
+            f"simulated hardware state {source}: not a state file (nested too deep); "
+            "delete it to start from a freshly booted node"
+        ) from exc
     try:
         return _node(doc)
     except (KeyError, TypeError, ValueError) as exc:

@@ -365,3 +365,31 @@ def test_valid_claim_with_one_field_replaced_by_garbage(path: tuple[Any, ...], v
         assert all(r.driver == DRIVER for r in parsed.results)
         return
     assert message.startswith("ResourceClaim ")
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(depth - 1):
+        value = {"x": value}
+    return value
+
+
+@pytest.mark.parametrize("depth", [500, 5000])
+def test_deeply_nested_parameters_are_refused_naming_the_config(depth: int) -> None:
+    obj = claim(configs=[make_opaque_config({"kind": "GpuConfig", "deep": _nested(depth)})])
+    with pytest.raises(ClaimError) as refused:
+        parse(obj)
+    message = str(refused.value)
+    assert "status.allocation.devices.config[0].opaque.parameters" in message
+    assert "nested more than 32 levels deep" in message
+
+
+def test_parameters_larger_than_the_api_allows_are_refused() -> None:
+    obj = claim(configs=[make_opaque_config({"kind": "GpuConfig", "pad": "x" * 11_000})])
+    with pytest.raises(ClaimError, match=r"config\[0\]\.opaque\.parameters is 1\d{4} bytes"):
+        parse(obj)
+
+
+def test_parameters_at_the_limits_are_accepted() -> None:
+    params = {"kind": "GpuConfig", "deep": _nested(30), "pad": "x" * 9_000}
+    assert parse(claim(configs=[make_opaque_config(params)])).configs[0].parameters == params

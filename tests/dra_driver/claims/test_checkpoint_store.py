@@ -289,3 +289,64 @@ def test_concurrent_read_modify_write_loses_nothing(tmp_path: Path) -> None:
     assert len(cp.claims) == 60
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "checkpoint.lock"]
     assert len(files(path)) == 60
+
+
+def test_every_change_gives_a_new_generation_that_another_process_can_see(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "checkpoint", BOOT)
+    other = CheckpointStore(tmp_path / "checkpoint", BOOT)  # the rolling-upgrade peer
+    with store.lock():
+        assert store.generation() == ""
+        store.save(prepared())
+        first = store.generation()
+    assert first
+    with other.lock():
+        assert other.generation() == first
+        other.commit(prepared(), two_claims())
+        second = other.generation()
+    assert second != first
+    with store.lock():
+        assert store.generation() == second  # so `store` knows to reload
+        loaded = store.load()
+        assert loaded == two_claims()
+        store.commit(loaded, loaded)  # nothing changed: same generation
+        assert store.generation() == second
+
+
+@pytest.mark.parametrize("damage", ["wiped", "dangling-link", "a-file"])
+def test_a_damaged_directory_is_reported_not_read_as_no_claims(tmp_path: Path, damage: str) -> None:
+    directory = tmp_path / "checkpoint"
+    store = CheckpointStore(directory, BOOT)
+    with store.lock():
+        store.save(two_claims())
+    shutil.rmtree(directory)
+    if damage == "dangling-link":
+        directory.symlink_to(tmp_path / "gone")
+    elif damage == "a-file":
+        directory.write_text("not a directory")
+    outcome = store.load_outcome()
+    assert outcome.damaged is not None
+    assert outcome.incomplete
+    assert outcome.needs_save
+    with pytest.raises(CheckpointError, match=r"checkpoint: (is missing|is a dangling|is not)"):
+        store.load()
+    with store.lock():
+        store.save(two_claims())  # the rebuilt claims; the damaged path is moved aside
+    assert store.load() == two_claims()
+    assert store.directory_problem() is None
+
+
+def test_a_fresh_node_without_a_directory_is_not_damaged(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "checkpoint", BOOT)
+    assert store.directory_problem() is None
+    assert store.load_outcome().damaged is None
+
+
+def test_temp_files_of_interrupted_writes_are_removed_on_request(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "checkpoint", BOOT)
+    with store.lock():
+        store.save(prepared())
+    litter = tmp_path / "checkpoint" / f"{temp_prefix_for(UID + '.json')}.x1y2"
+    litter.write_text("half")
+    with store.lock():
+        assert store.remove_temp_files() == [litter]
+    assert files(tmp_path / "checkpoint") == [f"{UID}.json"]

@@ -13,6 +13,7 @@ from dra_driver.container import cdi
 from dra_driver.container.cdi import CdiDevice
 from dra_driver.container.cdi_store import CdiStore
 from dra_driver.errors import CdiError
+from tests.fakes.readonly import read_only
 
 UID_A = "0b7cf0d2-5d1e-4c61-9a0e-3f5a1c2b7d90"
 UID_B = "c3d4e5f6-0000-4000-8000-000000000001"
@@ -120,3 +121,48 @@ def test_a_record_rides_in_the_first_line_and_the_spec_stays_plain(tmp_path: Pat
 
 
 UID_RECORD = "5ec0d000-0000-4000-8000-000000000001"
+
+
+OWNER = "gpu.nvidia.com@/var/lib/kubelet/plugins/gpu.nvidia.com"
+OTHER_OWNER = "gpu.nvidia.com@/var/lib/other-kubelet/plugins/gpu.nvidia.com"
+
+
+def test_specs_carry_their_owner_and_a_store_deletes_only_its_own(tmp_path: Path) -> None:
+    ours = CdiStore(tmp_path, owner=OWNER)
+    theirs = CdiStore(tmp_path, owner=OTHER_OWNER)
+    ours.write(UID_A, spec_for(UID_A), record='{"a": 1}')
+    theirs.write(UID_B, spec_for(UID_B))
+    legacy = CdiStore(tmp_path)
+    legacy.write(UID_RECORD, spec_for(UID_RECORD))  # from a dra-gpu before owners
+    assert ours.owner_of(UID_A) == OWNER
+    assert ours.read_record(UID_A) == '{"a": 1}'
+    assert ours.read(UID_A) == spec_for(UID_A)
+    assert ours.claim_uids() == {UID_A, UID_RECORD}
+    assert theirs.claim_uids() == {UID_B, UID_RECORD}
+    assert ours.remove(UID_B) is False
+    assert theirs.path_for(UID_B).exists()
+    assert ours.remove(UID_A) is True
+    assert ours.remove(UID_RECORD) is True
+    assert CdiStore(tmp_path).claim_uids() == {UID_B}
+
+
+@pytest.mark.parametrize(
+    "uid",
+    ["../../etc/passwd", "a" * 300, "", "uid with spaces", "\n", "-leading-dash"],
+)
+def test_removing_what_cannot_be_ours_is_nothing_to_do(tmp_path: Path, uid: str) -> None:
+    assert CdiStore(tmp_path, owner=OWNER).remove(uid) is False
+
+
+def test_removing_a_missing_spec_from_a_read_only_directory_is_nothing_to_do(
+    tmp_path: Path,
+) -> None:
+    store = CdiStore(tmp_path, owner=OWNER)
+    store.write(UID_A, spec_for(UID_A))
+    with read_only(tmp_path):
+        assert store.remove(UID_B) is False
+        with pytest.raises(CdiError, match="cannot remove CDI spec"):
+            store.remove(UID_A)
+        with pytest.raises(CdiError, match="cannot write CDI spec"):
+            store.write(UID_B, spec_for(UID_B))
+    assert store.remove(UID_A) is True
