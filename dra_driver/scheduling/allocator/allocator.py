@@ -97,7 +97,10 @@ class Allocator:
         self._memo = SelectorMemo(
             evaluate
             if evaluate is not None
-            else CelSelectorEvaluator(consumable_capacity=self.features.consumable_capacity)
+            else CelSelectorEvaluator(
+                consumable_capacity=self.features.consumable_capacity,
+                release=self.features.release,
+            )
         )
         self._share_id = share_id_factory or _new_share_id
         self._node_pools: dict[str, tuple[dict[str, str], NodePools]] = {}

@@ -25,10 +25,11 @@ SelectorEvaluator = Callable[[str, "DeviceView"], bool]
 
 class CelSelectorEvaluator:
     """The default evaluator: `dra_driver.scheduling.cel.compile_selector`, compiled once per
-    expression."""
+    expression, as the scheduler of `release` compiles it (None: the newest)."""
 
-    def __init__(self, *, consumable_capacity: bool) -> None:
+    def __init__(self, *, consumable_capacity: bool, release: str | None = None) -> None:
         self._consumable_capacity = consumable_capacity
+        self._release = release
         self._compiled: dict[str, CompiledSelector | CelError] = {}
 
     def __call__(self, expression: str, device: DeviceView) -> bool:
@@ -49,7 +50,9 @@ class CelSelectorEvaluator:
 
             try:
                 compiled = compile_selector(
-                    expression, consumable_capacity=self._consumable_capacity
+                    expression,
+                    consumable_capacity=self._consumable_capacity,
+                    release=self._release,
                 )
             except CelError as exc:
                 compiled = exc

@@ -196,7 +196,7 @@ class Diagnoser:
         self.state = state
         self.features = features or allocator.features
         self._classes = {str((c.get("metadata") or {}).get("name")): c for c in classes}
-        self._selectors = _selector_memo(self.features.consumable_capacity)
+        self._selectors = _selector_memo(self.features.consumable_capacity, self.features.release)
         self._availability: dict[int, tuple[int, Availability]] = {}
         self.attribute_names: set[str] = set()  # for "did you mean" (`hints`), set by the caller
 
@@ -710,9 +710,12 @@ def _blocked_text(stats: Sequence[RequestOnNode], node_names: Sequence[str], lab
     return text
 
 
-def _selector_memo(consumable_capacity: bool) -> SelectorMemo:
-    """Selector results with the allocator's CEL (`dra_driver.scheduling.allocator.selectors`)."""
-    return SelectorMemo(CelSelectorEvaluator(consumable_capacity=consumable_capacity))
+def _selector_memo(consumable_capacity: bool, release: str | None = None) -> SelectorMemo:
+    """Selector results with the allocator's CEL (`dra_driver.scheduling.allocator.selectors`),
+    as the scheduler of `release` compiles them (None: the newest)."""
+    return SelectorMemo(
+        CelSelectorEvaluator(consumable_capacity=consumable_capacity, release=release)
+    )
 
 
 def _trace_reasons(explanation: Explanation | None, free: set[tuple[str, str, str]]) -> str:

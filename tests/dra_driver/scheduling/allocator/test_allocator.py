@@ -349,3 +349,21 @@ def test_claim_errors_are_reported_to_the_tracer() -> None:
         allocator.allocate(Node("node-0"), [bad], tracer=events.append)
     assert events[-1].success is False
     assert "no-such-class" in events[-1].error
+
+
+@pytest.mark.parametrize(("release", "fits"), [("1.35", True), ("1.36", False), ("1.37", False)])
+def test_selectors_are_compiled_as_the_releases_scheduler_compiles_them(
+    release: str, fits: bool
+) -> None:
+    # kube-scheduler 1.36 (Go 1.26) parses a URL host with several colons strictly: the same
+    # selector that matches under 1.35 matches nothing under 1.36, and the allocator follows.
+    claim = make_resource_claim(
+        "c",
+        make_device_request("gpu", "gpu.nvidia.com", selectors=["isURL('http://a:b:80/')"]),
+    )
+    allocator = Allocator(
+        node_slices(1, 1),
+        [GPU_CLASS],
+        features=Features.for_release(release),
+    )
+    assert (allocator.allocate(Node("node-0"), [claim]) is not None) is fits
