@@ -523,6 +523,15 @@ def _mig_flags(parser: argparse.ArgumentParser) -> None:
     mig_commands = parser.add_subparsers(dest="mig_command", required=True, metavar="MIG_COMMAND")
     status = mig_commands.add_parser("status", help="print the live MIG layout of every GPU")
     _add_node_name_flag(status, fallback="sim-node", help="node name (simulated UUIDs)")
+    status.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "yaml", "json"),
+        default="text",
+        help="text: a drawing of each GPU's memory slices, for people; yaml or json: for tools "
+        "(per GPU: MIG mode, GPU instances with profile and placement, compute instances "
+        "with MIG UUIDs)",
+    )
     _add_hardware_flags(status)
     _add_driver_root_flags(status)
 
@@ -531,7 +540,9 @@ def _run_mig(args: argparse.Namespace) -> int:
     # `status` is the only MIG command (argparse refuses any other).
     from dra_driver.node import mig_status
 
-    print(mig_status.render(mig_status.collect(_hardware(args).nvml)), end="")
+    sys.stdout.write(
+        mig_status.format_status(mig_status.collect(_hardware(args).nvml), args.output)
+    )
     return 0
 
 

@@ -3,7 +3,8 @@
 An admin debugging a pending MIG claim at 2 a.m. wants to see which memory
 slices of which GPU are taken, by which profile, and whether MIG mode is on.
 `collect` reads that through the NVML interface (real or simulated);
-`render` is pure and draws one row of memory slices per GPU:
+`render` is pure and draws one row of memory slices per GPU (`as_data` gives
+the same facts as plain data, for `-o yaml|json`):
 
     gpu-0  NVIDIA A100-SXM4-40GB  GPU-a2b56268-…  MIG on
            slices |0      |1      |2      |3      |4      |5      |6      |7      |
@@ -13,7 +14,9 @@ slices of which GPU are taken, by which profile, and whether MIG mode is on.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from dra_driver.hardware.nvml.interface import (
     ComputeInstanceInfo,
@@ -23,6 +26,7 @@ from dra_driver.hardware.nvml.interface import (
     MigDeviceInfo,
     Nvml,
 )
+from dra_driver.kube import yaml_io
 
 CELL = 8
 
@@ -57,6 +61,59 @@ def collect(nvml: Nvml) -> list[GpuLayout]:
 def render(layouts: list[GpuLayout]) -> str:
     """The layout as text, one block per GPU."""
     return "\n".join(_render_gpu(layout) for layout in layouts)
+
+
+def format_status(layouts: list[GpuLayout], output: str) -> str:
+    """What `mig status -o OUTPUT` prints: the drawing ("text"), or `as_data` as yaml or json."""
+    if output == "text":
+        return render(layouts)
+    data = {"gpus": as_data(layouts)}
+    if output == "json":
+        return json.dumps(data, indent=2) + "\n"
+    return yaml_io.dump(data, sort_keys=False)
+
+
+def as_data(layouts: list[GpuLayout]) -> list[dict[str, Any]]:
+    """The layout as plain data (`mig status -o yaml|json`): per GPU its MIG mode and each
+    GPU instance with its profile, memory slices and compute instances (MIG UUIDs)."""
+    return [_gpu_data(layout) for layout in layouts]
+
+
+def _gpu_data(layout: GpuLayout) -> dict[str, Any]:
+    gpu = layout.gpu
+    names = {p.id: p.name for p in layout.profiles}
+    cis = dict(layout.compute_instances)
+    migs = {(m.gpu_instance_id, m.compute_instance_id): m for m in layout.mig_devices}
+    instances = []
+    for gi in sorted(layout.gpu_instances, key=lambda g: g.placement.start):
+        compute = []
+        for ci in cis.get(gi.id, ()):
+            mig = migs.get((gi.id, ci.id))
+            entry: dict[str, Any] = {"id": ci.id, "profileId": ci.profile_id}
+            if mig is not None:
+                entry |= {"uuid": mig.uuid, "multiprocessors": mig.multiprocessors}
+            compute.append(entry)
+        instances.append(
+            {
+                "id": gi.id,
+                "profile": names.get(gi.profile_id, str(gi.profile_id)),
+                "profileId": gi.profile_id,
+                "placement": {"start": gi.placement.start, "size": gi.placement.size},
+                "computeInstances": compute,
+            }
+        )
+    data: dict[str, Any] = {
+        "name": f"gpu-{gpu.minor}",
+        "uuid": gpu.uuid,
+        "productName": gpu.product_name,
+        "migCapable": gpu.mig_capable,
+        "migEnabled": gpu.mig_enabled,
+        "migPending": gpu.mig_pending,
+    }
+    if gpu.mig_enabled:
+        data["memorySlices"] = layout.grid_size
+        data["gpuInstances"] = instances
+    return data
 
 
 def _mode(gpu: GpuInfo) -> str:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import yaml
 
 from dra_driver.cli import main
 from dra_driver.composition.hardware import open_hardware
@@ -64,3 +67,32 @@ def test_sim_latency_is_refused_where_it_would_do_nothing(capsys) -> None:
         main(["mig", "status", "--nvml", "sim:dgx-h100", "--sim-latency", "gi-create=1"])
     assert exited.value.code == 2
     assert "unrecognized arguments: --sim-latency" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("output", ["yaml", "json"])
+def test_output_for_tools_names_each_instance_its_placement_and_mig_uuid(
+    tmp_path, capsys, output: str
+) -> None:
+    state = tmp_path / "hw.json"
+    hw = open_hardware("sim:dgx-h100", sim_state=state)
+    uuid = hw.nvml.gpus()[3].uuid
+    hw.nvml.set_mig_mode(uuid, True)
+    gi = hw.nvml.create_gpu_instance(uuid, 19, Placement(2, 1))
+    mig = hw.nvml.create_compute_instance(uuid, gi.id, 0)
+
+    args = ["mig", "status", "--nvml", "sim:dgx-h100", "--sim-state", str(state), "-o", output]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    data = json.loads(out) if output == "json" else yaml.safe_load(out)
+    gpus = {g["name"]: g for g in data["gpus"]}
+    assert gpus["gpu-0"]["migEnabled"] is False
+    assert "gpuInstances" not in gpus["gpu-0"]
+    gpu3 = gpus["gpu-3"]
+    assert (gpu3["uuid"], gpu3["migEnabled"], gpu3["memorySlices"]) == (uuid, True, 8)
+    [instance] = gpu3["gpuInstances"]
+    assert instance["profile"] == "1g.10gb"
+    assert instance["placement"] == {"start": 2, "size": 1}
+    [compute] = instance["computeInstances"]
+    assert compute["uuid"] == mig.uuid
+    assert compute["uuid"].startswith("MIG-")
+    assert compute["multiprocessors"] == 16
