@@ -31,8 +31,10 @@ from kubelet_plugin.socket_names import dra_socket_path, registration_socket_pat
 _RECONNECT_OPTIONS = [
     # Reconnect fast after a plugin restart (gRPC's default backoff grows to 120 s).
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # Not grpc.min_reconnect_backoff_ms: gRPC core takes it as the *minimum connect timeout*
+    # (subchannel.cc), so 100 ms there made every connection attempt that took longer than
+    # 100 ms to exchange HTTP/2 SETTINGS (a busy node) fail with UNAVAILABLE. The default, 20 s.
 ]
 DRA_API_VERSIONS = ("v1", "v1beta1")
 
