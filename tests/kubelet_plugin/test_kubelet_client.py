@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -31,58 +33,68 @@ class _Registration(registration_pb2_grpc.RegistrationServicer):
 
 def _pump(source: socket.socket, sink: socket.socket, delay: float) -> None:
     """Copy bytes until EOF, holding back the first chunk for `delay` seconds."""
-    try:
-        first = True
+    first = True
+    with contextlib.suppress(OSError):
         while data := source.recv(65536):
             if first:
                 time.sleep(delay)
                 first = False
             sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for s in (source, sink):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sink.shutdown(socket.SHUT_WR)
 
 
 @pytest.fixture
-def slow_plugin(tmp_path: Path) -> Iterator[Path]:
+def slow_plugin() -> Iterator[Path]:
     """A registration server behind a socket whose first answer bytes come 0.4 s late: the
     HTTP/2 SETTINGS frame of a plugin on a node too busy to answer at once."""
-    backend = tmp_path / "backend.sock"
+    # A short directory: pytest's tmp_path under xdist is too long for a socket path.
+    root = Path(tempfile.mkdtemp(prefix="dra-gpu-client-", dir="/tmp"))
+    backend = root / "backend.sock"
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     registration_pb2_grpc.add_RegistrationServicer_to_server(_Registration(), server)
     server.add_insecure_port(f"unix://{backend}")
     server.start()
-    front = registration_socket_path(tmp_path, DRIVER, None)
-    front.parent.mkdir(parents=True, exist_ok=True)
+    front = registration_socket_path(root, DRIVER, None)
+    front.parent.mkdir(parents=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(front))
     listener.listen()
-    stop = threading.Event()
+    sockets: list[socket.socket] = []
+    pumps: list[threading.Thread] = []
 
     def accept() -> None:
-        while not stop.is_set():
+        while True:
             try:
                 client, _ = listener.accept()
-            except OSError:
+            except OSError:  # the listener was closed
                 return
             upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sockets.extend((client, upstream))
             upstream.connect(str(backend))
-            threading.Thread(target=_pump, args=(client, upstream, 0), daemon=True).start()
-            threading.Thread(
-                target=_pump, args=(upstream, client, HANDSHAKE_DELAY_S), daemon=True
-            ).start()
+            for args in ((client, upstream, 0.0), (upstream, client, HANDSHAKE_DELAY_S)):
+                pump = threading.Thread(target=_pump, args=args, daemon=True)
+                pumps.append(pump)
+                pump.start()
 
     acceptor = threading.Thread(target=accept, daemon=True)
     acceptor.start()
     try:
-        yield tmp_path
+        yield root
     finally:
-        stop.set()
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)
         listener.close()
+        acceptor.join(5)
         server.stop(0).wait()
+        for s in sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+        for pump in pumps:
+            pump.join(5)
+        for s in sockets:
+            s.close()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_a_plugin_slow_to_finish_the_handshake_is_still_reached(slow_plugin: Path) -> None:

@@ -27,7 +27,13 @@ import grpc
 import pytest
 
 from kubelet_plugin.service import ClaimRef
-from tests.fakes import PluginProcess, make_allocated_claim, make_opaque_config, plugin_sim
+from tests.fakes import (
+    PluginProcess,
+    make_allocated_claim,
+    make_opaque_config,
+    plugin_sim,
+    wait_until,
+)
 from tests.fakes.mig import live_mig_instances
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -180,8 +186,21 @@ def test_two_instances_share_the_claims_and_a_sigterm_mid_load_fails_no_call(
     assert new.mps_files() == []
     assert live_mig_instances(plugin_sim(new)) == {}
 
-    # One publisher at a time: the new instance took over only once the old one was gone.
-    new_log = new.log_path.read_text()
-    assert "another plugin instance publishes this node's ResourceSlices" in new_log
-    assert "this plugin instance publishes the node's ResourceSlices now" in new_log
-    assert new.cluster.list_resource_slices(node_name=new.node_name)
+    # One publisher at a time: the new instance took over only once the old one was gone
+    # (its publisher notices the freed lease on its next pass, shortly after the old exits).
+    assert "another plugin instance publishes this node's ResourceSlices" in (
+        new.log_path.read_text()
+    )
+    wait_until(
+        lambda: (
+            "this plugin instance publishes the node's ResourceSlices now"
+            in new.log_path.read_text()
+        ),
+        "the new instance taking over the publishing",
+        details=new.log_tail,
+    )
+    wait_until(
+        lambda: bool(new.cluster.list_resource_slices(node_name=new.node_name)),
+        "the new instance's ResourceSlices",
+        details=new.log_tail,
+    )
