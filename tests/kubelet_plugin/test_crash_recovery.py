@@ -46,7 +46,7 @@ class Prepared:
 @pytest.fixture
 def plugin() -> Iterator[PluginProcess]:
     """A plugin with two claims stored: the victim (gpu-0, gpu-1) and the survivor (gpu-2)."""
-    with PluginProcess() as process:
+    with PluginProcess(mps_host=False) as process:  # no MPS claim here: no MPS host
         process.store_claim(
             make_allocated_claim(
                 VICTIM.name, uid=VICTIM.uid, results=[("gpu", "gpu-0"), ("gpu", "gpu-1")]

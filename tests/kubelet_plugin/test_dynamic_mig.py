@@ -163,7 +163,9 @@ def mig_status(node: MigNode, capsys: pytest.CaptureFixture[str]) -> dict[int, s
 
 def _plugin(shape: str) -> PluginProcess:
     """A `--dynamic-mig` plugin on `shape`, not started yet (`with` starts it)."""
-    return PluginProcess(shape=shape, extra_args=DYNAMIC_MIG, prefix="dra-gpu-mig-")
+    return PluginProcess(  # no MPS claim here: no MPS host
+        shape=shape, extra_args=DYNAMIC_MIG, prefix="dra-gpu-mig-", mps_host=False
+    )
 
 
 @pytest.fixture(scope="module")

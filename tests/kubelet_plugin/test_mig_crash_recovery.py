@@ -145,7 +145,9 @@ class Node:
 
 @pytest.fixture
 def node() -> Iterator[Node]:
-    plugin = PluginProcess(shape=SHAPE, extra_args=["--dynamic-mig"], prefix="dra-gpu-migcrash-")
+    plugin = PluginProcess(  # no MPS claim here: no MPS host
+        shape=SHAPE, extra_args=["--dynamic-mig"], prefix="dra-gpu-migcrash-", mps_host=False
+    )
     try:
         hardware = SimHardware(
             load_shape(SHAPE),

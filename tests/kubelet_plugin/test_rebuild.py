@@ -73,7 +73,9 @@ class Node:
 
 @pytest.fixture
 def node() -> Iterator[Node]:
-    with PluginProcess(shape=SHAPE, extra_args=["--dynamic-mig"], prefix="dra-gpu-rebuild-") as p:
+    with PluginProcess(
+        shape=SHAPE, extra_args=["--dynamic-mig"], prefix="dra-gpu-rebuild-", mps_host=False
+    ) as p:  # no MPS claim here: no MPS host
         p.store_claim(make_allocated_claim(WHOLE.name, uid=WHOLE.uid, results=[("g", "gpu-3")]))
         p.store_claim(make_allocated_claim(MIG.name, uid=MIG.uid, results=[("m", MIG_DEVICE)]))
         yield Node(p)

@@ -37,7 +37,9 @@ LONG = 3
 
 @pytest.fixture
 def plugin() -> Iterator[PluginProcess]:
-    with PluginProcess(extra_args=["--consumable-shares=2"]) as process:
+    with PluginProcess(  # time-slicing and shares only: no MPS host
+        extra_args=["--consumable-shares=2"], mps_host=False
+    ) as process:
         yield process
 
 

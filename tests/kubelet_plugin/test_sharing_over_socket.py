@@ -85,7 +85,9 @@ def assert_nothing_left(plugin: PluginProcess) -> None:
 
 @pytest.fixture
 def plugin() -> Iterator[PluginProcess]:
-    with PluginProcess(extra_args=["--consumable-shares=2"]) as process:
+    with PluginProcess(  # shares only: no MPS host
+        extra_args=["--consumable-shares=2"], mps_host=False
+    ) as process:
         yield process
 
 
