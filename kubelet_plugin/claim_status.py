@@ -84,6 +84,9 @@ class ClaimStatusWriter:
         self._changed = threading.Condition()
         self._pending: dict[str, _Task] = {}
         self._busy: set[str] = set()
+        # Claims unprepared while their write was in flight: its outcome is not remembered
+        # and it is not retried.
+        self._cancelled: set[str] = set()
         self._applied: dict[str, list[dict[str, Any]]] = {}  # uid -> last entries applied
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="claim-status", daemon=True)
@@ -131,9 +134,13 @@ class ClaimStatusWriter:
                 self._busy.add(task.ref.uid)
             try:
                 self._apply(task)
+            except Exception:  # a bug or a client surprise must not end status writing
+                log.exception("writing status.devices of %s failed", task.ref)
+                self._count("error")
             finally:
                 with self._changed:
                     self._busy.discard(task.ref.uid)
+                    self._cancelled.discard(task.ref.uid)
                     self._changed.notify_all()
 
     def _next_due(self) -> _Task | None:
@@ -164,7 +171,8 @@ class ClaimStatusWriter:
                 {
                     "apiVersion": API_VERSION,
                     "kind": "ResourceClaim",
-                    "metadata": {"name": ref.name, "namespace": ref.namespace},
+                    # The UID: never onto a claim re-created under the same name.
+                    "metadata": {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid},
                     "status": {"devices": entries},
                 },
                 field_manager=self._driver,
@@ -176,6 +184,10 @@ class ClaimStatusWriter:
             return
         except DraGpuError as exc:
             task.attempts += 1
+            if not self._still_there(ref):
+                log.info("%s is gone or re-created; its status.devices is not written", ref)
+                self._count("gone")
+                return
             if task.attempts >= MAX_ATTEMPTS:
                 log.error(
                     "giving up writing status.devices of %s after %d attempts: %s",
@@ -191,15 +203,29 @@ class ClaimStatusWriter:
             )
             task.not_before = time.monotonic() + delay
             with self._changed:
-                self._pending.setdefault(ref.uid, task)  # unless a newer outcome came
+                if ref.uid not in self._cancelled:  # not for a claim unprepared since
+                    self._pending.setdefault(ref.uid, task)  # unless a newer outcome came
                 self._changed.notify_all()
             return
         with self._changed:
+            if ref.uid in self._cancelled:
+                return
             self._applied[ref.uid] = entries
         self._count("success")
         if self._claim_pods is not None:
             self._claim_pods.record(stored)
         log.debug("wrote status.devices of %s: %d entries", ref, len(entries))
+
+    def _still_there(self, ref: ClaimRef) -> bool:
+        """Whether the claim a write failed for still exists with its UID (a failure to
+        tell counts as yes: the write is retried)."""
+        try:
+            claim = self._cluster.get_resource_claim(ref.namespace, ref.name)
+        except NotFoundError:
+            return False
+        except DraGpuError:
+            return True
+        return (claim.get("metadata") or {}).get("uid") == ref.uid
 
     def _keep_transition_times(
         self, uid: str, entries: list[dict[str, Any]]
@@ -224,9 +250,15 @@ class ClaimStatusWriter:
             return self._applied.get(uid, [])
 
     def forget(self, uid: str) -> None:
-        """Drop what is remembered of a claim (it was unprepared)."""
+        """Drop what is remembered of a claim (it was unprepared): its last entries, a write
+        still queued or waiting to be retried, and the outcome of one in flight (so that a
+        later Prepare of the claim writes its status again)."""
         with self._changed:
             self._applied.pop(uid, None)
+            self._pending.pop(uid, None)
+            if uid in self._busy:
+                self._cancelled.add(uid)
+            self._changed.notify_all()
 
     def _count(self, result: str) -> None:
         if self._metrics is not None:

@@ -107,7 +107,7 @@ class ClaimPods:
 
     def forget_all_but(self, uids: set[str]) -> None:
         with self._lock:
-            for uid in set(self._pods) - uids:
+            for uid in (set(self._pods) | set(self._read_at)) - uids:
                 self._pods.pop(uid, None)
                 self._read_at.pop(uid, None)
 

@@ -350,11 +350,15 @@ def _pod_usages(
 
 
 def _in_use(sm: float | None, unavailable: str | None, pods: Sequence[PodUsage]) -> bool:
+    """Whether the device counts as used now. No sample since the last pass means no work
+    (NVML samples only kernels that ran). Where NVML cannot measure at all (MIG, or a failed
+    reading) a running process counts as use: idle time never grows on a guess, so no
+    GPUIdle Event is raised for a claim whose use cannot be measured."""
     if sm is not None:
         return sm > 0
-    if unavailable == UNAVAILABLE_MIG:
-        return any(p.processes for p in pods)
-    return False
+    if unavailable == UNAVAILABLE_NO_SAMPLES:
+        return False
+    return any(p.processes for p in pods)
 
 
 def _sum_or_none(values: Iterable[float | int | None]) -> Any:

@@ -177,7 +177,8 @@ def apply_device_status(
     `applied` is an apply configuration holding only `status.devices`
     (anything else in `status` is refused: the only thing dra-gpu applies).
     Raises ConflictError when an entry belongs to another manager and
-    `force` is false, ClusterError when the result fails validation.
+    `force` is false, ClusterError when the result fails validation or `applied`
+    names another UID than the stored object's (a re-created claim).
     """
     if not field_manager:
         raise ClusterError(f"{what}: PATCH with apply requires a fieldManager")
@@ -185,6 +186,11 @@ def apply_device_status(
     extra = sorted(set(status) - {"devices"})
     if extra:
         raise ClusterError(f"{what}: this apply supports only status.devices, not {extra}")
+    uid = (applied.get("metadata") or {}).get("uid")
+    if uid and uid != (stored.get("metadata") or {}).get("uid"):
+        # The apiserver's ValidateObjectMetaUpdate: an apply naming another object's UID
+        # (the claim was deleted and re-created under the same name) is refused.
+        raise ClusterError(f'{what}: metadata.uid: Invalid value: "{uid}": field is immutable')
     wanted = status.get("devices") or []
     if not isinstance(wanted, list) or not all(isinstance(e, dict) for e in wanted):
         raise ClusterError(f"{what}: status.devices: Invalid value: must be a list of objects")

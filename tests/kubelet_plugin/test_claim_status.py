@@ -8,6 +8,8 @@ repeating Prepare does not rewrite (or re-date) the status.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from types import MappingProxyType
 from typing import Any
@@ -24,6 +26,7 @@ from dra_driver.claims.checkpoint import (
     TimeSliceRecord,
 )
 from dra_driver.claims.device_status import device_data
+from dra_driver.errors import ClusterError
 from dra_driver.kube.api_store import KubeCluster
 from dra_driver.node.devices import build_devices
 from kubelet_plugin.claim_status import ClaimStatusService, ClaimStatusWriter
@@ -254,3 +257,116 @@ def test_the_data_of_a_whole_gpu_is_small_and_an_object() -> None:
     data = device_data(_device("gpu-0"), next(d for d in DEVICES if d.name == "gpu-0"))
     assert isinstance(data, dict)
     assert len(str(data)) < 10 * 1024
+
+
+# --------------------------------------------------------------------------- races and faults
+
+
+class _StubCluster:
+    """Records applies; can fail them, or hold one open until `release` is set."""
+
+    def __init__(self) -> None:
+        self.applies: list[tuple[float, dict[str, Any]]] = []
+        self.failures: list[Exception] = []
+        self.release: threading.Event | None = None
+        self.entered = threading.Event()
+        self.claim_uid = UID
+
+    def apply_resource_claim_status(
+        self, obj: dict[str, Any], *, field_manager: str, force: bool = True
+    ) -> dict[str, Any]:
+        self.entered.set()
+        if self.release is not None:
+            self.release.wait(10)
+        if self.failures:
+            raise self.failures.pop(0)
+        self.applies.append((time.monotonic(), obj))
+        return {"metadata": {"uid": UID, "name": obj["metadata"]["name"]}, **obj}
+
+    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        return {"metadata": {"uid": self.claim_uid, "name": name, "namespace": namespace}}
+
+
+def _stub_writer(cluster: _StubCluster) -> tuple[ClaimStatusWriter, ClaimStatusService, ClaimRef]:
+    writer = ClaimStatusWriter(cluster, driver_name=DRIVER, pool_name=TEST_POOL)  # type: ignore[arg-type]
+    entry = ClaimEntry(
+        uid=UID,
+        namespace="ml",
+        name="train",
+        state=ClaimState.PrepareCompleted,
+        devices=(
+            PreparedDevice(
+                request_names=("gpu",), pool=TEST_POOL, device="gpu-0", cdi_device_ids=()
+            ),
+        ),
+    )
+    checkpoint = Checkpoint(boot_id="b", claims={UID: entry})
+    service = ClaimStatusService(
+        FakeDraService(),
+        writer,
+        prepared=lambda: checkpoint,
+        devices=lambda: DEVICES,
+        driver_name=DRIVER,
+        node_name=TEST_POOL,
+    )
+    return writer, service, ClaimRef("ml", UID, "train")
+
+
+def test_a_write_waiting_to_be_retried_is_dropped_at_unprepare() -> None:
+    cluster = _StubCluster()
+    cluster.failures = [ClusterError("503 Service Unavailable")]  # retried after a back-off
+    writer, service, ref = _stub_writer(cluster)
+    service.prepare([ref])
+    assert cluster.entered.wait(5)
+    service.unprepare([ref])  # while the write fails or waits for its retry
+    unprepared_at = time.monotonic()
+    assert writer.wait_idle(10)
+    writer.close()
+    assert [t for t, _ in cluster.applies if t > unprepared_at] == []  # no Ready=True after
+
+
+def test_an_unprepare_during_a_write_does_not_stop_the_next_prepare_being_written() -> None:
+    cluster = _StubCluster()
+    cluster.release = threading.Event()
+    writer, service, ref = _stub_writer(cluster)
+    service.prepare([ref])
+    assert cluster.entered.wait(5)
+    service.unprepare([ref])  # while the apply is in flight
+    cluster.release.set()
+    assert writer.wait_idle(10)
+    # Deallocated (the apiserver drops the entries), allocated again, prepared again.
+    before = len(cluster.applies)
+    service.prepare([ref])
+    assert writer.wait_idle(10)
+    writer.close()
+    assert len(cluster.applies) == before + 1
+
+
+def test_an_unexpected_error_does_not_end_status_writing() -> None:
+    cluster = _StubCluster()
+    cluster.failures = [RuntimeError("a client surprise")]
+    writer, service, ref = _stub_writer(cluster)
+    service.prepare([ref])
+    assert writer.wait_idle(10)
+    writer.forget(ref.uid)
+    service.prepare([ref])
+    assert writer.wait_idle(10)
+    writer.close()
+    assert len(cluster.applies) == 1
+
+
+def test_the_apply_names_the_claims_uid_and_a_recreated_claim_is_left_alone() -> None:
+    cluster = _StubCluster()
+    writer, service, ref = _stub_writer(cluster)
+    service.prepare([ref])
+    assert writer.wait_idle(10)
+    [(_, applied)] = cluster.applies
+    assert applied["metadata"]["uid"] == UID
+    # The claim is deleted and re-created under its name while a write is failing.
+    writer.forget(ref.uid)
+    cluster.claim_uid = "99999999-0000-4000-8000-000000000000"
+    cluster.failures = [ClusterError('metadata.uid: Invalid value: "x": field is immutable')]
+    service.prepare([ref])
+    assert writer.wait_idle(10)  # not retried for 30 s
+    writer.close()
+    assert len(cluster.applies) == 1

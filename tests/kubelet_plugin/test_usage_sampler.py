@@ -166,3 +166,13 @@ def test_the_collector_leaves_out_what_was_not_measured(tmp_path: Path) -> None:
     empty = CollectorRegistry()
     empty.register(UsageCollector(lambda: None))
     assert "dra_gpu_claim_idle_seconds{" not in generate_latest(empty).decode()
+
+
+def test_claims_read_and_gone_are_forgotten_even_when_the_read_failed() -> None:
+    pods = ClaimPods()
+    for i in range(100):
+        pods.touch(f"uid-{i}")  # a failed read of a claim that is then unprepared
+    assert pods.due(["uid-1"], min_age=1e9) == []
+    pods.forget_all_but(set())
+    # Nothing is kept of them: a claim with that UID prepared again is read at once.
+    assert pods.due(["uid-1"], min_age=1e9) == ["uid-1"]

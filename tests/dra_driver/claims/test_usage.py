@@ -16,6 +16,7 @@ from dra_driver.claims.checkpoint import (
     PreparedDevice,
 )
 from dra_driver.claims.usage import (
+    UNAVAILABLE_ERROR,
     UNAVAILABLE_MIG,
     UNAVAILABLE_NO_SAMPLES,
     ClaimDeviceUsage,
@@ -333,3 +334,22 @@ def test_idle_time_counts_from_the_last_use(used: bool) -> None:
         now=NOW + 90,
     )
     assert later[("a", "gpu-0")].idle_seconds == 90
+
+
+def test_idle_time_does_not_grow_while_nvml_cannot_measure() -> None:
+    # A failed utilization reading is no evidence of idleness: the running process counts as
+    # use, so a busy claim is never reported idle (or sent a GPUIdle Event) on a guess.
+    target = _target("a")
+    tracker = IdleTracker()
+    for now in (NOW, NOW + 3600):
+        usages = _usages(
+            [target],
+            processes={"GPU-0": [ProcessMemory(1, GI)]},
+            utilization={"GPU-0": UtilizationReading(unavailable=UNAVAILABLE_ERROR)},
+            pods={1: "pod-a"},
+            claim_pods={},
+            idle=tracker,
+            now=now,
+        )
+        assert usages[("a", "gpu-0")].sm_percent is None
+        assert usages[("a", "gpu-0")].idle_seconds == 0

@@ -240,3 +240,19 @@ def test_the_fake_apiserver_wants_a_field_manager_and_the_apply_content_type() -
             )
         finally:
             client.close()
+
+
+def test_an_apply_naming_another_uid_is_refused(cluster: Cluster) -> None:
+    # What the plugin sends names the claim it prepared: a claim deleted and re-created
+    # under the same name (another UID) must not get the old claim's entries.
+    stored = _allocated(cluster, [_result("gpu-0")])
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "train", "namespace": "ml", "uid": stored["metadata"]["uid"]},
+        "status": {"devices": [_entry("gpu-0")]},
+    }
+    assert cluster.apply_resource_claim_status(body, field_manager=DRIVER)["status"]["devices"]
+    body["metadata"]["uid"] = "99999999-0000-4000-8000-000000000000"
+    with pytest.raises(ClusterError, match=r"metadata\.uid: Invalid value.*field is immutable"):
+        cluster.apply_resource_claim_status(body, field_manager=DRIVER)
