@@ -46,6 +46,7 @@ from dra_driver.claims.mps import MPS_DIR
 from dra_driver.claims.usage import ClaimDeviceUsage
 from dra_driver.container.cdi_store import CdiStore, owner_of_data_dir
 from dra_driver.errors import (
+    ClusterError,
     DraGpuError,
     DriverRootError,
     NotFoundError,
@@ -367,7 +368,7 @@ def _serve(
         consumable_shares=options.consumable_shares,
     )
     driver.set_devices(devices)
-    layout = choose_layout(cluster.server_version(), options.partitionable_layout)
+    layout = choose_layout(_server_version(cluster), options.partitionable_layout)
 
     wake = threading.Event()  # set: publish now
     policy = HealthPolicy(ignored_xids=options.ignored_xids, taint_effect=options.taint_effect)
@@ -553,6 +554,21 @@ def _serve(
         lease.release()
     log.info("stopped")
     return 0
+
+
+def _server_version(cluster: Cluster) -> tuple[int, int] | None:
+    """The API server's version, or None when it cannot be asked now: a plugin restarted
+    during a control-plane outage still serves Unprepare (and Prepare of claims whose
+    objects it can read later), so an unreachable API server must not stop its start."""
+    try:
+        return cluster.server_version()
+    except ClusterError as exc:
+        log.warning(
+            "cannot ask the API server for its version (%s); the ResourceSlice layout "
+            "follows --partitionable-layout, or v1.35 for auto",
+            exc,
+        )
+        return None
 
 
 def _publish_first(

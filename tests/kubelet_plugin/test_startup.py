@@ -23,10 +23,12 @@ import pytest
 
 from dra_driver.cli import main
 from dra_driver.composition.hardware import open_hardware
+from dra_driver.errors import ClusterError
 from dra_driver.kube.local_store import LocalCluster
 from kubelet_plugin import main as plugin_main
 from kubelet_plugin.main import PluginOptions
 from kubelet_plugin.socket_names import dra_socket_path, registration_socket_path
+from tests.fakes import wait_until
 
 POD = "5f0e1d2c-3b4a-4958-8776-000000000001"
 
@@ -265,3 +267,42 @@ def test_a_start_that_fails_after_publishing_withdraws_its_slices(
     assert published[0] > 0  # it had published
     assert LocalCluster(work / "cluster").list_resource_slices() == []
     assert not [p for p in work.rglob("*") if p.is_socket()]
+
+
+def test_a_plugin_restarted_while_the_api_server_is_down_still_serves(
+    work: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A restart (an OOM kill, an upgrade) during a control-plane outage: the plugin cannot
+    ask the API server's version, and serves anyway (the kubelet's Unprepare needs no API)."""
+
+    def unreachable(_self: LocalCluster) -> tuple[int, int] | None:
+        raise ClusterError("apiserver version: get failed: connection refused")
+
+    monkeypatch.setattr(LocalCluster, "server_version", unreachable)
+    options = PluginOptions(
+        node_name="gpu-node-1",
+        open_hardware=lambda: open_hardware(
+            "sim:l4-node", sim_state=work / "sim-state.json", node_name="gpu-node-1"
+        ),
+        cluster=f"local:{work / 'cluster'}",
+        kubelet_root=work / "kubelet",
+        cdi_root=work / "cdi",
+        driver_name="gpu.nvidia.com",
+        health_checks=False,
+        usage_interval=0,
+    )
+    stop = threading.Event()
+    outcome: list[object] = []
+    runner = threading.Thread(target=lambda: outcome.append(plugin_main.run(options, stop)))
+    runner.start()
+    try:
+        wait_until(
+            lambda: registration_socket_path(work / "kubelet", "gpu.nvidia.com").is_socket(),
+            "the registration socket",
+            details=lambda: f"run() returned {outcome}",
+        )
+    finally:
+        stop.set()
+        runner.join(30)
+    assert outcome == [0]
+    assert "cannot ask the API server for its version" in caplog.text
