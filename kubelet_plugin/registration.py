@@ -98,7 +98,9 @@ class RegistrationServicer(api_pb2_grpc.RegistrationServicer):
     def GetInfo(
         self, _request: api_pb2.InfoRequest, _context: grpc.ServicerContext
     ) -> api_pb2.PluginInfo:
-        log.info(
+        # Debug: the readiness probe asks too, every few seconds. The kubelet's own
+        # registration shows at info through NotifyRegistrationStatus.
+        log.debug(
             "registration: GetInfo -> name=%s endpoint=%s versions=%s",
             self._info.name,
             self._info.endpoint,

@@ -202,6 +202,12 @@ class _ServiceCaller:
         *,
         operation: str,
     ) -> dict[str, _R]:
+        if not claims:
+            # The kubelet never sends a call without claims; the liveness and readiness
+            # probes do, every few seconds, to see the socket answer. Not a Prepare or an
+            # Unprepare: neither counted in the metrics nor logged above debug.
+            log.debug("request %d: %s without claims (a probe)", rid, method)
+            return {}
         if self._metrics is None:
             return self._call_logged(rid, method, claims, call, make_error)
         metrics = self._metrics

@@ -9,6 +9,7 @@ included.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -19,12 +20,14 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dra_driver.errors import ConfigError
+from kubelet_plugin.metrics import PluginMetrics
 from kubelet_plugin.probe import (
     HealthCheckServer,
     Phase,
     PluginHealthServicer,
     PluginProbe,
 )
+from kubelet_plugin.registration import RegistrationStatus
 from kubelet_plugin.server import PluginServer
 from tests.fakes import FakeDraService, KubeletClient
 
@@ -139,3 +142,33 @@ def test_a_taken_health_port_is_a_config_error(probe: PluginProbe) -> None:
             HealthCheckServer(PluginHealthServicer(probe), first.port, host="127.0.0.1")
     finally:
         first.stop()
+
+
+def test_a_minute_of_probes_is_no_prepare_in_the_metrics_and_no_log_line(
+    kubelet_root: Path, probe: PluginProbe, caplog: pytest.LogCaptureFixture
+) -> None:
+    metrics = PluginMetrics()
+    server = PluginServer(
+        FakeDraService(),
+        driver_name=DRIVER,
+        kubelet_root=kubelet_root,
+        pod_uid=POD,
+        metrics=metrics,
+    )
+    server.start()
+    try:
+        probe.serving(
+            registration_socket=server.registration_socket,
+            dra_socket=server.dra_socket,
+            registration=lambda: RegistrationStatus(True),
+        )
+        caplog.set_level(logging.INFO)
+        for _ in range(12):  # a minute of readiness probes (periodSeconds 5)
+            assert probe.check("") is None
+        for operation in ("prepare", "unprepare"):
+            for result in ("success", "error"):
+                labels = {"operation": operation, "result": result}
+                assert not metrics.registry.get_sample_value("dra_gpu_requests_total", labels)
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO] == []
+    finally:
+        server.stop(grace=0)
