@@ -9,7 +9,8 @@ through the downward API) each plugin instance gets names of its own, as the
 helper's `RollingUpdate` option does (kubelet 1.33+), so that an old and a
 new plugin pod can serve side by side during a rolling upgrade:
 
-- DRA socket: `<plugin data dir>/dra-<uid>.sock`;
+- DRA socket: `<plugin data dir>/dra-<uid>.sock` (the UID hashed where that path
+  would be too long, see `dra_socket_path`);
 - registration socket: the first of `<driver>-<uid>-reg.sock`,
   `<driver>-<b64url(sha256(uid)[:8])>-reg.sock` and
   `dra-<b64url(sha256(driver NUL uid)[:16])>-reg.sock` whose path fits in
@@ -58,9 +59,20 @@ def registry_dir(kubelet_root: Path) -> Path:
 
 
 def dra_socket_path(kubelet_root: Path, driver_name: str, pod_uid: str | None = None) -> Path:
-    """The DRA socket: `<data dir>/dra.sock`, or `<data dir>/dra-<uid>.sock` with a pod UID."""
-    name = f"dra-{pod_uid}.sock" if pod_uid else "dra.sock"
-    return plugin_data_dir(kubelet_root, driver_name) / name
+    """The DRA socket: `<data dir>/dra.sock`, or `<data dir>/dra-<uid>.sock` with a pod UID.
+
+    Where `dra-<uid>.sock` would not fit in a socket path (107 bytes; MicroK8s' kubelet root
+    `/var/snap/microk8s/common/var/lib/kubelet` makes it 110), the UID is hashed as for the
+    registration socket: `dra-<b64url(sha256(uid)[:8])>.sock`. The helper has no such
+    fallback, but nothing else needs the name: the kubelet dials the endpoint GetInfo gives.
+    """
+    directory = plugin_data_dir(kubelet_root, driver_name)
+    if not pod_uid:
+        return directory / "dra.sock"
+    path = directory / f"dra-{pod_uid}.sock"
+    if len(os.fsencode(path)) <= MAX_SOCKET_PATH_BYTES:
+        return path
+    return directory / f"dra-{_b64(_sha256(pod_uid.encode())[:_UID_HASH_BYTES])}.sock"
 
 
 def registration_socket_path(

@@ -59,6 +59,14 @@ def test_a_longer_kubelet_root_gets_the_hashed_uid() -> None:
     microk8s = Path("/var/snap/microk8s/common/var/lib/kubelet")
     registration = registration_socket_path(microk8s, "gpu.nvidia.com", UID)
     assert registration.name == "gpu.nvidia.com-Jk8-oymVURI-reg.sock"
+    # The DRA socket with the full UID would be 110 bytes, too long to bind: hashed the same
+    # way, so a MicroK8s node runs the shipped DaemonSet (POD_UID set) without a flag.
+    assert len(str(microk8s / "plugins/gpu.nvidia.com" / f"dra-{UID}.sock")) == 110
+    dra = dra_socket_path(microk8s, "gpu.nvidia.com", UID)
+    assert dra.name == "dra-Jk8-oymVURI.sock"
+    check_socket_path(dra, "DRA socket")
+    check_socket_path(registration, "registration socket")
+    assert dra != dra_socket_path(microk8s, "gpu.nvidia.com", UID.replace("a", "b"))
 
 
 # The helper's unit tests (kubeletplugin/draplugin_test.go).
