@@ -162,13 +162,15 @@ class EventingService:
     def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, UnprepareResult]:
         return self._inner.unprepare(claims)
 
-    def close(self) -> None:
-        """Post what is queued, then stop."""
+    def close(self, timeout: float = _CLOSE_TIMEOUT_S) -> None:
+        """Post what is queued within `timeout` seconds, then stop (an API server that does
+        not answer costs at most `timeout`; what is left is dropped with the process)."""
+        deadline = time.monotonic() + timeout
         try:
-            self._pending.put(None, timeout=_CLOSE_TIMEOUT_S)
+            self._pending.put(None, timeout=max(timeout, 0.0))
         except queue.Full:
             return
-        self._worker.join(_CLOSE_TIMEOUT_S)
+        self._worker.join(max(deadline - time.monotonic(), 0.0))
 
     def _offer(
         self,

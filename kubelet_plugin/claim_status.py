@@ -111,12 +111,14 @@ class ClaimStatusWriter:
             return self._changed.wait_for(lambda: not self._pending and not self._busy, timeout)
 
     def close(self, timeout: float = 2.0) -> None:
-        """Apply what is due within `timeout`, then stop."""
+        """Apply what is due within `timeout` seconds in all, then stop (a write still
+        hanging on the API server then is dropped with the process)."""
+        deadline = time.monotonic() + timeout
         self.wait_idle(timeout)
         with self._changed:
             self._stopping = True
             self._changed.notify_all()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=max(deadline - time.monotonic(), 0.0))
 
     # -- the thread -------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ import contextlib
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,8 +107,11 @@ STOP_GRACE_S = 5.0
 """On SIGTERM, how long DRA calls in flight may take to finish before the sockets go."""
 THREAD_JOIN_S = 5.0
 """On SIGTERM, how long each background thread (publisher, slice watch, health) may take."""
-CLEAN_STOP_S = STOP_GRACE_S + 3 * THREAD_JOIN_S
-"""The longest clean stop: the DaemonSet's terminationGracePeriodSeconds must cover it."""
+CLEAN_STOP_S = 25.0
+"""The longest clean stop, every step together: the DaemonSet's terminationGracePeriodSeconds
+(30) must cover it. The sockets go first (at most 2 x STOP_GRACE_S + ROLLING_DRAIN_S); the
+Events, status writes and threads share what is left, so an API server that hangs cannot
+make the kubelet SIGKILL the plugin before its lease and files are released."""
 
 
 @dataclass(frozen=True)
@@ -507,8 +511,8 @@ def _serve(
         # once the slices are out. PluginError here: nothing was published.
         server.start(expose=False)
     except BaseException:
-        service.close()
-        status_writer.close()
+        service.close(timeout=THREAD_JOIN_S)
+        status_writer.close(timeout=THREAD_JOIN_S)
         raise
     try:
         if lease.held():  # else a peer publishes; this instance takes over when it exits
@@ -520,8 +524,8 @@ def _serve(
         stop.set()
         wake.set()
         server.stop(grace=0)
-        service.close()
-        status_writer.close()
+        service.close(timeout=THREAD_JOIN_S)
+        status_writer.close(timeout=THREAD_JOIN_S)
         if lease.held():  # never a peer's slices
             _withdraw(publisher)  # the first publish may have written some slices
         lease.release()
@@ -541,16 +545,21 @@ def _serve(
     try:
         stop.wait()
     finally:
+        stop_by = time.monotonic() + CLEAN_STOP_S
+
+        def left(most: float) -> float:
+            return max(min(most, stop_by - time.monotonic()), 0.0)
+
         probe.set_phase(Phase.STOPPING)
         wake.set()
         server.stop(grace=STOP_GRACE_S)
         for thread in threads:
             if thread.name == "usage-sampler":
-                thread.join(timeout=THREAD_JOIN_S)  # it posts Events through the service
-        service.close()
-        status_writer.close()
+                thread.join(timeout=left(THREAD_JOIN_S))  # it posts Events through the service
+        service.close(timeout=left(THREAD_JOIN_S))
+        status_writer.close(timeout=left(THREAD_JOIN_S))
         for thread in threads:
-            thread.join(timeout=THREAD_JOIN_S)
+            thread.join(timeout=left(THREAD_JOIN_S))
         lease.release()
     log.info("stopped")
     return 0

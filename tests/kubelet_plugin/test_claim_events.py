@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from dra_driver.errors import ClusterError
 from dra_driver.kube.local_store import LocalCluster
 from kubelet_plugin import claim_events
 from kubelet_plugin.claim_events import EventingService, prepare_failed_events
@@ -130,3 +132,36 @@ def test_a_flood_of_failures_posts_each_failure_once_and_queues_a_bounded_number
     names = [p.name.split(".")[0] for p in (cluster.root / "events" / "default").iterdir()]
     assert names.count("retried") == 1
     assert len(names) + service.dropped == 1 + len(flood)  # each failure posted or dropped once
+
+
+class _HangingCluster:
+    """An API server that does not answer: every call waits until `release` is set."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def get_resource_claim(self, namespace: str, name: str) -> Mapping[str, Any]:
+        self.release.wait(60)
+        raise ClusterError("timed out")
+
+    def create_event(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        self.release.wait(60)
+        return obj
+
+
+def test_a_stop_while_the_api_server_hangs_takes_the_time_it_is_given() -> None:
+    # On SIGTERM the plugin gives the Events what is left of its clean stop (CLEAN_STOP_S,
+    # inside the pod's 30 s grace period): a hanging API server must not hold it longer.
+    cluster = _HangingCluster()
+    service = EventingService(
+        _Failing(),  # type: ignore[arg-type]
+        cluster,  # type: ignore[arg-type]
+        driver_name="gpu.nvidia.com",
+        node_name="n1",
+    )
+    service.prepare([ClaimRef("ns", "5a1e0000-0000-4000-8000-000000000001", "c1")])
+    started = time.monotonic()
+    service.close(timeout=1.0)
+    took = time.monotonic() - started
+    cluster.release.set()
+    assert took < 5  # 30 s before: the queue's and the worker's timeouts one after the other
