@@ -13,7 +13,8 @@ cgroup driver (upstream-facts §5.2):
                        cri-containerd-<id>.scope          (Guaranteed pods: no QoS level)
 
 A reader inside a container with a private cgroup namespace sees the same
-names below `/../..`. The pod level is a path segment `pod<uid>` (cgroupfs)
+names below `/../..` (cgroupfs: `0::/../../../pod<uid>/<id>`, without the
+`kubepods` levels above its own). The pod level is a path segment `pod<uid>` (cgroupfs)
 or `...-pod<uid>.slice` (systemd, dashes as underscores); a static pod's UID
 is 32 hex digits without dashes. No Python library parses these (dcgm-exporter
 uses containerd's Go package), hence this module. Pure: text in, UID out.
@@ -40,7 +41,10 @@ def pod_uid_from_cgroup(text: str) -> str | None:
     for line in text.splitlines():
         _hierarchy, sep, rest = line.partition(":")
         _controllers, sep2, path = rest.partition(":")
-        if not (sep and sep2) or "kubepods" not in path:
+        # Seen from a private cgroup namespace, a cgroupfs path is relative to the reader's
+        # own cgroup (`/../../../pod<uid>/<id>`) and loses "kubepods"; systemd's slice
+        # names keep it.
+        if not (sep and sep2) or ("kubepods" not in path and not path.startswith("/..")):
             continue
         match = _POD_SEGMENT.search(path)
         if match is not None:

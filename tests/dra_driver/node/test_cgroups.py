@@ -48,6 +48,9 @@ SYSTEMD_V2 = (
         # Read from inside a container with a private cgroup namespace.
         f"0::/../../kubepods-besteffort.slice/kubepods-besteffort-pod{UID.replace('-', '_')}"
         f".slice/cri-containerd-{CID}.scope\n",
+        # The same with the cgroupfs driver: the kubepods levels are above the reader's own.
+        f"0::/../../../pod{UID}/{CID}\n",
+        f"0::/../../../besteffort/pod{UID}/{CID}\n",
     ],
     ids=[
         "cgroupfs-v1",
@@ -58,6 +61,8 @@ SYSTEMD_V2 = (
         "systemd-v2-guaranteed-crio",
         "crio-conmon",
         "private-cgroupns",
+        "private-cgroupns-cgroupfs-guaranteed",
+        "private-cgroupns-cgroupfs-besteffort",
     ],
 )
 def test_the_pod_uid_is_found_in_every_layout(text: str) -> None:
@@ -80,6 +85,8 @@ def test_a_static_pods_uid_is_a_hash_without_dashes() -> None:
         "garbage without colons\n",
         # "pod" followed by something that is not a UID is no pod.
         "0::/kubepods.slice/kubepods-podcast.slice/x.scope\n",
+        # A sibling of the reader's cgroup that is no pod.
+        "0::/../../system.slice/containerd.service\n",
     ],
 )
 def test_processes_outside_pods_have_none(text: str) -> None:
