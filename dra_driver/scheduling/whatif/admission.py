@@ -140,4 +140,8 @@ def _name(obj: Mapping[str, Any]) -> str:
 
 
 def _unique(errors: Sequence[FieldError]) -> list[FieldError]:
-    return list(dict.fromkeys(errors))
+    """Each error once, as printed (a value may be a list or a map: not hashable)."""
+    first: dict[str, FieldError] = {}
+    for error in errors:
+        first.setdefault(str(error), error)
+    return list(first.values())

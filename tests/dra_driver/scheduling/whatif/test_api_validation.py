@@ -87,6 +87,16 @@ def _simulate(
             + "".join("            - cel: {expression: 'true'}\n" for _ in range(33)),
             "spec.devices.requests[0].exactly.selectors: Too many: 33: must have at most 32 items",
         ),
+        (  # a map where a list belongs: a one-line refusal, not a traceback
+            "      - name: gpu\n        exactly:\n          deviceClassName: gpu.nvidia.com\n"
+            "          selectors: {cel: {expression: 'true'}}\n",
+            "spec.devices.requests[0].exactly.selectors: Invalid value: "
+            '{"cel":{"expression":"true"}}: must be a list',
+        ),
+        (  # a list where a number belongs
+            "      - {name: gpu, exactly: {deviceClassName: gpu.nvidia.com, count: [2]}}\n",
+            "spec.devices.requests[0].exactly.count: Invalid value: [2]: must be an integer",
+        ),
     ],
 )
 def test_invalid_claims_are_refused_like_kubectl_apply(
