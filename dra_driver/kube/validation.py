@@ -471,11 +471,39 @@ def validate_pod_spec(spec: Any, field: str) -> list[FieldError]:
                 continue
             resources = container.get("resources")
             used = _list(resources.get("claims")) if isinstance(resources, Mapping) else []
-            for position, claim_ref in enumerate(used):
-                where = f"{field}.{kind}[{index}].resources.claims[{position}]"
-                ref = claim_ref.get("name") if isinstance(claim_ref, Mapping) else None
-                if isinstance(ref, str) and ref not in names:
-                    errors.append(not_supported(f"{where}.name", ref, sorted(names)))
+            errors += _container_claims(used, f"{field}.{kind}[{index}].resources.claims", names)
+    return errors
+
+
+def _container_claims(used: list[Any], where: str, names: set[str]) -> list[FieldError]:
+    """core validation's `validateResourceClaimNames`: each `name[/request]` once, each
+    name one of the pod's `resourceClaims`."""
+    errors: list[FieldError] = []
+    seen: set[str] = set()
+    for position, claim_ref in enumerate(used):
+        at = f"{where}[{position}]"
+        if not isinstance(claim_ref, Mapping):
+            continue
+        name = claim_ref.get("name")
+        if not isinstance(name, str) or not name:
+            errors.append(required(at))
+            continue
+        request = claim_ref.get("request")
+        key = f"{name}/{request}" if isinstance(request, str) and request else name
+        if key in seen:
+            errors.append(duplicate(at, key))
+        seen.add(key)
+        if name not in names:
+            listed = ": " + ", ".join(sorted(names)) if names else " which is empty"
+            errors.append(
+                FieldError(
+                    at,
+                    "Not found",
+                    f"must be one of the names in pod.spec.resourceClaims{listed}",
+                    name,
+                    has_value=True,
+                )
+            )
     return errors
 
 

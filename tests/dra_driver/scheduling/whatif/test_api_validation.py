@@ -188,9 +188,26 @@ def test_pods_naming_claims_wrongly_are_refused(
         "`resourceClaimName`, `resourceClaimTemplateName`"
     ) in err
     assert (
-        'spec.containers[0].resources.claims[0].name: Unsupported value: "gpus": '
-        'supported values: "gpu"'
+        'spec.containers[0].resources.claims[0]: Not found: "gpus": must be one of the names '
+        "in pod.spec.resourceClaims: gpu"
     ) in err
+
+
+def test_a_container_naming_a_claim_twice_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # core validation's validateResourceClaimNames: each name (or name/request) once.
+    pod = (
+        "apiVersion: v1\nkind: Pod\nmetadata: {namespace: default, name: p}\n"
+        "spec:\n"
+        "  containers: [{name: main, image: busybox, resources: {claims: [{name: g}, {name: g},"
+        " {name: g, request: gpu}]}}]\n"
+        "  resourceClaims: [{name: g, resourceClaimName: a}]\n"
+    )
+    code, err = _simulate(tmp_path, capsys, pod)
+    assert code == 2
+    assert 'spec.containers[0].resources.claims[1]: Duplicate value: "g"' in err
+    assert "claims[2]" not in err  # g/gpu is another key
 
 
 def test_every_refusal_is_listed_and_nothing_is_simulated(
