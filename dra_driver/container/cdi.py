@@ -405,7 +405,7 @@ HOOK_MIN_TOOLKIT: Final = {
     HOOK_CREATE_SYMLINKS: "1.16.0",
     HOOK_ENABLE_CUDA_COMPAT: "1.17.5",
     HOOK_UPDATE_LDCACHE: "1.16.0",
-    HOOK_DISABLE_DEVICE_NODE_MODIFICATION: "1.18.0",
+    HOOK_DISABLE_DEVICE_NODE_MODIFICATION: "1.17.8",
     HOOK_UPDATE_APPLICATION_PROFILE: "1.20.0",
 }
 """nvcdi's hooks, in the order it emits them, with the first nvidia-container-toolkit
