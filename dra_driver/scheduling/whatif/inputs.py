@@ -203,7 +203,10 @@ def _convert_claim_spec(spec: Any) -> None:
     if not isinstance(spec, dict):
         return
     for request in (spec.get("devices") or {}).get("requests") or []:
-        if not isinstance(request, dict) or "exactly" in request or request.get("firstAvailable"):
+        if not isinstance(request, dict) or "exactly" in request:
             continue
         exactly = {name: request.pop(name) for name in _EXACT_FIELDS if name in request}
-        request["exactly"] = exactly
+        # As upstream's converter: any main-request field makes an `exactly`, beside a
+        # `firstAvailable` too (which validation then refuses: both set).
+        if exactly or not request.get("firstAvailable"):
+            request["exactly"] = exactly

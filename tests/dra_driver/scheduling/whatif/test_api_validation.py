@@ -249,3 +249,22 @@ def test_explain_refuses_the_same_objects(
     path.write_text(HEADER + "      - {name: GPU_1, exactly: {deviceClassName: gpu.nvidia.com}}\n")
     assert main(["explain", "-f", str(path), "--nodes", "l4-node=1"]) == 2
     assert "spec.devices.requests[0].name: Invalid value" in capsys.readouterr().err
+
+
+def test_a_v1beta1_request_with_first_available_and_a_class_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The apiserver converts any main-request field of v1beta1 into `exactly`, beside
+    # `firstAvailable`: both are then set, which validation refuses.
+    claim = (
+        "apiVersion: resource.k8s.io/v1beta1\nkind: ResourceClaim\n"
+        "metadata: {namespace: default, name: gpu}\nspec:\n  devices:\n    requests:\n"
+        "      - name: gpu\n        deviceClassName: gpu.nvidia.com\n"
+        "        firstAvailable: [{name: a, deviceClassName: gpu.nvidia.com}]\n"
+    )
+    code, err = _simulate(tmp_path, capsys, claim)
+    assert code == 2
+    assert (
+        "spec.devices.requests[0]: Invalid value: null: exactly one of `exactly` or "
+        "`firstAvailable` is required, but multiple fields are set"
+    ) in err
