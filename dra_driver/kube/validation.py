@@ -45,6 +45,8 @@ from dra_driver.kube.names import (
     is_c_identifier,
     is_dns_label,
     is_dns_subdomain,
+    is_label_value,
+    label_key_errors,
 )
 
 # k8s.io/api/resource/v1 limits
@@ -218,6 +220,10 @@ class Context:
 
     check_selector: SelectorCheck | None = None
     namespace_labels: Mapping[str, str] | None = None
+    # DRADeviceTaints: off, the API server drops tolerations before validating.
+    device_taints: bool = True
+    # The release whose rules apply (None: the newest): the `None` taint effect is 1.35+.
+    release: str | None = None
 
 
 def validate_claim_spec(spec: Any, field: str, context: Context) -> list[FieldError]:
@@ -323,6 +329,45 @@ def _device_request(request: Mapping[str, Any], where: str, context: Context) ->
         errors.append(not_supported(f"{where}.allocationMode", mode, (ALL, EXACT_COUNT)))
     tolerations = _list(request.get("tolerations"))
     errors += _limit(f"{where}.tolerations", tolerations, DEVICE_TOLERATIONS_MAX_LENGTH)
+    if context.device_taints:
+        for index, toleration in enumerate(tolerations):
+            errors += _toleration(toleration, f"{where}.tolerations[{index}]", context.release)
+    return errors
+
+
+_TOLERATION_OPERATORS: Final = ("Equal", "Exists")
+_LABEL_VALUE_MESSAGE: Final = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' "
+    "or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+    "'my_value',  or '12345', regex used for validation is "
+    "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
+
+
+def _toleration(toleration: Any, where: str, release: str | None) -> list[FieldError]:
+    """resource validation's `validateDeviceToleration` (the operator defaults to Equal)."""
+    if not isinstance(toleration, Mapping):
+        return []
+    errors: list[FieldError] = []
+    key = toleration.get("key")
+    if isinstance(key, str) and key:
+        errors += [invalid(f"{where}.key", key, text) for text in label_key_errors(key)]
+    operator = toleration.get("operator") or "Equal"
+    value = toleration.get("value") or ""
+    if operator == "Exists":
+        if value:
+            errors.append(invalid(f"{where}.value", value, "must be empty for operator `Exists`"))
+    elif operator == "Equal":
+        if isinstance(value, str) and not is_label_value(value):
+            errors.append(invalid(f"{where}.value", value, _LABEL_VALUE_MESSAGE))
+    else:
+        errors.append(not_supported(f"{where}.operator", operator, _TOLERATION_OPERATORS))
+    effect = toleration.get("effect") or ""
+    effects = ["NoExecute", "NoSchedule"]
+    if release is None or tuple(int(n) for n in release.split(".")) >= (1, 35):
+        effects.append("None")  # added in 1.35
+    if effect and effect not in effects:
+        errors.append(not_supported(f"{where}.effect", effect, sorted(effects)))
     return errors
 
 

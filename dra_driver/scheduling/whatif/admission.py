@@ -67,6 +67,8 @@ def check_objects(
         context = Context(
             check_selector=lambda text: _selector_problem(text, features),
             namespace_labels=labels.get(namespace),
+            device_taints=features.device_taints,
+            release=release,
         )
         errors = strict_schema.strict_errors(obj, release) or []
         errors += _rule_errors(obj, context)

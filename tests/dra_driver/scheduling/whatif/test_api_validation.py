@@ -268,3 +268,63 @@ def test_a_v1beta1_request_with_first_available_and_a_class_is_refused(
         "spec.devices.requests[0]: Invalid value: null: exactly one of `exactly` or "
         "`firstAvailable` is required, but multiple fields are set"
     ) in err
+
+
+def _tolerating(toleration: str) -> str:
+    return HEADER + (
+        "      - name: gpu\n        exactly:\n          deviceClassName: gpu.nvidia.com\n"
+        f"          tolerations: [{toleration}]\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("toleration", "args", "error"),
+    [
+        (
+            "{key: k, operator: Exists, effect: Bogus}",
+            (),
+            'tolerations[0].effect: Unsupported value: "Bogus": supported values: '
+            '"NoExecute", "NoSchedule", "None"',
+        ),
+        (
+            "{key: k, operator: Exists, value: v}",
+            (),
+            'tolerations[0].value: Invalid value: "v": must be empty for operator `Exists`',
+        ),
+        (
+            "{key: k, operator: Matches, value: v}",
+            (),
+            'tolerations[0].operator: Unsupported value: "Matches": supported values: '
+            '"Equal", "Exists"',
+        ),
+        (  # the None effect came with 1.35
+            "{key: k, operator: Exists, effect: None}",
+            ("--kubernetes", "1.34", "--feature-gates", "DRADeviceTaints=true"),
+            'tolerations[0].effect: Unsupported value: "None": supported values: '
+            '"NoExecute", "NoSchedule"',
+        ),
+    ],
+)
+def test_invalid_device_tolerations_are_refused(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    toleration: str,
+    args: tuple[str, ...],
+    error: str,
+) -> None:
+    code, err = _simulate(tmp_path, capsys, _tolerating(toleration), *args)
+    assert code == 2
+    assert error in err
+
+
+def test_valid_tolerations_pass_and_the_gate_off_drops_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = _tolerating("{key: gpu.nvidia.com/unhealthy, operator: Exists, effect: NoExecute}")
+    assert _simulate(tmp_path, capsys, good)[0] != 2
+    assert (
+        _simulate(tmp_path, capsys, _tolerating("{key: k, operator: Exists, effect: None}"))[0] != 2
+    )
+    # Without DRADeviceTaints the API server drops tolerations before validating them.
+    bad = _tolerating("{key: k, operator: Exists, effect: Bogus}")
+    assert _simulate(tmp_path, capsys, bad, "--feature-gates", "DRADeviceTaints=false")[0] != 2
