@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Final, Self
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver import failpoints as failpoints_module
@@ -37,13 +37,23 @@ from dra_driver.errors import PluginError
 from dra_driver.hardware.machine import Hardware
 from dra_driver.kube.local_store import LocalCluster
 from kubelet_plugin.kubelet_client import KubeletClient
-from kubelet_plugin.main import CHECKPOINT_DIR, LEGACY_CHECKPOINT_FILE, plugin_data_dir
+from kubelet_plugin.main import (
+    CHECKPOINT_DIR,
+    CLEAN_STOP_S,
+    LEGACY_CHECKPOINT_FILE,
+    plugin_data_dir,
+)
 from kubelet_plugin.mps_daemons import MpsDaemons
 from kubelet_plugin.node_ownership import cdi_owner_lock
 from kubelet_plugin.socket_names import dra_socket_path, registration_socket_path
 
 PLUGIN_START_TIMEOUT_S = 30.0
 SIM_NODE_NAME = "sim-node"
+
+
+LONGEST_CLEAN_STOP_S: Final = CLEAN_STOP_S + 5.0
+"""How long a SIGTERMed plugin may take to exit: its whole stop budget (sockets, Events,
+status writes, threads), plus time for the interpreter to exit."""
 
 
 class PluginProcess:
@@ -241,13 +251,21 @@ class PluginProcess:
             process.kill()
         return process.wait(timeout=15)
 
-    def terminate(self, timeout: float = 15.0) -> int:
-        """SIGTERM the plugin and wait for it to exit (a clean stop); returns the exit code."""
+    def terminate(self, timeout: float = LONGEST_CLEAN_STOP_S) -> int:
+        """SIGTERM the plugin and wait for it to exit (a clean stop); returns the exit code.
+
+        It may take as long as the plugin's clean stop may (`LONGEST_CLEAN_STOP_S`); a
+        plugin still running then is a PluginError with its log, not a bare timeout."""
         self.client.close()
         process = self._require_process()
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
-        return process.wait(timeout=timeout)
+        try:
+            return process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise PluginError(
+                f"the plugin did not stop within {timeout:g} s of SIGTERM; log:\n{self.log_tail()}"
+            ) from None
 
     def restart(self, failpoints: Sequence[str] | None = None) -> Self:
         """Stop the plugin if it runs (SIGTERM), then start it with `failpoints` (default: none).
