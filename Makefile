@@ -34,9 +34,10 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy $(PACKAGES) tests/fakes
 
 ## unit: pytest on every core (pytest-xdist; worksteal evens out the long process tests);
-## the 10 slowest tests are printed at the end (--durations in pyproject.toml)
+## the 10 slowest tests are printed at the end (--durations in pyproject.toml). The real-GPU
+## tests (marker gpu) are collected, so they must import, but left to `make gpu-test`.
 unit: $(STAMP)
-	$(VENV)/bin/pytest -q -n auto --dist worksteal
+	$(VENV)/bin/pytest -q -n auto --dist worksteal -m "not gpu"
 
 ## gpu-test: tests/gpu on a node with an NVIDIA GPU (driver root / or GPU_TEST_DRIVER_ROOT);
 ## they only read GPU settings (no MIG mode, compute mode, time-slice, clock change or reset)

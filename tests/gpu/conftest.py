@@ -26,12 +26,21 @@ def real() -> Iterator[Hardware]:
     try:
         hardware = open_hardware(REAL_SPEC, driver_root=root)
     except DriverRootError as exc:
-        pytest.skip(f"no NVML in the driver root {root.host} ({DRIVER_ROOT_ENV}): {exc}")
+        pytest.skip(
+            f"no NVML in the driver root {root.host}: {exc}. On a GPU node, point "
+            f"{DRIVER_ROOT_ENV} at the driver's root (the GPU Operator's: /run/nvidia/driver)"
+        )
     except NvmlError as exc:
-        pytest.skip(f"NVML from the driver root {root.host} did not initialise: {exc}")
+        pytest.skip(
+            f"NVML from the driver root {root.host} did not initialise: {exc}. Check that "
+            "the NVIDIA kernel module is loaded (`nvidia-smi` works on the node)"
+        )
     try:
         if not hardware.nvml.gpus():
-            pytest.skip(f"NVML from the driver root {root.host} sees no GPU")
+            pytest.skip(
+                f"NVML from the driver root {root.host} sees no GPU: run `make gpu-test` "
+                "on a node with an NVIDIA GPU"
+            )
         yield hardware
     finally:
         close = getattr(hardware.nvml, "close", None)

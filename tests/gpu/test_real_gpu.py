@@ -57,7 +57,10 @@ def whole_gpu(hardware: Hardware) -> GpuInfo:
     for gpu in hardware.nvml.gpus():
         if not gpu.mig_enabled:
             return gpu
-    pytest.skip("every GPU has MIG enabled; the whole-GPU tests need one without")
+    pytest.skip(
+        "every GPU has MIG enabled, and these tests never change MIG mode: the whole-GPU "
+        "tests need a GPU with MIG off (an admin can turn MIG off on an idle GPU)"
+    )
 
 
 def test_inventory_matches_nvidia_smi(real: Hardware) -> None:
