@@ -18,6 +18,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -235,6 +236,22 @@ def test_the_issue_example_from_a_shell(work: Path) -> None:
     assert LocalCluster(work / "cluster").list_resource_slices() == []
 
 
+def _options(work: Path, **overrides: Any) -> PluginOptions:
+    """An in-process plugin on a simulated L4 node under `work`, health checks off."""
+    return PluginOptions(
+        node_name="gpu-node-1",
+        open_hardware=lambda: open_hardware(
+            "sim:l4-node", sim_state=work / "sim-state.json", node_name="gpu-node-1"
+        ),
+        cluster=f"local:{work / 'cluster'}",
+        kubelet_root=work / "kubelet",
+        cdi_root=work / "cdi",
+        driver_name="gpu.nvidia.com",
+        health_checks=False,
+        **overrides,
+    )
+
+
 def test_a_start_that_fails_after_publishing_withdraws_its_slices(
     work: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -250,17 +267,7 @@ def test_a_start_that_fails_after_publishing_withdraws_its_slices(
         real_start(thread)
 
     monkeypatch.setattr(threading.Thread, "start", start)
-    options = PluginOptions(
-        node_name="gpu-node-1",
-        open_hardware=lambda: open_hardware(
-            "sim:l4-node", sim_state=work / "sim-state.json", node_name="gpu-node-1"
-        ),
-        cluster=f"local:{work / 'cluster'}",
-        kubelet_root=work / "kubelet",
-        cdi_root=work / "cdi",
-        driver_name="gpu.nvidia.com",
-        health_checks=False,
-    )
+    options = _options(work)
     with pytest.raises(RuntimeError, match="can't start new thread"):
         plugin_main.run(options, threading.Event())
     assert published
@@ -279,18 +286,7 @@ def test_a_plugin_restarted_while_the_api_server_is_down_still_serves(
         raise ClusterError("apiserver version: get failed: connection refused")
 
     monkeypatch.setattr(LocalCluster, "server_version", unreachable)
-    options = PluginOptions(
-        node_name="gpu-node-1",
-        open_hardware=lambda: open_hardware(
-            "sim:l4-node", sim_state=work / "sim-state.json", node_name="gpu-node-1"
-        ),
-        cluster=f"local:{work / 'cluster'}",
-        kubelet_root=work / "kubelet",
-        cdi_root=work / "cdi",
-        driver_name="gpu.nvidia.com",
-        health_checks=False,
-        usage_interval=0,
-    )
+    options = _options(work, usage_interval=0)
     stop = threading.Event()
     outcome: list[object] = []
     runner = threading.Thread(target=lambda: outcome.append(plugin_main.run(options, stop)))
