@@ -155,22 +155,25 @@ def _value_text(value: Any) -> str:
 
 
 def dns_label(field: str, value: Any) -> list[FieldError]:
-    if not isinstance(value, str) or not value:
-        return [required(field)]
-    if len(value) > DNS_LABEL_MAX_LENGTH:
-        return [invalid(field, value, f"must be no more than {DNS_LABEL_MAX_LENGTH} bytes")]
-    if not is_dns_label(value):
-        return [invalid(field, value, _DNS_LABEL_MESSAGE)]
-    return []
+    return _dns_name(field, value, DNS_LABEL_MAX_LENGTH, is_dns_label, _DNS_LABEL_MESSAGE)
 
 
 def dns_subdomain(field: str, value: Any) -> list[FieldError]:
+    return _dns_name(
+        field, value, DNS_SUBDOMAIN_MAX_LENGTH, is_dns_subdomain, _DNS_SUBDOMAIN_MESSAGE
+    )
+
+
+def _dns_name(
+    field: str, value: Any, limit: int, valid: Callable[[str], bool], message: str
+) -> list[FieldError]:
+    """A required DNS label or subdomain: present, at most `limit` bytes, well formed."""
     if not isinstance(value, str) or not value:
         return [required(field)]
-    if len(value) > DNS_SUBDOMAIN_MAX_LENGTH:
-        return [invalid(field, value, f"must be no more than {DNS_SUBDOMAIN_MAX_LENGTH} bytes")]
-    if not is_dns_subdomain(value):
-        return [invalid(field, value, _DNS_SUBDOMAIN_MESSAGE)]
+    if len(value) > limit:
+        return [invalid(field, value, f"must be no more than {limit} bytes")]
+    if not valid(value):
+        return [invalid(field, value, message)]
     return []
 
 
