@@ -15,8 +15,10 @@ into the demo. Adding a command is one function pair and one row.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -439,11 +441,23 @@ def _check_hardware_flags(args: argparse.Namespace) -> None:
         raise ConfigError(f"{flag} {root.local_path}: not a directory")
 
 
+def _dump_threads_on_demand() -> None:
+    """A daemon prints every thread's stack to its log on SIGQUIT and keeps running (as a
+    Go daemon prints its goroutines), and on a fatal error (SIGSEGV, SIGABRT) before it dies:
+    `kubectl exec POD -- sh -c "kill -QUIT 1"` shows where a plugin that seems stuck waits."""
+    stderr = sys.__stderr__  # the process's own, never a test's captured stream
+    if stderr is None:
+        return
+    faulthandler.enable(stderr, all_threads=True)
+    faulthandler.register(signal.SIGQUIT, stderr, all_threads=True)
+
+
 def _run_plugin(args: argparse.Namespace) -> int:
     from dra_driver.hardware.simulated.latency import parse_latency
     from dra_driver.node.health import parse_xid_list
     from kubelet_plugin.main import PluginOptions, run
 
+    _dump_threads_on_demand()
     _check_hardware_flags(args)  # the daemon checks the rest before it starts anything
     latency = parse_latency(args.sim_latency) if args.sim_latency else None
     return run(
@@ -506,6 +520,7 @@ def _mps_host_flags(parser: argparse.ArgumentParser) -> None:
 def _run_mps_host(args: argparse.Namespace) -> int:
     from kubelet_plugin.mps_host_main import HostOptions, run
 
+    _dump_threads_on_demand()
     return run(
         HostOptions(
             open_hardware=lambda: _hardware(args),

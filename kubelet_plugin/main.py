@@ -32,13 +32,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 
 from controller.publisher import SlicePublisher
 from controller.slices import build_resource_slices, choose_layout
@@ -86,6 +84,7 @@ from kubelet_plugin.server import PluginServer
 from kubelet_plugin.service import ClaimRef
 from kubelet_plugin.sharing import sharing_strategies
 from kubelet_plugin.socket_names import plugin_data_dir
+from kubelet_plugin.stop_signals import stop_on_signals
 from kubelet_plugin.usage_metrics import UsageCollector
 from kubelet_plugin.usage_sampler import (
     DEFAULT_INTERVAL_SECONDS,
@@ -164,17 +163,12 @@ def run(options: PluginOptions, stop: threading.Event | None = None) -> int:
     paths = check_options(options)  # flags first: nothing has started yet
     cluster = open_cluster(options.cluster, kubeconfig=options.kubeconfig)
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("received signal %d: shutting down", signum)
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-
     metrics = PluginMetrics()
     probe = PluginProbe(options.driver_name)
-    with _probe_and_metrics_endpoints(options, metrics, probe):
+    with (
+        stop_on_signals(stop, action="shutting down"),
+        _probe_and_metrics_endpoints(options, metrics, probe),
+    ):
         hardware = _wait_for_driver(options, stop, probe)
         if hardware is None:
             return 0

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 
 from dra_driver.claims.mps import MPS_DIR
 from dra_driver.errors import DriverRootError, NvmlError
 from dra_driver.hardware.machine import Hardware
 from kubelet_plugin.mps_daemons import MpsDaemons
 from kubelet_plugin.mps_host import PASS_INTERVAL_S, MpsHost, serve
+from kubelet_plugin.stop_signals import stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -56,18 +55,12 @@ def run(
     """Run the MPS host until `stop` is set or SIGTERM/SIGINT arrives."""
     stop = stop or threading.Event()
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("received signal %d: exiting, MPS control daemons stay", signum)
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-    daemons = _daemons(options, stop)
-    if daemons is None:
+    with stop_on_signals(stop, action="exiting, MPS control daemons stay"):
+        daemons = _daemons(options, stop)
+        if daemons is None:
+            return 0
+        serve(MpsHost(daemons), stop, interval=options.interval, on_ready=on_ready)
         return 0
-    serve(MpsHost(daemons), stop, interval=options.interval, on_ready=on_ready)
-    return 0
 
 
 def host_daemons(hardware: Hardware, root: Path) -> MpsDaemons:

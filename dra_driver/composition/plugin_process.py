@@ -263,8 +263,11 @@ class PluginProcess:
         try:
             return process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGQUIT)  # the plugin logs every thread's stack
+            time.sleep(1.0)
             raise PluginError(
-                f"the plugin did not stop within {timeout:g} s of SIGTERM; log:\n{self.log_tail()}"
+                f"the plugin did not stop within {timeout:g} s of SIGTERM; log, ending with "
+                f"its threads' stacks (SIGQUIT):\n{self.log_tail(20_000)}"
             ) from None
 
     def restart(self, failpoints: Sequence[str] | None = None) -> Self:

@@ -9,6 +9,9 @@ the checkpoint and the published ResourceSlices.
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -31,7 +34,13 @@ from dra_driver.scheduling.whatif.engine import Simulation, WorkItem
 from dra_driver.scheduling.whatif.extended import class_mapping, extended_resource_claim
 from kubelet_plugin.registration import SUPPORTED_VERSIONS
 from kubelet_plugin.service import ClaimRef, PrepareResult
-from tests.fakes import TEST_POOL, PluginProcess, make_allocated_claim, make_opaque_config
+from tests.fakes import (
+    TEST_POOL,
+    PluginProcess,
+    make_allocated_claim,
+    make_opaque_config,
+    wait_until,
+)
 
 GPUS = [f"gpu-{n}" for n in range(8)]  # the eight H100s of a dgx-h100, named by minor
 
@@ -516,7 +525,34 @@ def test_sigterm_removes_both_sockets_and_exits_zero() -> None:
 
         assert not own.registration_socket.exists()
         assert not own.dra_socket.exists()
-        assert "received signal 15: shutting down" in own.log_tail()
+        assert "received SIGTERM (signal 15): shutting down" in own.log_tail()
+
+
+def test_a_sigterm_the_kernel_hands_to_a_worker_thread_still_stops_the_plugin() -> None:
+    # The kernel may deliver the kubelet's SIGTERM to any thread of the plugin; CPython runs
+    # Python handlers only in the main thread. Deliver it to a worker thread on purpose.
+    tgkill = ctypes.CDLL(None, use_errno=True).tgkill
+    with PluginProcess(mps_host=False) as own:
+        pid = own.pid
+        workers = sorted(int(tid) for tid in os.listdir(f"/proc/{pid}/task") if int(tid) != pid)
+        assert workers, "the plugin runs gRPC and worker threads"
+        assert tgkill(pid, workers[-1], signal.SIGTERM) == 0, os.strerror(ctypes.get_errno())
+
+        assert own.wait_exit(timeout=10) == 0, own.log_tail()
+        assert not own.dra_socket.exists()
+        assert "received SIGTERM (signal 15): shutting down" in own.log_tail()
+
+
+def test_sigquit_logs_every_threads_stack_and_the_plugin_keeps_serving() -> None:
+    with PluginProcess(mps_host=False) as own:
+        os.kill(own.pid, signal.SIGQUIT)
+        wait_until(lambda: "in _serve" in own.log_tail(20_000), "the main thread's stack")
+
+        log = own.log_tail(20_000)
+        assert "(most recent call first)" in log
+        assert "kubelet_plugin/main.py" in log  # where the main thread waits
+        assert own.client.prepare([]) == {}  # still serving
+        assert own.terminate() == 0
 
 
 def test_plugin_that_cannot_start_says_why() -> None:
