@@ -4,9 +4,11 @@ Prepare and Unprepare call `failpoints.hit("<name>")` between their side
 effects. In production nothing is set and the call is a dictionary lookup.
 When the environment variable `DRA_GPU_FAILPOINTS` names the point (a comma
 separated list), the process kills itself with SIGKILL right there, the way
-an OOM kill or a node crash would stop it. The crash tests start the real
-plugin process with each point in turn and check that a restart recovers
-without leaking anything. `PREPARE_STEPS` and `UNPREPARE_STEPS` list every
+an OOM kill or a node crash would stop it. `DRA_GPU_FAILPOINTS_FILE` names a
+file whose lines arm points too, read at every hit, so that a test can arm a
+point in a plugin that already runs (a start costs the suite half a second).
+The crash tests arm each point in turn in the real plugin process and check
+that a restart recovers without leaking anything. `PREPARE_STEPS` and `UNPREPARE_STEPS` list every
 point of the claim transaction, `MIG_PREPARE_STEPS` and `MIG_UNPREPARE_STEPS`
 every point of dynamic MIG creation and destruction, `MPS_PREPARE_STEPS` and
 `MPS_UNPREPARE_STEPS` every point of an MPS daemon's life, `SHARING_*_STEPS`
@@ -21,6 +23,7 @@ import signal
 from typing import Final
 
 ENV_VAR: Final = "DRA_GPU_FAILPOINTS"
+FILE_ENV_VAR: Final = "DRA_GPU_FAILPOINTS_FILE"
 
 PREPARE_STEPS: Final[tuple[str, ...]] = (
     "prepare-after-checkpoint-started",
@@ -75,9 +78,18 @@ SHARING_UNPREPARE_STEPS: Final[tuple[str, ...]] = ("timeslice-after-reset",)
 _armed: frozenset[str] = frozenset(
     name.strip() for name in os.environ.get(ENV_VAR, "").split(",") if name.strip()
 )
+_armed_file: str | None = os.environ.get(FILE_ENV_VAR) or None
 
 
 def hit(name: str) -> None:
     """Die with SIGKILL if the failpoint `name` is armed."""
-    if name in _armed:
+    if name in _armed or (_armed_file is not None and name in _read_armed_file(_armed_file)):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _read_armed_file(path: str) -> set[str]:
+    try:
+        with open(path, encoding="utf-8") as armed:
+            return {line.strip() for line in armed if line.strip()}
+    except OSError:  # no file: nothing armed
+        return set()

@@ -34,6 +34,7 @@ from dra_driver.composition.hardware import SimulatedNode, open_simulated
 from dra_driver.composition.mps_host_process import MpsHostProcess
 from dra_driver.container import cdi as cdi_module
 from dra_driver.errors import PluginError
+from dra_driver.files.atomic import atomic_write
 from dra_driver.hardware.machine import Hardware
 from dra_driver.kube.local_store import LocalCluster
 from kubelet_plugin.kubelet_client import KubeletClient
@@ -75,8 +76,9 @@ class PluginProcess:
     as an old and a new plugin pod share the node's kubelet root.
     `start()` returns once the registration socket of *this* run appears (the
     DRA socket is created before it), or raises `PluginError` with the tail of
-    the log if the process exits first. `failpoints` are armed through
-    `DRA_GPU_FAILPOINTS` (see `dra_driver.failpoints`). Use as a context
+    the log if the process exits first. `failpoints` are armed through the
+    file `DRA_GPU_FAILPOINTS_FILE` names (see `dra_driver.failpoints`), at start
+    or, with `arm()`, while the plugin runs. Use as a context
     manager: on exit the process is killed and the work directory removed
     (unless `keep`).
 
@@ -119,6 +121,8 @@ class PluginProcess:
         self.kubelet_root = self.work / "kubelet"
         self.cdi_root = self.work / "cdi"
         self.log_path = self.work / (f"plugin-{pod_uid}.log" if pod_uid else "plugin.log")
+        # The failpoints armed (`dra_driver.failpoints`), one per line, read at every hit.
+        self.failpoints_path = self.work / (f"failpoints-{pod_uid}" if pod_uid else "failpoints")
         self.checkpoint_dir = plugin_data_dir(self.kubelet_root, driver) / CHECKPOINT_DIR
         self.legacy_checkpoint_path = (
             plugin_data_dir(self.kubelet_root, driver) / LEGACY_CHECKPOINT_FILE
@@ -178,8 +182,8 @@ class PluginProcess:
         unset = {failpoints_module.ENV_VAR, "POD_UID", "NODE_NAME"}  # only the flags count
         env = {k: v for k, v in os.environ.items() if k not in unset}
         env["PYTHONUNBUFFERED"] = "1"
-        if self._failpoints:
-            env[failpoints_module.ENV_VAR] = ",".join(self._failpoints)
+        self._write_failpoints()
+        env[failpoints_module.FILE_ENV_VAR] = str(self.failpoints_path)
         args = [
             sys.executable,
             "-m",
@@ -269,6 +273,18 @@ class PluginProcess:
                 f"the plugin did not stop within {timeout:g} s of SIGTERM; log, ending with "
                 f"its threads' stacks (SIGQUIT):\n{self.log_tail(20_000)}"
             ) from None
+
+    def arm(self, failpoints: Sequence[str]) -> None:
+        """Arm `failpoints` (replacing the armed ones) in the plugin as it runs: it dies with
+        SIGKILL at the next one it reaches. They stay armed across restarts until replaced."""
+        self._failpoints = tuple(failpoints)
+        self._write_failpoints()
+        with self.log_path.open("ab") as log:
+            log.write(f"--- armed: failpoints {','.join(self._failpoints) or '-'}\n".encode())
+
+    def _write_failpoints(self) -> None:
+        text = "".join(f"{name}\n" for name in self._failpoints)
+        atomic_write(self.failpoints_path, text.encode(), sync=False)
 
     def restart(self, failpoints: Sequence[str] | None = None) -> Self:
         """Stop the plugin if it runs (SIGTERM), then start it with `failpoints` (default: none).

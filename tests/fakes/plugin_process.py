@@ -28,10 +28,10 @@ class PluginProcess(RuntimePluginProcess):
     `crash_during`."""
 
     def crash_during(self, call: str, ref: ClaimRef, step: str) -> None:
-        """Restart the plugin armed with the failpoint `step`, make the `call` ("prepare" or
+        """Arm the failpoint `step` in the running plugin, make the `call` ("prepare" or
         "unprepare") for `ref`, and check that the plugin died right there: the kubelet saw
         UNAVAILABLE and the process was SIGKILLed. PluginError otherwise."""
-        self.restart(failpoints=[step])
+        self.arm([step])
         rpc = self.client.prepare if call == "prepare" else self.client.unprepare
         try:
             rpc([ref])

@@ -71,8 +71,8 @@ def _unprepare(plugin: PluginProcess, ref: ClaimRef) -> None:
 
 
 def _crash_during(plugin: PluginProcess, call: str, ref: ClaimRef, step: str) -> None:
-    """Restart the plugin armed with `step`, make the call, and check it died right there."""
-    plugin.restart(failpoints=[step])
+    """Arm `step` in the running plugin, make the call, and check it died right there."""
+    plugin.arm([step])
     rpc = plugin.client.prepare if call == "prepare" else plugin.client.unprepare
     with pytest.raises(grpc.RpcError) as failed:
         rpc([ref])

@@ -68,9 +68,8 @@ class Node:
         assert self.plugin.client.unprepare([ref])[ref.uid].error == ""
 
     def crash_during(self, call: str, ref: ClaimRef, step: str) -> None:
-        """Restart the plugin armed with `step`, make the call, check it died right there."""
-        self.plugin.kill()
-        self.plugin.start(failpoints=[step])
+        """Arm `step` in the running plugin, make the call, check it died right there."""
+        self.plugin.arm([step])
         rpc = self.plugin.client.prepare if call == "prepare" else self.plugin.client.unprepare
         with pytest.raises(grpc.RpcError) as failed:
             rpc([ref])

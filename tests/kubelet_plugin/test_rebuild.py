@@ -191,7 +191,7 @@ def test_the_api_and_hardware_vouch_for_a_mig_claim_caught_before_its_spec(node:
     """Killed after the MIG instance was made, before the spec: the instance is still found."""
     _reserve(node.plugin, MIG, [("m", MIG_DEVICE)])
     clean = node.prepare(WHOLE)[WHOLE.uid]
-    node.plugin.restart(failpoints=["mig-after-ci-created"])
+    node.plugin.arm(["mig-after-ci-created"])
     with pytest.raises(grpc.RpcError):
         node.plugin.client.prepare([MIG])
     assert node.plugin.wait_exit() == -signal.SIGKILL
