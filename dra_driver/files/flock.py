@@ -6,7 +6,8 @@ processes the same way: an exclusive `flock` on a sibling lock file. This is
 the one implementation, modelled on NVIDIA's `pkg/flock`
 (`Acquire(ctx, WithTimeout, WithPollPeriod)`): every caller says how long it
 will wait (`timeout_s`, or None to wait until `stop` is set), the wait polls
-a non-blocking `flock` so it can give up, and the lock is released when the
+a non-blocking `flock` so it can give up (after 1 ms, then doubling up to
+`poll_s`), and the lock is released when the
 `with` block ends. Each holder opens its own descriptor, so the lock also
 excludes other threads of the same process. Failures raise the caller's
 error class, so messages stay in the caller's layer of `dra_driver.errors`.
@@ -26,6 +27,11 @@ from typing import Final
 from dra_driver.errors import DraGpuError
 
 POLL_S: Final = 0.02
+"""The longest wait between two tries for a busy lock."""
+FIRST_POLL_S: Final = 0.001
+"""The first wait; each next one doubles, up to `poll_s`. Most locks are held for a
+millisecond or two (a file write), so a fixed 20 ms step made every contended take cost
+20 ms: a fifth of a Prepare's time when the plugin and its claim-status writer met."""
 
 
 @contextmanager
@@ -58,6 +64,7 @@ def file_lock(
     try:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         waited = False
+        delay = min(FIRST_POLL_S, poll_s)
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -73,11 +80,12 @@ def file_lock(
                     or f"{name}: still locked by another process after {timeout_s:g} s"
                 ) from None
             if stop is not None:
-                if stop.wait(poll_s):
+                if stop.wait(delay):
                     yield False
                     return
             else:
-                time.sleep(poll_s)
+                time.sleep(delay)
+            delay = min(delay * 2, poll_s)
         try:
             yield True
         finally:
