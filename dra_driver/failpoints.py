@@ -18,6 +18,7 @@ added without the tests covering it.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 from typing import Final
@@ -75,15 +76,21 @@ MPS_UNPREPARE_STEPS: Final[tuple[str, ...]] = (
 SHARING_PREPARE_STEPS: Final[tuple[str, ...]] = ("timeslice-after-set",)
 SHARING_UNPREPARE_STEPS: Final[tuple[str, ...]] = ("timeslice-after-reset",)
 
-_armed: frozenset[str] = frozenset(
-    name.strip() for name in os.environ.get(ENV_VAR, "").split(",") if name.strip()
-)
-_armed_file: str | None = os.environ.get(FILE_ENV_VAR) or None
+
+@functools.cache
+def _from_environment() -> tuple[frozenset[str], str | None]:
+    """The points armed by `DRA_GPU_FAILPOINTS` and the file `DRA_GPU_FAILPOINTS_FILE` names,
+    read at the first hit (not at import: a process forked after the import reads its own)."""
+    armed = frozenset(
+        name.strip() for name in os.environ.get(ENV_VAR, "").split(",") if name.strip()
+    )
+    return armed, os.environ.get(FILE_ENV_VAR) or None
 
 
 def hit(name: str) -> None:
     """Die with SIGKILL if the failpoint `name` is armed."""
-    if name in _armed or (_armed_file is not None and name in _read_armed_file(_armed_file)):
+    armed, armed_file = _from_environment()
+    if name in armed or (armed_file is not None and name in _read_armed_file(armed_file)):
         os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Self
 
+from dra_driver.composition.child_process import ChildProcess, Spawn, popen
 from dra_driver.errors import PluginError
 from kubelet_plugin.mps_host_main import mps_root
 from kubelet_plugin.mps_intents import MpsHostClient
@@ -35,6 +36,7 @@ class MpsHostProcess:
         sim_state: Path,
         node_name: str,
         log_path: Path,
+        spawn: Spawn = popen,
     ) -> None:
         self.root = mps_root(kubelet_root, driver)
         self.client = MpsHostClient(self.root)
@@ -50,7 +52,8 @@ class MpsHostProcess:
             f"--sim-state={sim_state}",
             f"--kubelet-root={kubelet_root}",
         ]
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: ChildProcess | None = None
+        self._spawn = spawn
 
     @property
     def pid(self) -> int:
@@ -72,9 +75,7 @@ class MpsHostProcess:
         if self.running():
             return
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                self._args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+            self.process = self._spawn(self._args, None, log.fileno())
 
     def wait_ready(self, timeout: float = HOST_START_TIMEOUT_S) -> None:
         """Wait until the launched host holds its lock; PluginError if it exits first."""

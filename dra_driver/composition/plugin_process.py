@@ -30,6 +30,7 @@ from dra_driver.claims.checkpoint import Checkpoint
 from dra_driver.claims.checkpoint import decode as decode_checkpoint
 from dra_driver.claims.mps import MPS_DIR
 from dra_driver.claims.mps_intent import HOST_LOCK_FILE, HOST_WAKE_FIFO
+from dra_driver.composition.child_process import ChildProcess, Spawn, popen
 from dra_driver.composition.hardware import SimulatedNode, open_simulated
 from dra_driver.composition.mps_host_process import MpsHostProcess
 from dra_driver.container import cdi as cdi_module
@@ -103,8 +104,10 @@ class PluginProcess:
         pod_uid: str | None = None,
         share_work_with: PluginProcess | None = None,
         mps_host: bool = True,
+        spawn: Spawn = popen,
     ) -> None:
         self.node_name = node_name
+        self._spawn = spawn  # how the plugin and the MPS host are started
         self.shape = shape
         self.driver = driver
         self.publish_interval = publish_interval
@@ -137,7 +140,7 @@ class PluginProcess:
             wait_for_ready=wait_for_ready,
             pod_uid=pod_uid,
         )
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: ChildProcess | None = None
         # The node's MPS host (its own DaemonSet on a cluster): a process of its own,
         # one per node, so an instance sharing the work directory shares it too.
         self.mps_host: MpsHostProcess | None = (
@@ -150,6 +153,7 @@ class PluginProcess:
                 sim_state=self.sim_state,
                 node_name=node_name,
                 log_path=self.work / "mps-host.log",
+                spawn=spawn,
             )
             if mps_host
             else None
@@ -210,9 +214,7 @@ class PluginProcess:
             )
             log.flush()
             # A process group of its own, as a container's: tests may SIGKILL all of it.
-            self.process = subprocess.Popen(
-                args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
+            self.process = self._spawn(args, env, log.fileno())
 
         def fresh_socket() -> bool:
             identity = _file_identity(self.registration_socket)
@@ -424,7 +426,7 @@ class PluginProcess:
         except FileNotFoundError:
             return ""
 
-    def _require_process(self) -> subprocess.Popen[bytes]:
+    def _require_process(self) -> ChildProcess:
         if self.process is None:
             raise PluginError("the plugin was never started")
         return self.process

@@ -10,22 +10,29 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from typing import Any
 
 import grpc
 
+from dra_driver.composition.child_process import Spawn
 from dra_driver.composition.plugin_process import PLUGIN_START_TIMEOUT_S
 from dra_driver.composition.plugin_process import PluginProcess as RuntimePluginProcess
 from dra_driver.errors import PluginError
 from dra_driver.hardware.simulated.hardware import SimHardware
 from dra_driver.hardware.simulated.node_files import sim_proc_root
 from kubelet_plugin.service import ClaimRef
+from tests.fakes import zygote
 
 __all__ = ["PLUGIN_START_TIMEOUT_S", "PluginProcess"]
 
 
 class PluginProcess(RuntimePluginProcess):
     """`dra_driver.composition.plugin_process.PluginProcess` plus `reboot_node`, `rss_peak_kib` and
-    `crash_during`."""
+    `crash_during`; the plugin and its MPS host are forked from the test process's zygote
+    (`tests.fakes.zygote`) unless `spawn` says otherwise."""
+
+    def __init__(self, *, spawn: Spawn = zygote.spawn, **options: Any) -> None:
+        super().__init__(spawn=spawn, **options)
 
     def crash_during(self, call: str, ref: ClaimRef, step: str) -> None:
         """Arm the failpoint `step` in the running plugin, make the `call` ("prepare" or

@@ -546,7 +546,12 @@ def test_a_sigterm_the_kernel_hands_to_a_worker_thread_still_stops_the_plugin() 
 def test_sigquit_logs_every_threads_stack_and_the_plugin_keeps_serving() -> None:
     with PluginProcess(mps_host=False) as own:
         os.kill(own.pid, signal.SIGQUIT)
-        wait_until(lambda: "in _serve" in own.log_tail(20_000), "the main thread's stack")
+        wait_until(
+            lambda: "in _serve" in own.log_tail(20_000),
+            "the main thread's stack",
+            details=lambda: f"exit code {own.process and own.process.poll()}, log:\n"
+            + own.log_tail(),
+        )
 
         log = own.log_tail(20_000)
         assert "(most recent call first)" in log
