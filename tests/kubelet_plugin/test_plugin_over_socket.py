@@ -549,8 +549,9 @@ def test_sigquit_logs_every_threads_stack_and_the_plugin_keeps_serving() -> None
         wait_until(
             lambda: "in _serve" in own.log_tail(20_000),
             "the main thread's stack",
-            details=lambda: f"exit code {own.process and own.process.poll()}, log:\n"
-            + own.log_tail(),
+            details=lambda: (
+                f"exit code {own.process and own.process.poll()}, log:\n" + own.log_tail()
+            ),
         )
 
         log = own.log_tail(20_000)
