@@ -38,9 +38,10 @@ from dra_driver.composition.child_process import ChildProcess, popen
 from dra_driver.errors import PluginError
 from tests.zygote_server import MAX_MESSAGE
 
-__all__ = ["ForkedProcess", "spawn"]
+__all__ = ["SPAWN_ENV_VAR", "ForkedProcess", "spawn"]
 
-_ENV_VAR = "DRA_GPU_TEST_SPAWN"
+SPAWN_ENV_VAR = "DRA_GPU_TEST_SPAWN"
+"""`exec`: every daemon a new interpreter (the benchmarks set it: they time the real start)."""
 
 
 # -- the test side --------------------------------------------------------------------
@@ -134,7 +135,7 @@ _zygote_lock = threading.Lock()
 def spawn(argv: Sequence[str], env: Mapping[str, str] | None, log_fd: int) -> ChildProcess:
     """Start `argv` from this test process's zygote (started on first use)."""
     global _zygote  # noqa: PLW0603 - one per test process, made on first use
-    if os.environ.get(_ENV_VAR) == "exec":
+    if os.environ.get(SPAWN_ENV_VAR) == "exec":
         return popen(argv, env, log_fd)
     with _zygote_lock:
         if _zygote is None or _zygote._process.poll() is not None:
