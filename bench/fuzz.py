@@ -28,7 +28,11 @@ BASE_CALLS = 1_000
 
 def run(options: BenchOptions) -> BenchResult:
     calls = options.cycles or DEFAULT_CALLS
-    with PluginProcess(prefix="dra-gpu-bench-fz-", publish_interval=3600) as plugin:
+    with PluginProcess(
+        armable=False,  # no failpoints file read at every step: the real plugin's cost
+        prefix="dra-gpu-bench-fz-",
+        publish_interval=3600,
+    ) as plugin:
         report = Fuzzer(plugin).run(calls, rss_every=1_000, progress=_progress)
     return _result(report, calls)
 

@@ -78,7 +78,12 @@ class _Streams:
 def run(options: BenchOptions) -> BenchResult:
     cycles = options.cycles or DEFAULT_CYCLES
     warmup = DEFAULT_WARMUP if options.warmup is None else options.warmup
-    with PluginProcess(shape=SHAPE, prefix="dra-gpu-bench-hs-", publish_interval=3600) as plugin:
+    with PluginProcess(
+        armable=False,  # no failpoints file read at every step: the real plugin's cost
+        shape=SHAPE,
+        prefix="dra-gpu-bench-hs-",
+        publish_interval=3600,
+    ) as plugin:
         plugin.client.register()
         plugin.store_claim(
             make_allocated_claim(

@@ -61,6 +61,7 @@ def run(options: BenchOptions) -> BenchResult:
     warmup = DEFAULT_WARMUP if options.warmup is None else options.warmup
     latency = ",".join(f"{key}={value:g}" for key, value in LATENCY.items())
     with PluginProcess(
+        armable=False,  # no failpoints file read at every step: the real plugin's cost
         shape=SHAPE,
         prefix="dra-gpu-bench-mig-",
         publish_interval=3600,

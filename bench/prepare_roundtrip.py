@@ -49,7 +49,12 @@ def run(options: BenchOptions) -> BenchResult:
     cycles = options.cycles or DEFAULT_CYCLES
     warmup = DEFAULT_WARMUP if options.warmup is None else options.warmup
     # A long publish interval keeps the slice re-sync out of the measured window.
-    with PluginProcess(shape=SHAPE, prefix="dra-gpu-bench-", publish_interval=3600) as plugin:
+    with PluginProcess(
+        armable=False,  # no failpoints file read at every step: the real plugin's cost
+        shape=SHAPE,
+        prefix="dra-gpu-bench-",
+        publish_interval=3600,
+    ) as plugin:
         version = plugin.client.register()
         plugin.store_claim(
             make_allocated_claim(

@@ -71,7 +71,11 @@ def _measure(cycles: int, args: list[str]) -> tuple[dict[str, dict[str, float]],
     taint_ns: list[int] = []
     untaint_ns: list[int] = []
     with PluginProcess(
-        shape=SHAPE, prefix="dra-gpu-bench-", publish_interval=3600, extra_args=args
+        armable=False,  # no failpoints file read at every step: the real plugin's cost
+        shape=SHAPE,
+        prefix="dra-gpu-bench-",
+        publish_interval=3600,
+        extra_args=args,
     ) as plugin:
         cluster = plugin.cluster
         _until(plugin, lambda: bool(_slices(plugin)))

@@ -105,8 +105,10 @@ class PluginProcess:
         share_work_with: PluginProcess | None = None,
         mps_host: bool = True,
         spawn: Spawn = popen,
+        armable: bool = False,
     ) -> None:
         self.node_name = node_name
+        self.armable = armable  # failpoints may be armed while the plugin runs (`arm`)
         self._spawn = spawn  # how the plugin and the MPS host are started
         self.shape = shape
         self.driver = driver
@@ -186,8 +188,11 @@ class PluginProcess:
         unset = {failpoints_module.ENV_VAR, "POD_UID", "NODE_NAME"}  # only the flags count
         env = {k: v for k, v in os.environ.items() if k not in unset}
         env["PYTHONUNBUFFERED"] = "1"
-        self._write_failpoints()
-        env[failpoints_module.FILE_ENV_VAR] = str(self.failpoints_path)
+        if self.armable:  # a file read at every failpoint: off where a benchmark times calls
+            self._write_failpoints()
+            env[failpoints_module.FILE_ENV_VAR] = str(self.failpoints_path)
+        elif self._failpoints:
+            env[failpoints_module.ENV_VAR] = ",".join(self._failpoints)
         args = [
             sys.executable,
             "-m",
@@ -278,7 +283,10 @@ class PluginProcess:
 
     def arm(self, failpoints: Sequence[str]) -> None:
         """Arm `failpoints` (replacing the armed ones) in the plugin as it runs: it dies with
-        SIGKILL at the next one it reaches. They stay armed across restarts until replaced."""
+        SIGKILL at the next one it reaches. They stay armed across restarts until replaced.
+        Needs `armable` (PluginError otherwise)."""
+        if not self.armable:
+            raise PluginError("this PluginProcess was made without armable=True")
         self._failpoints = tuple(failpoints)
         self._write_failpoints()
         with self.log_path.open("ab") as log:

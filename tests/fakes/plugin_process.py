@@ -29,10 +29,13 @@ __all__ = ["PLUGIN_START_TIMEOUT_S", "PluginProcess"]
 class PluginProcess(RuntimePluginProcess):
     """`dra_driver.composition.plugin_process.PluginProcess` plus `reboot_node`, `rss_peak_kib` and
     `crash_during`; the plugin and its MPS host are forked from the test process's zygote
-    (`tests.fakes.zygote`) unless `spawn` says otherwise."""
+    (`tests.fakes.zygote`) unless `spawn` says otherwise, and failpoints can be armed while
+    it runs (`armable`; the benchmarks that time calls turn it off)."""
 
-    def __init__(self, *, spawn: Spawn = zygote.spawn, **options: Any) -> None:
-        super().__init__(spawn=spawn, **options)
+    def __init__(
+        self, *, spawn: Spawn = zygote.spawn, armable: bool = True, **options: Any
+    ) -> None:
+        super().__init__(spawn=spawn, armable=armable, **options)
 
     def crash_during(self, call: str, ref: ClaimRef, step: str) -> None:
         """Arm the failpoint `step` in the running plugin, make the `call` ("prepare" or
