@@ -84,6 +84,9 @@ class ForkedProcess:
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
 
+    def __del__(self) -> None:  # a child nobody waited for: no unclosed-socket warning
+        self._connection.close()
+
     def _take(self, message: bytes) -> None:
         if not message:
             raise PluginError(f"the zygote that forked pid {self.pid} is gone")
