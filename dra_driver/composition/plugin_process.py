@@ -383,7 +383,8 @@ class PluginProcess:
     def checkpoint(self) -> Checkpoint | None:
         """The claim files as written, merged into one checkpoint.
 
-        None when the plugin data directory does not exist yet. Boot ids are
+        None when the plugin data directory does not exist yet. A file the plugin removes
+        while this reads is left out, as it is gone. Boot ids are
         not checked against the node's, but all files must agree on one.
         """
         if not self.checkpoint_dir.parent.exists():
@@ -391,7 +392,11 @@ class PluginProcess:
         claims: dict[str, Any] = {}
         boot_ids: set[str] = set()
         for path in self.checkpoint_files():
-            stored = decode_checkpoint(path.read_bytes(), source=str(path))
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:  # unprepared between the listing and the read
+                continue
+            stored = decode_checkpoint(data, source=str(path))
             claims.update(stored.claims)
             boot_ids.add(stored.boot_id)
         if len(boot_ids) > 1:
