@@ -20,6 +20,7 @@ import selectors
 import socket
 import sys
 import traceback
+import warnings
 from typing import Any
 
 from dra_driver.errors import PluginError
@@ -100,6 +101,8 @@ def _child(argv: list[str], env: dict[str, str], log_fd: int) -> int:
     module = argv[2]
     sys.argv = [module, *argv[3:]]
     code: Any = 0
+    # `python -m` of a module imported already (preloaded here) is fine: say nothing of it.
+    warnings.filterwarnings("ignore", "'.*' found in sys.modules", RuntimeWarning, "runpy")
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import threading
 from collections.abc import Iterator, Sequence
@@ -547,7 +548,9 @@ def test_sigquit_logs_every_threads_stack_and_the_plugin_keeps_serving() -> None
     with PluginProcess(mps_host=False) as own:
         os.kill(own.pid, signal.SIGQUIT)
         wait_until(
-            lambda: "in _serve" in own.log_tail(20_000),
+            # kubelet_plugin/main.py's _serve: the main thread's wait (gRPC's threads have a
+            # `_serve` of their own, and the dump is written thread by thread)
+            lambda: 'kubelet_plugin/main.py", line' in own.log_tail(20_000),
             "the main thread's stack",
             details=lambda: (
                 f"exit code {own.process and own.process.poll()}, log:\n" + own.log_tail()
@@ -556,7 +559,7 @@ def test_sigquit_logs_every_threads_stack_and_the_plugin_keeps_serving() -> None
 
         log = own.log_tail(20_000)
         assert "(most recent call first)" in log
-        assert "kubelet_plugin/main.py" in log  # where the main thread waits
+        assert re.search(r'kubelet_plugin/main\.py", line \d+ in _serve', log)  # the main wait
         assert own.client.prepare([]) == {}  # still serving
         assert own.terminate() == 0
 
