@@ -57,7 +57,7 @@ def whole_gpu(hardware: Hardware) -> GpuInfo:
     for gpu in hardware.nvml.gpus():
         if not gpu.mig_enabled:
             return gpu
-    pytest.skip(
+    pytest.fail(
         "every GPU has MIG enabled, and these tests never change MIG mode: the whole-GPU "
         "tests need a GPU with MIG off (an admin can turn MIG off on an idle GPU)"
     )
