@@ -20,6 +20,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from dra_driver.composition.child_process import popen
+from tests.fakes import PluginProcess
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 LATENCY_COLUMNS = ("p50", "p90", "p99", "max", "mean")
@@ -106,3 +109,11 @@ def write_json(result: BenchResult, directory: Path = RESULTS_DIR) -> Path:
     }
     path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return path
+
+
+def real_plugin(**options: Any) -> PluginProcess:
+    """The plugin as a node runs it, for timing and sizing: a new interpreter (not the test
+    suite's fork server), no failpoints file read at every step, and no periodic re-publish
+    (`publish_interval` 3600 s unless given)."""
+    options.setdefault("publish_interval", 3600)
+    return PluginProcess(spawn=popen, armable=False, **options)

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Sequence
 
 from bench import BenchOptions, render, write_json
-from tests.fakes.zygote import SPAWN_ENV_VAR
 
 BENCHMARKS: dict[str, str] = {
     "prepare": "bench.prepare_roundtrip",
@@ -32,9 +30,6 @@ BENCHMARKS: dict[str, str] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # The benchmarks time and size the real daemon: each plugin a new interpreter, never the
-    # test suite's fork server.
-    os.environ.setdefault(SPAWN_ENV_VAR, "exec")
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
         "names",

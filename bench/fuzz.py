@@ -15,8 +15,7 @@ is unprepared (checkpoint entry, CDI spec, MIG instance, MPS daemon).
 
 from __future__ import annotations
 
-from bench import BenchOptions, BenchResult
-from tests.fakes import PluginProcess
+from bench import BenchOptions, BenchResult, real_plugin
 from tests.fakes.fuzz import Fuzzer, FuzzReport
 
 NAME = "fuzz"
@@ -28,10 +27,8 @@ BASE_CALLS = 1_000
 
 def run(options: BenchOptions) -> BenchResult:
     calls = options.cycles or DEFAULT_CALLS
-    with PluginProcess(
-        armable=False,  # no failpoints file read at every step: the real plugin's cost
+    with real_plugin(
         prefix="dra-gpu-bench-fz-",
-        publish_interval=3600,
     ) as plugin:
         report = Fuzzer(plugin).run(calls, rss_every=1_000, progress=_progress)
     return _result(report, calls)

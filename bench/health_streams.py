@@ -20,7 +20,7 @@ import time
 
 import grpc
 
-from bench import BenchOptions, BenchResult, summarize_ns
+from bench import BenchOptions, BenchResult, real_plugin, summarize_ns
 from bench.prepare_roundtrip import cycle
 from dra_driver.errors import PluginError
 from kubelet_plugin.gen.dra_health.v1alpha1 import api_pb2 as health_pb2
@@ -78,11 +78,9 @@ class _Streams:
 def run(options: BenchOptions) -> BenchResult:
     cycles = options.cycles or DEFAULT_CYCLES
     warmup = DEFAULT_WARMUP if options.warmup is None else options.warmup
-    with PluginProcess(
-        armable=False,  # no failpoints file read at every step: the real plugin's cost
+    with real_plugin(
         shape=SHAPE,
         prefix="dra-gpu-bench-hs-",
-        publish_interval=3600,
     ) as plugin:
         plugin.client.register()
         plugin.store_claim(

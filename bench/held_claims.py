@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-from bench import BenchOptions, BenchResult, summarize_ns
+from bench import BenchOptions, BenchResult, real_plugin, summarize_ns
 from bench.prepare_roundtrip import CLAIM, cycle
 from dra_driver.errors import PluginError
 from kubelet_plugin.service import ClaimRef
@@ -99,11 +99,9 @@ def run(options: BenchOptions) -> BenchResult:
 
 
 def _plugin(prefix: str) -> PluginProcess:
-    return PluginProcess(
-        armable=False,  # no failpoints file read at every step: the real plugin's cost
+    return real_plugin(
         shape=SHAPE,
         prefix=prefix,
-        publish_interval=3600,
         extra_args=[CONSUMABLE_SHARES],
     )
 

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bench import BenchOptions, BenchResult, summarize_ns
+from bench import BenchOptions, BenchResult, real_plugin, summarize_ns
 from dra_driver.errors import PluginError
 from kubelet_plugin.service import ClaimRef
 from tests.fakes import (
@@ -60,11 +60,9 @@ def run(options: BenchOptions) -> BenchResult:
     cycles = options.cycles or DEFAULT_CYCLES
     warmup = DEFAULT_WARMUP if options.warmup is None else options.warmup
     latency = ",".join(f"{key}={value:g}" for key, value in LATENCY.items())
-    with PluginProcess(
-        armable=False,  # no failpoints file read at every step: the real plugin's cost
+    with real_plugin(
         shape=SHAPE,
         prefix="dra-gpu-bench-mig-",
-        publish_interval=3600,
         extra_args=["--dynamic-mig", f"--sim-latency={latency}"],
     ) as plugin:
         spread = _store_claims(plugin, [f"gpu-{n}-mig-1g10gb-19-0" for n in range(8)], 1)

@@ -24,7 +24,7 @@ import time
 
 import grpc
 
-from bench import BenchOptions, BenchResult, summarize_ns
+from bench import BenchOptions, BenchResult, real_plugin, summarize_ns
 from bench.minimal_plugin_process import MinimalPluginProcess
 from dra_driver.container.cdi_store import CdiStore
 from dra_driver.errors import PluginError
@@ -48,12 +48,9 @@ def run(options: BenchOptions) -> BenchResult:
     """Run the benchmark; raises PluginError if any call fails."""
     cycles = options.cycles or DEFAULT_CYCLES
     warmup = DEFAULT_WARMUP if options.warmup is None else options.warmup
-    # A long publish interval keeps the slice re-sync out of the measured window.
-    with PluginProcess(
-        armable=False,  # no failpoints file read at every step: the real plugin's cost
+    with real_plugin(
         shape=SHAPE,
         prefix="dra-gpu-bench-",
-        publish_interval=3600,
     ) as plugin:
         version = plugin.client.register()
         plugin.store_claim(

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import BenchOptions, BenchResult, summarize_ns
+from bench import BenchOptions, BenchResult, real_plugin, summarize_ns
 from controller.publisher import SlicePublisher
 from dra_driver.errors import PluginError
 from dra_driver.hardware.simulated.hardware import SimHardware
@@ -70,11 +70,9 @@ def _measure(cycles: int, args: list[str]) -> tuple[dict[str, dict[str, float]],
     publish_ns: list[int] = []
     taint_ns: list[int] = []
     untaint_ns: list[int] = []
-    with PluginProcess(
-        armable=False,  # no failpoints file read at every step: the real plugin's cost
+    with real_plugin(
         shape=SHAPE,
         prefix="dra-gpu-bench-",
-        publish_interval=3600,
         extra_args=args,
     ) as plugin:
         cluster = plugin.cluster

@@ -15,7 +15,8 @@ it exits with that process. `DRA_GPU_TEST_SPAWN=exec` starts every daemon as a n
 interpreter instead (`popen`), for a run that doubts the zygote.
 
 The demo tests and the wheel check start the daemon with `python -m dra_driver.cli` and
-`dra-gpu`, so the real start-up path stays tested.
+`dra-gpu`, so the real start-up path stays tested; the benchmarks use `popen`
+(`bench.real_plugin`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from tests.zygote_server import MAX_MESSAGE
 __all__ = ["SPAWN_ENV_VAR", "ForkedProcess", "spawn"]
 
 SPAWN_ENV_VAR = "DRA_GPU_TEST_SPAWN"
-"""`exec`: every daemon a new interpreter (the benchmarks set it: they time the real start)."""
+"""`exec`: every daemon a new interpreter, for a run that doubts the fork server."""
 
 
 # -- the test side --------------------------------------------------------------------
