@@ -19,6 +19,13 @@ node. What "the same node" means here:
   node's major and minor numbers: nvcdi stats the nodes it puts into a spec,
   and a driver root with a `dev/` is its device root. Both plugins read it as
   their container driver root; CDI host paths are written under `/`.
+* PCI and DRM: the mock profile's bus ids are rewritten to the simulated
+  node's (`load_shape_file`), and NVIDIA's plugin runs in a mount namespace of
+  its own (`unshare`) where the simulated node's sysfs
+  (`dra_driver.hardware.simulated.sysfs`: each GPU's `drm/card<N>` and
+  `renderD<M>`) is bind-mounted over `/sys/bus/pci/devices`, which nvcdi
+  reads to find a GPU's DRM nodes; the driver root's `dev/dri` has those nodes
+  and their `by-path` links. Ours reads the same sysfs through its simulator.
 * API: each plugin gets an API server of its own (`tests.fakes.FakeApiServer`
   over HTTP, in this process), with the same Node and the same allocated
   claim: two plugins of one driver on one node in one API server would each
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -42,11 +50,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Self
 
+import yaml
+
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.container.cdi import NVIDIA_MAJOR, NVIDIA_MODESET_MINOR, NVIDIACTL_MINOR
 from dra_driver.errors import ConfigError, PluginError
 from dra_driver.hardware.simulated.driver_root import LIBRARY_DIRS, materialize_driver_root
 from dra_driver.hardware.simulated.proctree import NVIDIA_UVM_MAJOR
+from dra_driver.hardware.simulated.shapes import load_shape_file
+from dra_driver.hardware.simulated.sysfs import DRM_MAJOR, drm_node_names, materialize_sysfs
 from dra_driver.kube.api_store import KubeCluster
 from kubelet_plugin.kubelet_client import KubeletClient
 from kubelet_plugin.socket_names import dra_socket_path, registration_socket_path
@@ -122,24 +134,50 @@ class SharedNode:
     driver_root: Path
     shape_file: Path
     mock_profile: Path
+    pci_devices: Path  # the simulated sysfs's bus/pci/devices, for NVIDIA's /sys/bus/pci/devices
 
 
 def make_node(work: Path, build: NvidiaBuild) -> SharedNode:
-    """Lay out the shared driver root (with the mock NVML and device nodes) and the shape."""
+    """Lay out the shared driver root (with the mock NVML and device nodes), the shape, the
+    mock's profile with the shape's PCI bus ids, and the node's sysfs."""
     root = materialize_driver_root(work / "driver-root", DRIVER_VERSION, "debian")
     library = root / LIBRARY_DIRS["debian"].lstrip("/") / MOCK_LIBRARY
     shutil.copyfile(build.mock_library, library)  # replaces the fake; links stay as they are
     library.chmod(0o755)
-    _device_nodes(root / "dev")
-    shape = work / "a100-node.yaml"
-    shape.write_text(A100_SHAPE, encoding="utf-8")
+    shape_file = work / "a100-node.yaml"
+    shape_file.write_text(A100_SHAPE, encoding="utf-8")
+    bus_ids = [gpu.pci_bus_id for gpu in load_shape_file(shape_file).gpus]
+    _device_nodes(root / "dev", bus_ids)
+    profile = work / MOCK_PROFILE
+    profile.write_text(_profile_on(build.mock_profile, bus_ids), encoding="utf-8")
+    sysfs = materialize_sysfs(work / "sysfs", bus_ids)
     return SharedNode(
-        work=work, driver_root=root, shape_file=shape, mock_profile=build.mock_profile
+        work=work,
+        driver_root=root,
+        shape_file=shape_file,
+        mock_profile=profile,
+        pci_devices=sysfs / "bus" / "pci" / "devices",
     )
 
 
-def _device_nodes(dev: Path) -> None:
-    """The character devices a GPU node's /dev has, with the simulated node's numbers."""
+def _profile_on(profile: Path, bus_ids: list[str]) -> str:
+    """The mock's profile with its GPUs at `bus_ids` (in index order, upper case as NVML
+    reports them): every mention of a GPU's bus id, its topology included, is replaced."""
+    text = profile.read_text(encoding="utf-8")
+    devices = yaml.safe_load(text).get("devices") or []
+    old = [str(d["pci"]["bus_id"]) for d in sorted(devices, key=lambda d: d["index"])]
+    if len(old) != len(bus_ids):
+        raise ConfigError(
+            f"mock NVML profile {profile}: {len(old)} devices, the shape has {len(bus_ids)} GPUs"
+        )
+    new = dict(zip((o.upper() for o in old), (b.upper() for b in bus_ids), strict=True))
+    pattern = re.compile("|".join(re.escape(o) for o in new), re.IGNORECASE)
+    return pattern.sub(lambda m: new[m.group(0).upper()], text)
+
+
+def _device_nodes(dev: Path, bus_ids: list[str]) -> None:
+    """The character devices a GPU node's /dev has, with the simulated node's numbers, and
+    the DRM nodes' by-path links."""
     nodes = [(f"nvidia{i}", NVIDIA_MAJOR, i) for i in range(GPU_COUNT)]
     nodes += [
         ("nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR),
@@ -147,7 +185,11 @@ def _device_nodes(dev: Path) -> None:
         ("nvidia-uvm", NVIDIA_UVM_MAJOR, 0),
         ("nvidia-uvm-tools", NVIDIA_UVM_MAJOR, 1),
     ]
-    dev.mkdir(parents=True, exist_ok=True)
+    (dev / "dri" / "by-path").mkdir(parents=True, exist_ok=True)
+    for index, bus_id in enumerate(bus_ids):
+        for (name, minor), kind in zip(drm_node_names(index), ("card", "render"), strict=True):
+            nodes.append((f"dri/{name}", DRM_MAJOR, minor))
+            os.symlink(f"../{name}", dev / "dri" / "by-path" / f"pci-{bus_id}-{kind}")
     for name, major, minor in nodes:
         try:
             os.mknod(dev / name, stat.S_IFCHR | 0o666, os.makedev(major, minor))
@@ -195,7 +237,8 @@ class NvidiaPluginProcess:
     """NVIDIA's `gpu-kubelet-plugin` on `node`, talking to the API server `kubeconfig_path`.
 
     Its kubelet root, CDI root and log live in a work directory of its own. It
-    runs as NVIDIA's Helm chart runs it (`-v 4`, default feature gates, no
+    runs in a mount namespace where `node.pci_devices` is its
+    `/sys/bus/pci/devices`, and as NVIDIA's Helm chart runs it (`-v 4`, default feature gates, no
     health-check port), except for the client-go rate limit
     (`NVIDIA_KUBE_API_QPS`). `start()` returns once its registration socket
     exists, or raises PluginError with the log's tail.
@@ -248,9 +291,26 @@ class NvidiaPluginProcess:
         }
         env["MOCK_NVML_CONFIG"] = str(self.node.mock_profile)
         registration.parent.mkdir(parents=True, exist_ok=True)  # the kubelet makes it
+        unshare = shutil.which("unshare")
+        if unshare is None:
+            raise ConfigError(
+                "unshare (util-linux) is not installed: NVIDIA's plugin runs in a mount "
+                "namespace where the simulated node's sysfs is its /sys/bus/pci/devices"
+            )
+        command = [
+            unshare,
+            "--mount",
+            "--propagation=private",
+            "--",
+            "sh",
+            "-c",
+            'mount --bind "$0" /sys/bus/pci/devices && exec "$@"',
+            str(self.node.pci_devices),
+            *self.args(),
+        ]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                self.args(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         deadline = time.monotonic() + START_TIMEOUT_S
         while not (registration.exists() and self.dra_socket.exists()):
