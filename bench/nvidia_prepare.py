@@ -206,6 +206,8 @@ def _measure(
         ],
         latencies=latencies,
         data={
+            "nvidia_plugin": str(nvidia.build.plugin),
+            "mock_nvml_library": str(nvidia.build.mock_library),
             "driver_version": DRIVER_VERSION,
             "api_versions": list(versions),
             "grpc_version": grpc.__version__,
