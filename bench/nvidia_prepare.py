@@ -17,7 +17,7 @@ placeholders; any difference is printed.
 
 Not in `make bench` or `make test`: NVIDIA's binaries are not in this
 repository (`bench.nvidia_node.NvidiaBuild` says what is missing), and the
-device nodes it creates need root. Run it with
+node's device nodes and NVIDIA's mount namespace need root. Run it with
 `.venv/bin/python -m bench nvidia-prepare`.
 """
 
@@ -111,6 +111,9 @@ def run(options: BenchOptions) -> BenchResult:
 
 
 def _our_plugin(node: SharedNode, kubeconfig_path: Path) -> PluginProcess:
+    """`dra-gpu kubelet-plugin` on `node`, reading its claims from the API server of
+    `kubeconfig_path` (the flags come after PluginProcess's `--cluster=local:...`; the last
+    one counts)."""
     return real_plugin(
         node_name=NODE_NAME,
         shape=str(node.shape_file),
