@@ -1,8 +1,11 @@
-"""`python -m bench [NAME ...]`: run the registered benchmarks (all when none is named).
+"""`python -m bench [NAME ...]`: run the registered benchmarks (all but `OPT_IN` when none
+is named).
 
 Each result is printed as a table and written to `bench/results/<name>.json`.
 To add a benchmark, write a module with `NAME`, `DESCRIPTION` and
 `run(options: BenchOptions) -> BenchResult`, and list it in `BENCHMARKS`.
+A benchmark that needs what is not there raises ConfigError saying what; it
+is printed and the exit status is 2.
 """
 
 from __future__ import annotations
