@@ -19,9 +19,10 @@ What can be known before allocation is checked (`check_claim_spec`):
    `gpu.nvidia.com` and `mig.nvidia.com`; one naming a `firstAvailable`
    request by its main name only when no alternative fits, since the
    scheduler picks one (a subrequest named on its own must fit);
-3. MPS on more than one device (`one_mps_device_per_claim`) when one request
-   asks for an exact count of two or more devices and every alternative of
-   it gets an MPS config.
+3. MPS: an `mpsConfig` no device can apply (`check_mps_config`), and MPS on
+   more than one device (`one_mps_device_per_claim`) when one request asks
+   for an exact count of two or more devices and every alternative of it
+   gets an MPS config.
 
 Left to Prepare, because they depend on the node or on other claims: a
 class's own configs, MPS on devices of several requests (consumable shares
@@ -46,7 +47,7 @@ from dra_driver.claims.device_config import (
     decode,
     select_config,
 )
-from dra_driver.claims.mps import one_mps_device_per_claim
+from dra_driver.claims.mps import check_mps_config, one_mps_device_per_claim
 from dra_driver.errors import AdmissionError, ClaimError
 from dra_driver.node.device_classes import device_types_of_classes
 
@@ -207,17 +208,22 @@ def _alternative_problem(
     if kind is None:
         return None  # a class of another driver, or one whose devices we cannot know
     applicable = [(c, v) for c, v in decoded if c.applies_to_request(alternative.request)]
+    device = f"(DeviceClass {alternative.device_class})"
     try:
         config = select_config(
             ref,
             applicable,
             request=alternative.request,
-            device=f"(DeviceClass {alternative.device_class})",
+            device=device,
             device_kind=kind,
         )
         sharing = config.sharing if config is not None else None
-        if sharing is not None and sharing.strategy is SharingStrategy.MPS and alternative.count:
-            devices = (f"{alternative.request}[{i}]" for i in range(alternative.count))
+        if sharing is not None and sharing.strategy is SharingStrategy.MPS:
+            if sharing.mps_config is not None:
+                check_mps_config(
+                    sharing.mps_config, f"{ref}: request {alternative.request!r} on {device}"
+                )
+            devices = (f"{alternative.request}[{i}]" for i in range(alternative.count or 1))
             one_mps_device_per_claim(ref, devices)
     except ClaimError as exc:
         return str(exc)

@@ -81,6 +81,16 @@ def test_mps_counts_devices_of_one_request_with_an_exact_count() -> None:
         "ResourceClaim ns/c: asks for MPS on 3 devices (r[0], r[1], r[2]); a container "
         "reaches one MPS control daemon, so request each MPS device in its own claim"
     ]
+    zero = {
+        **GPU_MPS,
+        "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 0}},
+    }
+    assert _check(_spec(_exactly("r", "mig.nvidia.com"), config=[_config(zero)])) == []  # not MIG's
+    zero_mig = {**zero, "kind": "MigDeviceConfig"}
+    assert _check(_spec(_exactly("r", "mig.nvidia.com"), config=[_config(zero_mig)])) == [
+        "ResourceClaim ns/c: request 'r' on (DeviceClass mig.nvidia.com): "
+        "defaultActiveThreadPercentage must be 1..100, not 0"
+    ]
     # two requests may share one device (consumable shares): left to the node
     two = _spec(
         _exactly("a", "gpu.nvidia.com"), _exactly("b", "gpu.nvidia.com"), config=[_config(GPU_MPS)]

@@ -271,6 +271,11 @@ BAD_CONFIGS: Final = {
         "sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: Value error, quantity 'lots': not a "
         "number with an optional unit suffix",
     ),
+    "a limit no device can apply": (
+        mps(defaultActiveThreadPercentage=0),
+        "ResourceClaim ml/bad: request 'gpu' on (DeviceClass gpu.nvidia.com): "
+        "defaultActiveThreadPercentage must be 1..100, not 0",
+    ),
     "MigDeviceConfig for a GPU request": (
         {"apiVersion": API, "kind": "MigDeviceConfig"},
         "ResourceClaim ml/bad: a MigDeviceConfig names request 'gpu', but its device "
