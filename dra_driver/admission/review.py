@@ -106,7 +106,7 @@ def review(body: object, *, driver: str) -> Verdict:
     if group != GROUP or version not in VERSIONS or name not in KINDS:
         return _bad_request(
             uid,
-            f"{group}/{version}/{name}",
+            f"{_short(group)}/{_short(version)}/{_short(name)}",
             "expected resource to be one of the supported versions for resourceclaims or "
             f"resourceclaimtemplates ({GROUP} {', '.join(VERSIONS)}), got "
             f"{_short(group)}/{_short(version)}/{_short(name)}",

@@ -46,6 +46,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final
 
+from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.admission.review import review
 from dra_driver.errors import AdmissionError, ConfigError
 
@@ -71,7 +72,7 @@ class WebhookOptions:
     port: int = DEFAULT_PORT
     host: str = ""
     """"" listens on every address (IPv6 and IPv4 where the host has both)."""
-    driver: str = "gpu.nvidia.com"
+    driver: str = DEFAULT_DRIVER_NAME
 
 
 class Certificates:

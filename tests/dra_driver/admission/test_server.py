@@ -26,7 +26,7 @@ import pytest
 import trustme
 
 API: Final = "resource.nvidia.com/v1beta1"
-PATH: Final = "/validate-resource-claim-parameters"
+PATH: Final = "/validate-resource-claim-parameters?timeout=10s"  # as kube-apiserver calls it
 
 
 @dataclass
