@@ -27,12 +27,10 @@ from dra_driver.hardware.simulated.hardware import SimHardware
 from dra_driver.hardware.simulated.models import GiProfileSpec
 from dra_driver.hardware.simulated.views import ComputeInstanceView, GpuFacts, GpuInstanceView
 
-# nvml.h NVML_ERROR_FUNCTION_NOT_FOUND: pynvml raises it for an unknown `version` argument.
-# Not in `codes` because no backend ever reports it.
-_NVML_ERROR_FUNCTION_NOT_FOUND = 13
-_FAKE_NVML_ERROR_STRINGS: Mapping[int, str] = MappingProxyType(
-    {**nvml_codes.ERROR_STRINGS, _NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found"}
-)
+# nvml.h NVML_ERROR_FUNCTION_NOT_FOUND: pynvml raises it for an unknown `version` argument and
+# for an entry point the loaded library lacks (an older driver).
+_NVML_ERROR_FUNCTION_NOT_FOUND = nvml_codes.ERROR_FUNCTION_NOT_FOUND
+_FAKE_NVML_ERROR_STRINGS: Mapping[int, str] = MappingProxyType(dict(nvml_codes.ERROR_STRINGS))
 _NVML_INIT_FLAGS = 0x1 | 0x2  # NVML_INIT_FLAG_NO_GPUS | NVML_INIT_FLAG_NO_ATTACH
 # ctypes types and constants the fake re-exports from the real module
 _PYNVML_STRUCTS = (
@@ -90,7 +88,6 @@ def _fake_nvml_error_classes() -> dict[int, type[FakeNVMLError]]:
         for name, value in vars(nvml_codes).items()
         if name.startswith("ERROR_") and isinstance(value, int)
     }
-    constants["FUNCTION_NOT_FOUND"] = _NVML_ERROR_FUNCTION_NOT_FOUND
     classes: dict[int, type[FakeNVMLError]] = {}
     for constant, value in constants.items():
         cls = type(_nvml_error_class_name(constant), (FakeNVMLError,), {"fixed_value": value})
@@ -141,6 +138,8 @@ def _pynvml_call(fn: _AnyFn) -> _AnyFn:
         self.calls[name] += 1
         if name not in _NO_INIT_NEEDED and not self.initialized:
             raise fake_nvml_error(nvml_codes.ERROR_UNINITIALIZED)
+        if name in self.missing_functions:  # pynvml's _nvmlGetFunctionPointer on an old driver
+            raise fake_nvml_error(nvml_codes.ERROR_FUNCTION_NOT_FOUND)
         self._fail_if_injected(name)
         try:
             return fn(self, *args, **kwargs)
@@ -179,8 +178,10 @@ class FakePynvml(ModuleType):
     makes the next call(s) of a function raise that NVMLError (a GPU falling
     off the bus, a missing privilege); `unsupported_fields` are field ids
     `nvmlDeviceGetFieldValues` answers NOT_SUPPORTED for (a driver before
-    R565). `initialized` is true between init and the matching shutdown
-    (calls are ref-counted, like pynvml's).
+    R565); `missing_functions` are entry points the "driver" lacks: calling
+    one raises NVMLError_FunctionNotFound, as pynvml does when the loaded
+    library has no such symbol. `initialized` is true between init and the
+    matching shutdown (calls are ref-counted, like pynvml's).
     """
 
     def __init__(self, hw: SimHardware) -> None:
@@ -193,6 +194,7 @@ class FakePynvml(ModuleType):
         self._refcount = 0
         self._lock = threading.Lock()
         self.unsupported_fields: set[int] = set()  # field ids answered NOT_SUPPORTED (old drivers)
+        self.missing_functions: set[str] = set()  # entry points an older driver lacks
         self._tokens: dict[_FakeHandle, int] = {}
         self._handles: dict[int, _FakeHandle] = {}
         for name in _PYNVML_STRUCTS:
@@ -484,6 +486,16 @@ class FakePynvml(ModuleType):
     @_pynvml_call
     def nvmlDeviceGetBrand(self, handle: Any) -> int:
         return self._gpu(handle).model.brand_id
+
+    @_pynvml_call
+    def nvmlDeviceGetAddressingMode(self, device: Any) -> int:
+        """pynvml returns the struct's `value`; NOT_SUPPORTED off coherent platforms."""
+        facts = self._gpu(device)
+        if facts.model.addressing_mode is None:
+            raise NvmlError(
+                nvml_codes.ERROR_NOT_SUPPORTED, f"GPU {facts.index}: no addressing mode"
+            )
+        return facts.model.addressing_mode
 
     # -- MIG mode and GPU-instance profiles ----------------------------------
 

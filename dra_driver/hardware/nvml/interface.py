@@ -64,6 +64,9 @@ class GpuInfo:
     mig_pending: bool  # pending MIG mode (differs from current until a reset on Ampere)
     pcie_root: str | None = None  # e.g. "pci0000:00", where known
     numa_node: int | None = None  # where known
+    # nvmlDeviceGetAddressingMode as go-nvlib names it ("ATS", "HMM", "None"); None where
+    # NVML cannot tell (NOT_SUPPORTED: not a coherent platform; or a driver without the call)
+    addressing_mode: str | None = None
 
     @property
     def architecture(self) -> str:

@@ -25,6 +25,11 @@ Facts this module relies on (see the NVML notes, sections 1 and 4):
 * Compute-instance profiles need a GPU-instance handle in NVML; see
   `RealNvml.compute_instance_profiles` for what is answered when no GPU
   instance of the profile exists.
+* `nvmlDeviceGetAddressingMode` answers NOT_SUPPORTED off coherent
+  platforms; a library without it (an older driver, or an nvidia-ml-py
+  without the wrapper) leaves `GpuInfo.addressing_mode` None, logged once at
+  info level, as go-nvlib skips the call when the symbol is missing. NVIDIA's
+  plugin once crashed there (their PR #1014); this backend never fails on it.
 """
 
 from __future__ import annotations
@@ -166,6 +171,7 @@ class RealNvml:
         self._gi_profiles: dict[str, tuple[_KnownGiProfile, ...]] = {}
         self._ci_profiles: dict[tuple[str, int], tuple[ComputeInstanceProfile, ...]] = {}
         self._open = True
+        self._addressing_mode_missing_logged = False
         try:
             self._lib.nvmlInitWithFlags(init_flags)
         except self._lib.NVMLError as exc:
@@ -629,7 +635,39 @@ class RealNvml:
             mig_pending=mig_mode is not None and mig_mode[1],
             pcie_root=pcie_root,
             numa_node=numa_node,
+            addressing_mode=self._addressing_mode(uuid, handle),
         )
+
+    def _addressing_mode(self, uuid: str, handle: Any) -> str | None:
+        """go-nvlib's name of the GPU's addressing mode ("ATS", "HMM", "None"), or None.
+
+        None where NVML answers NOT_SUPPORTED (not a coherent platform) or the
+        library has no such call (logged once); an unknown mode value is logged
+        and left out rather than published under a made-up name.
+        """
+        action = f"read the addressing mode of {uuid}"
+        fn = getattr(self._lib, "nvmlDeviceGetAddressingMode", None)
+        try:
+            if fn is None:
+                raise NvmlError(codes.ERROR_FUNCTION_NOT_FOUND, f"{action}: pynvml has no call")
+            mode = self._call_unless((codes.ERROR_NOT_SUPPORTED,), action, fn, handle)
+        except NvmlError as exc:
+            if exc.code != codes.ERROR_FUNCTION_NOT_FOUND:
+                raise
+            if not self._addressing_mode_missing_logged:
+                self._addressing_mode_missing_logged = True
+                log.info(
+                    "%s: this driver's NVML has no nvmlDeviceGetAddressingMode (an older driver), "
+                    "so no GPU publishes addressingMode",
+                    exc,
+                )
+            return None
+        if mode is None:
+            return None
+        name = codes.ADDRESSING_MODE_NAMES.get(int(mode))
+        if name is None:
+            log.warning("%s: unknown mode %d, addressingMode left out", action, int(mode))
+        return name
 
     def _minor(self, uuid: str, handle: Any) -> int:
         return int(

@@ -204,6 +204,11 @@ def _gpu_info(g: GpuFacts) -> GpuInfo:
         mig_pending=model.mig_capable and g.mig_pending,
         pcie_root=g.pcie_root,
         numa_node=g.numa_node,
+        addressing_mode=(
+            None
+            if model.addressing_mode is None
+            else codes.ADDRESSING_MODE_NAMES[model.addressing_mode]
+        ),
     )
 
 
