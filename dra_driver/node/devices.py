@@ -31,6 +31,7 @@ from typing import Any, Final, Literal
 
 from dra_driver.errors import InventoryError
 from dra_driver.hardware.nvml import codes
+from dra_driver.hardware.nvml.fabric import FabricCondition, classify, describe, usable_clique
 from dra_driver.hardware.nvml.interface import GpuInfo, MigDeviceInfo
 from dra_driver.kube.names import is_dns_label
 from dra_driver.kube.quantity import format_quantity
@@ -59,6 +60,14 @@ _ATTRIBUTE_KINDS: Final[tuple[AttributeKind, ...]] = ("int", "bool", "string", "
 PCI_BUS_ID_ATTRIBUTE: Final = "resource.kubernetes.io/pciBusID"
 PCIE_ROOT_ATTRIBUTE: Final = "resource.kubernetes.io/pcieRoot"
 NUMA_NODE_ATTRIBUTE: Final = "resource.kubernetes.io/numaNode"
+# Ours (NVIDIA has none on GPUs): the GPU's NVLink clique, `<clusterUUID>.<cliqueId>`, the value
+# of NVIDIA's node label `nvidia.com/gpu.clique`, on whole GPUs whose fabric is usable.
+CLIQUE_ATTRIBUTE: Final = "cliqueID"
+_UNSETTLED_FABRIC: Final = (
+    FabricCondition.REGISTERING,
+    FabricCondition.FAILED,
+    FabricCondition.UNHEALTHY,
+)
 
 # The semver 2.0.0 regex the apiserver checks version attributes against
 # (kubernetes pkg/apis/resource/validation).
@@ -413,6 +422,11 @@ def inventory_warnings(
                 f"{label} has MIG mode {current} with {pending} pending until a GPU reset: "
                 f"it is published as MIG {current}"
             )
+        if classify(info.fabric) in _UNSETTLED_FABRIC:
+            warnings.append(
+                f"{label} has an NVLink {describe(info.fabric)}: its {CLIQUE_ATTRIBUTE} "
+                "attribute is left out"
+            )
         shared = sorted(
             mig_device_name(mig) for mig in gpu.mig_devices if _shares_gpu_instance(mig)
         )
@@ -505,6 +519,9 @@ def _gpu_device(inventory: NodeInventory, gpu: GpuInventory) -> AllocatableDevic
         **_common_attributes(inventory, info),
         "migCapable": AttributeValue.of_bool(info.mig_capable),
     }
+    clique = usable_clique(info.fabric)
+    if clique is not None:  # whole GPUs only: MIG devices have no NVLink peer access
+        attributes[CLIQUE_ATTRIBUTE] = AttributeValue.of_string(clique)
     return AllocatableDevice(
         name=gpu_device_name(info),
         kind="gpu",

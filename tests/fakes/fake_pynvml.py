@@ -8,6 +8,7 @@ import ctypes
 import functools
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ import pynvml as _real_pynvml
 
 from dra_driver.errors import NvmlError
 from dra_driver.hardware.nvml import codes as nvml_codes
+from dra_driver.hardware.nvml.fabric import FabricInfo
 from dra_driver.hardware.nvml.interface import (
     Placement,
 )
@@ -48,6 +50,9 @@ _PYNVML_STRUCTS = (
     "c_nvmlMemory_t",
     "c_nvmlMemory_v2_t",
     "nvmlPciInfo_t",
+    "c_nvmlGpuFabricInfo_t",
+    "c_nvmlGpuFabricInfo_v2_t",
+    "c_nvmlGpuFabricInfo_v3_t",
 )
 
 
@@ -195,6 +200,11 @@ class FakePynvml(ModuleType):
         self._lock = threading.Lock()
         self.unsupported_fields: set[int] = set()  # field ids answered NOT_SUPPORTED (old drivers)
         self.missing_functions: set[str] = set()  # entry points an older driver lacks
+        # GetGpuFabricInfoV struct versions the "driver" knows (an older one: v2 only)
+        self.fabric_versions: set[int] = {
+            _real_pynvml.nvmlGpuFabricInfo_v2,
+            _real_pynvml.nvmlGpuFabricInfo_v3,
+        }
         self._tokens: dict[_FakeHandle, int] = {}
         self._handles: dict[int, _FakeHandle] = {}
         for name in _PYNVML_STRUCTS:
@@ -203,6 +213,8 @@ class FakePynvml(ModuleType):
             if name.startswith("NVML_") and isinstance(getattr(_real_pynvml, name), int):
                 setattr(self, name, getattr(_real_pynvml, name))
         self.NVMLError = FakeNVMLError
+        self.nvmlGpuFabricInfo_v2 = _real_pynvml.nvmlGpuFabricInfo_v2  # struct version tags
+        self.nvmlGpuFabricInfo_v3 = _real_pynvml.nvmlGpuFabricInfo_v3
         for cls in FAKE_NVML_ERRORS.values():
             setattr(self, cls.__name__, cls)
         # pynvml's aliases for the versioned entry points
@@ -486,6 +498,46 @@ class FakePynvml(ModuleType):
     @_pynvml_call
     def nvmlDeviceGetBrand(self, handle: Any) -> int:
         return self._gpu(handle).model.brand_id
+
+    # -- NVLink fabric (NVIDIA's mock NVML: bridge/fabric.go) ----------------
+
+    def _fabric(self, device: Any, ref: Any) -> tuple[FabricInfo, Any]:
+        facts = self._gpu(device)
+        if ref is None:
+            raise NvmlError(nvml_codes.ERROR_INVALID_ARGUMENT, "gpuFabricInfo is NULL")
+        if facts.fabric is None:
+            raise NvmlError(nvml_codes.ERROR_NOT_SUPPORTED, f"GPU {facts.index}: no NVLink fabric")
+        return facts.fabric, _deref(ref)
+
+    @staticmethod
+    def _fill_fabric(target: Any, info: FabricInfo) -> None:
+        target.clusterUuid[:] = list(uuid.UUID(info.cluster_uuid).bytes)
+        target.status = info.status
+        target.cliqueId = info.clique_id
+        target.state = info.state
+
+    @_pynvml_call
+    def nvmlDeviceGetGpuFabricInfo(self, device: Any, gpuFabricInfo: Any) -> int:
+        """v1 (no version field): cluster UUID, status, clique, state."""
+        info, target = self._fabric(device, gpuFabricInfo)
+        self._fill_fabric(target, info)
+        return nvml_codes.SUCCESS
+
+    @_pynvml_call
+    def nvmlDeviceGetGpuFabricInfoV(self, device: Any, gpuFabricInfo: Any) -> int:
+        """v2 adds the health mask, v3 the health summary; any other version tag answers
+        ARGUMENT_VERSION_MISMATCH, as NVML and NVIDIA's mock do."""
+        info, target = self._fabric(device, gpuFabricInfo)
+        version = int(getattr(target, "version", 0))
+        if version not in self.fabric_versions:
+            raise NvmlError(
+                nvml_codes.ERROR_ARGUMENT_VERSION_MISMATCH, f"fabric info version {version:#x}"
+            )
+        self._fill_fabric(target, info)
+        target.healthMask = info.health_mask or 0
+        if version == _real_pynvml.nvmlGpuFabricInfo_v3:
+            target.healthSummary = info.health_summary or 0
+        return nvml_codes.SUCCESS
 
     @_pynvml_call
     def nvmlDeviceGetAddressingMode(self, device: Any) -> int:

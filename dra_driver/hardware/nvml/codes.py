@@ -26,6 +26,7 @@ ERROR_GPU_IS_LOST: Final = 15
 ERROR_RESET_REQUIRED: Final = 16
 ERROR_IN_USE: Final = 19
 ERROR_INSUFFICIENT_RESOURCES: Final = 23
+ERROR_ARGUMENT_VERSION_MISMATCH: Final = 25  # a versioned struct's `version` the library lacks
 ERROR_UNKNOWN: Final = 999
 
 ERROR_STRINGS: Final[dict[int, str]] = {
@@ -45,6 +46,7 @@ ERROR_STRINGS: Final[dict[int, str]] = {
     ERROR_RESET_REQUIRED: "GPU requires restart",
     ERROR_IN_USE: "In use by another client",
     ERROR_INSUFFICIENT_RESOURCES: "Insufficient Resources",
+    ERROR_ARGUMENT_VERSION_MISMATCH: "Argument Version Mismatch",
     ERROR_UNKNOWN: "Unknown Error",
 }
 

@@ -30,6 +30,12 @@ Facts this module relies on (see the NVML notes, sections 1 and 4):
   without the wrapper) leaves `GpuInfo.addressing_mode` None, logged once at
   info level, as go-nvlib skips the call when the symbol is missing. NVIDIA's
   plugin once crashed there (their PR #1014); this backend never fails on it.
+* Fabric info is read with `nvmlDeviceGetGpuFabricInfoV` and the v3 struct
+  (health summary), then v2 on ARGUMENT_VERSION_MISMATCH, then the v1
+  `nvmlDeviceGetGpuFabricInfo` where the library has no V call (each struct
+  passed by reference, as pynvml's wrappers expect). NOT_SUPPORTED (a GPU
+  without NVLink fabric) and a library with neither call give None, the
+  latter logged once; neither is an error.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from typing import Any, NoReturn
 
 from dra_driver.errors import NvmlError
 from dra_driver.hardware.nvml import codes
+from dra_driver.hardware.nvml.fabric import FabricInfo, cluster_uuid_text
 from dra_driver.hardware.nvml.interface import (
     NO_INSTANCE,
     ComputeInstanceInfo,
@@ -172,6 +179,7 @@ class RealNvml:
         self._ci_profiles: dict[tuple[str, int], tuple[ComputeInstanceProfile, ...]] = {}
         self._open = True
         self._addressing_mode_missing_logged = False
+        self._fabric_missing_logged = False
         try:
             self._lib.nvmlInitWithFlags(init_flags)
         except self._lib.NVMLError as exc:
@@ -636,7 +644,46 @@ class RealNvml:
             pcie_root=pcie_root,
             numa_node=numa_node,
             addressing_mode=self._addressing_mode(uuid, handle),
+            fabric=self._fabric_info(uuid, handle),
         )
+
+    def fabric_info(self, uuid: str) -> FabricInfo | None:
+        with self._lock:
+            return self._fabric_info(uuid, self._handle(uuid))
+
+    def _fabric_info(self, uuid: str, handle: Any) -> FabricInfo | None:
+        lib = self._lib
+        action = f"read the NVLink fabric info of {uuid}"
+        attempts = [
+            (getattr(lib, "nvmlDeviceGetGpuFabricInfoV", None), struct)
+            for struct in ("c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfo_v2_t")
+        ]
+        attempts.append((getattr(lib, "nvmlDeviceGetGpuFabricInfo", None), "c_nvmlGpuFabricInfo_t"))
+        for fn, struct in attempts:
+            cls = getattr(lib, struct, None)
+            if fn is None or cls is None:
+                continue
+            info = cls()
+            try:
+                self._call(action, fn, handle, ctypes.byref(info))
+            except NvmlError as exc:
+                if exc.code == codes.ERROR_NOT_SUPPORTED:
+                    return None  # no NVLink fabric on this GPU
+                if exc.code not in (
+                    codes.ERROR_ARGUMENT_VERSION_MISMATCH,  # an older struct version next
+                    codes.ERROR_FUNCTION_NOT_FOUND,  # the library lacks this entry point
+                ):
+                    raise
+                continue
+            return _fabric_record(info)
+        if not self._fabric_missing_logged:
+            self._fabric_missing_logged = True
+            log.info(
+                "%s: this driver's NVML has no nvmlDeviceGetGpuFabricInfo(V) (an older driver), "
+                "so no GPU publishes an NVLink clique",
+                action,
+            )
+        return None
 
     def _addressing_mode(self, uuid: str, handle: Any) -> str | None:
         """go-nvlib's name of the GPU's addressing mode ("ATS", "HMM", "None"), or None.
@@ -1005,6 +1052,19 @@ def _derived_ci_profiles(
             )
         )
     return result
+
+
+def _fabric_record(info: Any) -> FabricInfo:
+    """A filled `c_nvmlGpuFabricInfo_t`/`_v2_t`/`_v3_t` as a `FabricInfo`."""
+    fields = {name for name, *_ in type(info)._fields_}
+    return FabricInfo(
+        cluster_uuid=cluster_uuid_text(bytes(info.clusterUuid)),
+        clique_id=int(info.cliqueId),
+        state=int(info.state),
+        status=int(info.status),
+        health_mask=int(info.healthMask) if "healthMask" in fields else None,
+        health_summary=int(info.healthSummary) if "healthSummary" in fields else None,
+    )
 
 
 def _text(value: bytes | str) -> str:

@@ -27,6 +27,7 @@ import time
 
 from dra_driver.errors import NvmlError
 from dra_driver.hardware.nvml import codes
+from dra_driver.hardware.nvml.fabric import FabricInfo
 from dra_driver.hardware.nvml.interface import (
     ComputeInstanceInfo,
     ComputeInstanceProfile,
@@ -95,6 +96,9 @@ class SimNvml:
 
     def gpu(self, uuid: str) -> GpuInfo:
         return _gpu_info(self.hw.gpu(uuid))
+
+    def fabric_info(self, uuid: str) -> FabricInfo | None:
+        return self.hw.gpu(uuid).fabric
 
     def gpu_instance_profiles(self, uuid: str) -> list[GpuInstanceProfile]:
         return [_gi_profile(p) for p in self.hw.gi_profiles(uuid)]
@@ -209,6 +213,7 @@ def _gpu_info(g: GpuFacts) -> GpuInfo:
             if model.addressing_mode is None
             else codes.ADDRESSING_MODE_NAMES[model.addressing_mode]
         ),
+        fabric=g.fabric,
     )
 
 

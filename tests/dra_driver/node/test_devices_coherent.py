@@ -6,7 +6,8 @@
 * `resource.kubernetes.io/numaNode` as a one-element list under DRAListTypeAttributes, in
   slices the 1.37 strict schema and the 1.36 limits accept;
 * a Hopper-or-newer GPU with MIG on whose NVML lists no GPU-instance profile: the full GPU with
-  `--dynamic-mig`, nothing without.
+  `--dynamic-mig`, nothing without;
+* `cliqueID`, the NVLink clique of a whole GPU whose fabric is COMPLETED and healthy.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dra_driver.hardware.simulated.hardware import SimHardware
 from dra_driver.hardware.simulated.nvml import SimNvml
 from dra_driver.hardware.simulated.shapes import load_shape
 from dra_driver.node.devices import (
+    CLIQUE_ATTRIBUTE,
     NUMA_NODE_ATTRIBUTE,
     AllocatableDevice,
     AttributeValue,
@@ -169,3 +171,70 @@ def test_mig_on_without_profiles_stays_unpublished_without_dynamic_mig() -> None
         "MIG enabled but no MIG devices: nothing is published" in w
         for w in inventory_warnings(inventory)
     )
+
+
+# --- NVLink clique -----------------------------------------------------------------------
+
+RACK_CLIQUE = "00000000-0000-0000-0000-000000000001.0"
+
+
+@BACKENDS
+def test_gb200_gpus_publish_their_clique_and_mig_devices_do_not(
+    backend: Backend, tmp_path: Path
+) -> None:
+    inventory, _, _ = backend("gb200-node", tmp_path)
+    devices = build_devices(inventory, dynamic_mig=True)
+    gpus = [d for d in devices if d.kind == "gpu"]
+    assert [d.name for d in gpus] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+    for device in gpus:
+        assert device.to_api()["attributes"][CLIQUE_ATTRIBUTE] == {"string": RACK_CLIQUE}
+    assert not any(CLIQUE_ATTRIBUTE in d.attributes for d in devices if d.kind == "mig")
+    assert inventory_warnings(inventory, dynamic_mig=True) == []
+
+
+@BACKENDS
+@pytest.mark.parametrize("shape", ["gh200-node", "dgx-h100"])
+def test_gpus_without_fabric_publish_no_clique(
+    backend: Backend, shape: str, tmp_path: Path
+) -> None:
+    inventory, _, _ = backend(shape, tmp_path)
+    assert not any(CLIQUE_ATTRIBUTE in d.attributes for d in build_devices(inventory))
+
+
+@BACKENDS
+@pytest.mark.parametrize(
+    ("block", "why"),
+    [
+        ("  state: in_progress\n", "fabric registering (state in-progress"),
+        ("  state: not_started\n", "fabric registering (state not-started"),
+        ("  status: 999\n", "fabric failed"),
+        ("  healthSummary: unhealthy\n", "fabric unhealthy"),
+        ("  healthSummary: limited_capacity\n", "fabric unhealthy"),
+    ],
+)
+def test_a_fabric_not_settled_or_unhealthy_publishes_no_clique_and_says_why(
+    backend: Backend, block: str, why: str, tmp_path: Path
+) -> None:
+    shape = tmp_path / "tray.yaml"
+    shape.write_text(
+        "gpus:\n  - model: GB200\n    count: 2\nfabric:\n"
+        f"  clusterUuid: 00000000-0000-0000-0000-000000000001\n  cliqueId: 0\n{block}"
+    )
+    inventory, _, _ = backend(str(shape), tmp_path)
+    devices = build_devices(inventory)
+    assert [d.name for d in devices] == ["gpu-0", "gpu-1"]  # still published, without clique
+    assert not any(CLIQUE_ATTRIBUTE in d.attributes for d in devices)
+    warnings = inventory_warnings(inventory)
+    assert len(warnings) == 2
+    assert all(why in w and "cliqueID attribute is left out" in w for w in warnings)
+
+
+def test_a_zero_cluster_is_nvlink_without_a_multi_node_clique(tmp_path: Path) -> None:
+    shape = tmp_path / "tray.yaml"
+    shape.write_text(
+        "gpus:\n  - model: GB200\nfabric:\n"
+        "  clusterUuid: 00000000-0000-0000-0000-000000000000\n  cliqueId: 0\n"
+    )
+    inventory, _, _ = _pynvml(str(shape), tmp_path)
+    assert not any(CLIQUE_ATTRIBUTE in d.attributes for d in build_devices(inventory))
+    assert inventory_warnings(inventory) == []  # a normal state, nothing to warn about

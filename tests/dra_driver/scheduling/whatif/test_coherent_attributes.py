@@ -149,3 +149,38 @@ def test_the_gate_is_refused_before_136(tmp_path: Path, capsys: pytest.CaptureFi
     argv = ["simulate", "-f", files, "--nodes", "gh200-node=1", "--kubernetes", "1.35"]
     assert main([*argv, "--feature-gates", "DRAListTypeAttributes=true"]) == 2
     assert "Kubernetes 1.35 has no such gate" in capsys.readouterr().err
+
+
+def test_gpus_of_one_nvlink_clique_without_a_compute_domain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two whole GPUs that share a clique: only gb200-node GPUs have one (H100s are tried first)."""
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": "ml", "name": "nvl"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}
+                ],
+                "constraints": [{"matchAttribute": "gpu.nvidia.com/cliqueID"}],
+            }
+        },
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"namespace": "ml", "name": "nvl-job"},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "busybox", "resources": {"claims": [{"name": "gpus"}]}}
+            ],
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": "nvl"}],
+        },
+    }
+    path = tmp_path / "nvl.yaml"
+    path.write_text(yaml.safe_dump_all([claim, pod], sort_keys=False), encoding="utf-8")
+    code, (record,) = _simulate(capsys, "-f", str(path), "--nodes", "dgx-h100=1,gb200-node=1")
+    assert code == 0
+    assert _placed(record) == ("gb200-node-0", ["gpu-0", "gpu-1"])
