@@ -3,6 +3,7 @@ state file that keeps it."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,19 @@ def test_the_fabric_survives_the_state_file(tmp_path: Path) -> None:
     reopened = SimHardware(None, node_name="gb-0", state_path=state)
     assert [g.fabric for g in reopened.gpus()] == [g.fabric for g in first.gpus()]
     assert reopened.gpu(0).fabric is not None
+
+
+def test_a_fabric_that_settles_is_seen_by_another_reader_of_the_state_file(tmp_path: Path) -> None:
+    state = tmp_path / "node.json"
+    manager = SimHardware(load_shape("gb200-node"), node_name="gb-0", state_path=state)
+    settled = manager.gpu(1).fabric
+    assert settled is not None
+    registering = dataclasses.replace(settled, state=fabric.STATE_IN_PROGRESS)
+    manager.set_fabric(1, registering)
+    plugin = SimNvml(SimHardware(None, node_name="gb-0", state_path=state))
+    uuid = plugin.gpus()[1].uuid
+    assert classify(plugin.fabric_info(uuid)) is FabricCondition.REGISTERING
+    manager.set_fabric(1, settled)
+    assert classify(plugin.fabric_info(uuid)) is FabricCondition.IN_CLIQUE
+    manager.set_fabric(1, None)
+    assert plugin.fabric_info(uuid) is None
