@@ -184,3 +184,36 @@ def test_gpus_of_one_nvlink_clique_without_a_compute_domain(
     code, (record,) = _simulate(capsys, "-f", str(path), "--nodes", "dgx-h100=1,gb200-node=1")
     assert code == 0
     assert _placed(record) == ("gb200-node-0", ["gpu-0", "gpu-1"])
+
+
+@pytest.mark.parametrize("gates", ["", "DRAListTypeAttributes=true"])
+@pytest.mark.parametrize(("count", "placed"), [(4, True), (5, False)])
+def test_match_attribute_on_numa_node_works_scalar_or_list(
+    gates: str, count: int, placed: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A DGX H100 has 4 GPUs per NUMA node: 4 share one, 5 do not, whatever the form."""
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": "ml", "name": "local"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpus",
+                        "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count},
+                    }
+                ],
+                "constraints": [{"matchAttribute": "resource.kubernetes.io/numaNode"}],
+            }
+        },
+    }
+    path = tmp_path / "local.yaml"
+    path.write_text(yaml.safe_dump(claim, sort_keys=False), encoding="utf-8")
+    argv = ["-f", str(path), "--nodes", "dgx-h100=1", "--kubernetes", "1.37"]
+    code, (record,) = _simulate(capsys, *argv, *(("--feature-gates", gates) if gates else ()))
+    assert code == (0 if placed else 1)
+    if placed:
+        assert _placed(record) == ("dgx-h100-0", ["gpu-0", "gpu-1", "gpu-2", "gpu-3"])
+    else:
+        assert "numaNode" in record["reason"]
