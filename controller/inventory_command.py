@@ -36,11 +36,17 @@ def print_inventory(
     dynamic_mig: bool = False,
     layout: Layout = "v1.35",
     consumable_shares: ConsumableShares | None = None,
+    list_attributes: bool = False,
     out: TextIO | None = None,
 ) -> int:
     out = out if out is not None else sys.stdout  # at call time: tests swap sys.stdout
     inventory = discover(hardware.nvml)
-    devices = build_devices(inventory, dynamic_mig=dynamic_mig, consumable_shares=consumable_shares)
+    devices = build_devices(
+        inventory,
+        dynamic_mig=dynamic_mig,
+        consumable_shares=consumable_shares,
+        list_attributes=list_attributes,
+    )
     slices = build_resource_slices(devices, driver=driver_name, node_name=node_name, layout=layout)
     for warning in inventory_warnings(inventory, dynamic_mig=dynamic_mig):
         print(f"warning: {warning}", file=sys.stderr)

@@ -9,9 +9,11 @@ of `pkg/apis/resource/validation` for Kubernetes 1.34 and 1.35. 1.36 and 1.37
 keep every 1.35 number checked here (k8s.io/api `resource/v1/types.go` on
 release-1.36 and master at v0.37.0-beta.0, docs/kubernetes-versions.md); they
 rename ResourceSliceMaxDevicesWithTaintsOrConsumesCounters to
-...WithAdvancedFeatures (list-type attributes count too, which we never
-publish) and add ResourceSliceMaxAttributeValuesPerDevice = 48, which our
-at most 32 scalar attributes and capacities cannot reach.
+...WithAdvancedFeatures (list-type attributes count too) and add the
+list-typed attribute values (`ints`, `bools`, `strings`, `versions`,
+DRAListTypeAttributes: non-empty lists) with
+ResourceSliceMaxAttributeValuesPerDevice = 48 values per device. 1.34 and
+1.35 know no list values.
 
 Every message names the slice, the field path and, for device fields, the
 device, e.g. `ResourceSlice node-a-gpu.nvidia.com-0: spec.devices[3].attributes
@@ -51,6 +53,10 @@ RESOURCE_SLICE_MAX_DEVICES: Final = 128
 RESOURCE_SLICE_MAX_DEVICES_WITH_TAINTS_OR_CONSUMES_COUNTERS: Final = 64
 RESOURCE_SLICE_MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE: Final = 32
 DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH: Final = 64
+# [1.36] DRAListTypeAttributes
+RESOURCE_SLICE_MAX_ATTRIBUTE_VALUES_PER_DEVICE: Final = 48
+_SCALAR_KINDS: Final = ("int", "bool", "string", "version")
+_LIST_KINDS: Final = {"ints": "int", "bools": "bool", "strings": "string", "versions": "version"}
 DEVICE_TAINTS_MAX_LENGTH: Final[dict[str, int]] = {"1.34": 4, "1.35": 16, "1.36": 16, "1.37": 16}
 BINDING_CONDITIONS_MAX_SIZE: Final = 4
 BINDING_FAILURE_CONDITIONS_MAX_SIZE: Final = 4
@@ -449,17 +455,20 @@ def _check_devices(
     defined_counters: dict[str, set[str]],
 ) -> None:
     advanced = any(
-        isinstance(d, Mapping) and (d.get("taints") or d.get("consumesCounters")) for d in devices
+        isinstance(d, Mapping)
+        and (d.get("taints") or d.get("consumesCounters") or _has_list_attribute(d))
+        for d in devices
     )
     limit = RESOURCE_SLICE_MAX_DEVICES
     if k8s != "1.34" and advanced:
         limit = RESOURCE_SLICE_MAX_DEVICES_WITH_TAINTS_OR_CONSUMES_COUNTERS
     if len(devices) > limit:
-        why = (
-            " (some device has taints or consumesCounters)"
-            if limit < RESOURCE_SLICE_MAX_DEVICES
-            else ""
+        features = (
+            "taints or consumesCounters"
+            if k8s in ("1.34", "1.35")
+            else "taints, consumesCounters or list-typed attributes"
         )
+        why = f" (some device has {features})" if limit < RESOURCE_SLICE_MAX_DEVICES else ""
         errors.add("spec.devices", f"{len(devices)} devices: must have at most {limit}{why}")
         return
     seen: set[str] = set()
@@ -529,10 +538,18 @@ def _check_device(
             f"{RESOURCE_SLICE_MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE}",
             name,
         )
+    values = 0
     for key in sorted(attributes, key=str):
         key_path = f'{path}.attributes["{key}"]'
         errors.extend(key_path, qualified_name_errors(str(key)), name)
-        _check_attribute(errors, key_path, attributes[key], name)
+        values += _check_attribute(errors, key_path, attributes[key], name, k8s)
+    if values > RESOURCE_SLICE_MAX_ATTRIBUTE_VALUES_PER_DEVICE and k8s not in ("1.34", "1.35"):
+        errors.add(
+            f"{path}.attributes",
+            f"{values} attribute values: must have at most "
+            f"{RESOURCE_SLICE_MAX_ATTRIBUTE_VALUES_PER_DEVICE}",
+            name,
+        )
 
     multi = device.get("allowMultipleAllocations")
     if multi is not None and not isinstance(multi, bool):
@@ -556,36 +573,63 @@ def _check_device(
     return consumed
 
 
-def _check_attribute(errors: _Errors, path: str, attribute: Any, device: str | None) -> None:
+def _has_list_attribute(device: Mapping[str, Any]) -> bool:
+    attributes = device.get("attributes")
+    if not isinstance(attributes, Mapping):
+        return False
+    return any(
+        isinstance(a, Mapping) and any(a.get(kind) is not None for kind in _LIST_KINDS)
+        for a in attributes.values()
+    )
+
+
+def _check_attribute(
+    errors: _Errors, path: str, attribute: Any, device: str | None, k8s: str
+) -> int:
+    """Check one attribute; return how many values it holds (a list counts each)."""
+    kinds = (*_SCALAR_KINDS, *_LIST_KINDS) if k8s not in ("1.34", "1.35") else _SCALAR_KINDS
     if not isinstance(attribute, Mapping):
-        errors.add(path, "must be an object with exactly one of int, bool, string, version", device)
-        return
-    present = [
-        key for key in ("int", "bool", "string", "version") if attribute.get(key) is not None
-    ]
-    unknown = sorted(set(attribute) - {"int", "bool", "string", "version"})
+        errors.add(path, f"must be an object with exactly one of {', '.join(kinds)}", device)
+        return 0
+    present = [key for key in kinds if attribute.get(key) is not None]
+    unknown = sorted(set(attribute) - set(kinds))
     if unknown:
         errors.add(path, f"unknown value fields {unknown}", device)
     if len(present) != 1:
         errors.add(path, f"exactly one value must be specified, found {present or 'none'}", device)
+    count = 0
     for key in present:
         value = attribute[key]
-        if key == "int" and (not _is_int(value) or not -INT64_MAX - 1 <= value <= INT64_MAX):
-            errors.add(path, f"int {value!r} is not a 64-bit integer", device)
-        elif key == "bool" and not isinstance(value, bool):
-            errors.add(path, f"bool {value!r} is not a boolean", device)
-        elif key in ("string", "version"):
-            if not isinstance(value, str):
-                errors.add(path, f"{key} {value!r} is not a string", device)
+        if key in _LIST_KINDS:
+            if not isinstance(value, list | tuple) or not value:
+                errors.add(path, f"{key} must be a non-empty list", device)
                 continue
-            if len(value) > DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH:
-                errors.add(
-                    path,
-                    f"{key} longer than {DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH} characters",
-                    device,
-                )
-            if key == "version" and not SEMVER_RE.match(value):
-                errors.add(path, f"version {value!r} is not a semver 2.0.0 version", device)
+            for i, item in enumerate(value):
+                _check_scalar(errors, f"{path}.{key}[{i}]", _LIST_KINDS[key], item, device)
+            count += len(value)
+        else:
+            _check_scalar(errors, path, key, value, device)
+            count += 1
+    return count
+
+
+def _check_scalar(errors: _Errors, path: str, key: str, value: Any, device: str | None) -> None:
+    if key == "int" and (not _is_int(value) or not -INT64_MAX - 1 <= value <= INT64_MAX):
+        errors.add(path, f"int {value!r} is not a 64-bit integer", device)
+    elif key == "bool" and not isinstance(value, bool):
+        errors.add(path, f"bool {value!r} is not a boolean", device)
+    elif key in ("string", "version"):
+        if not isinstance(value, str):
+            errors.add(path, f"{key} {value!r} is not a string", device)
+            return
+        if len(value) > DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH:
+            errors.add(
+                path,
+                f"{key} longer than {DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH} characters",
+                device,
+            )
+        if key == "version" and not SEMVER_RE.match(value):
+            errors.add(path, f"version {value!r} is not a semver 2.0.0 version", device)
 
 
 def _check_capacity(

@@ -132,7 +132,9 @@ def build_resource_slices(
 
     `version` is the Kubernetes release whose limits apply ("1.34"/"1.35");
     `layout` defaults to the one of `version`, `version` to the one of
-    `layout`, both to 1.35.
+    `layout`, both to 1.35, or to 1.36 where a device has a list-typed
+    attribute (DRAListTypeAttributes): such slices also hold at most 64
+    devices, the apiserver's limit for slices with advanced features.
 
     `taints` maps device names to the `taints` their entries carry (device
     health); with any taint, slices hold at most 64 devices, the apiserver's
@@ -141,6 +143,9 @@ def build_resource_slices(
     Raises SliceError for bad arguments, a layout that does not match the
     version, or if any slice would break an apiserver limit of that version.
     """
+    lists = any(device.has_list_attributes for device in devices)
+    if version is None and lists:
+        version = "1.36"  # the first release with list-typed attributes
     k8s, chosen_layout = _resolve_version(version, layout)
     if errors := driver_name_errors(driver):
         raise SliceError(f"driver name {driver!r}: {'; '.join(errors)}")
@@ -157,7 +162,7 @@ def build_resource_slices(
     device_taints: dict[str, list[Mapping[str, Any]]] = {
         name: list(entries) for name, entries in (taints or {}).items() if entries
     }
-    if device_taints:
+    if device_taints or lists:
         max_devices_per_slice = min(
             max_devices_per_slice, RESOURCE_SLICE_MAX_DEVICES_WITH_TAINTS_OR_CONSUMES_COUNTERS
         )

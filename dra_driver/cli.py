@@ -29,6 +29,8 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.errors import DraGpuError
 from dra_driver.log_safety import SafeLogFilter
 from dra_driver.node.consumable_shares import FLAG_HELP, parse_consumable_shares
+from dra_driver.node.feature_gates import FLAG_HELP as DRIVER_GATES_HELP
+from dra_driver.node.feature_gates import parse_driver_gates
 
 if TYPE_CHECKING:
     from dra_driver.container.driver_root import DriverRoot
@@ -265,6 +267,7 @@ def _inventory_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--partitionable-layout", choices=("v1.34", "v1.35"), default="v1.35")
     _add_consumable_shares_flag(parser)
+    _add_driver_gates_flag(parser)
     _add_hardware_flags(parser)
     _add_driver_root_flags(parser)
 
@@ -280,7 +283,12 @@ def _run_inventory(args: argparse.Namespace) -> int:
         dynamic_mig=args.dynamic_mig,
         layout=args.partitionable_layout,
         consumable_shares=parse_consumable_shares(args.consumable_shares),
+        list_attributes=parse_driver_gates(args.feature_gates).list_type_attributes,
     )
+
+
+def _add_driver_gates_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--feature-gates", default="", metavar="GATES", help=DRIVER_GATES_HELP)
 
 
 # ---------------------------------------------------------------- kubelet-plugin
@@ -339,6 +347,7 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
         "as static MIG devices and leave them alone)",
     )
     _add_consumable_shares_flag(parser)
+    _add_driver_gates_flag(parser)
     parser.add_argument(
         "--keep-mig-enabled",
         action="store_true",
@@ -475,6 +484,7 @@ def _run_plugin(args: argparse.Namespace) -> int:
             mig_reclaim_unknown=args.mig_reclaim_unknown,
             keep_mig_enabled=args.keep_mig_enabled,
             consumable_shares=parse_consumable_shares(args.consumable_shares),
+            list_attributes=parse_driver_gates(args.feature_gates).list_type_attributes,
             driver_retry_interval=args.driver_retry_interval,
             health_checks=args.device_health_checks,
             ignored_xids=parse_xid_list(args.additional_xids_to_ignore),
@@ -860,7 +870,9 @@ def _add_scenario_flags(parser: argparse.ArgumentParser, *, files_required: bool
         "--feature-gates",
         default="",
         metavar="GATES",
-        help="scheduler DRA gates, e.g. DRAConsumableCapacity=true,DRADeviceTaints=false",
+        help="scheduler DRA gates, e.g. DRAConsumableCapacity=true,DRADeviceTaints=false; "
+        "DRAListTypeAttributes=true (1.36+) also makes --nodes publish numaNode as a list, "
+        "as the plugin does with that gate",
     )
     _add_consumable_shares_flag(parser)
 

@@ -135,6 +135,7 @@ class PluginOptions:
     mig_reclaim_unknown: bool = False
     keep_mig_enabled: bool = False
     consumable_shares: ConsumableShares | None = None
+    list_attributes: bool = False  # --feature-gates DRAListTypeAttributes=true
     driver_retry_interval: float = 10.0
     health_checks: bool = True
     ignored_xids: frozenset[int] = frozenset()
@@ -364,6 +365,7 @@ def _serve(
         dynamic_mig=options.dynamic_mig,
         owned_instances=owned,
         consumable_shares=options.consumable_shares,
+        list_attributes=options.list_attributes,
     )
     driver.set_devices(devices)
     layout = choose_layout(_server_version(cluster), options.partitionable_layout)
@@ -394,7 +396,10 @@ def _serve(
             log.error(DYNAMIC_MIG_REFUSED)
             dynamic_mig = False
             devices = build_devices(
-                inventory, owned_instances=owned, consumable_shares=options.consumable_shares
+                inventory,
+                owned_instances=owned,
+                consumable_shares=options.consumable_shares,
+                list_attributes=options.list_attributes,
             )
             driver.set_devices(devices)
             slices = _SliceBuilder(options, devices, layout, monitor)

@@ -56,14 +56,21 @@ def build_simulated_nodes(
     mig: MigMode = "static",
     release: Release = "1.35",
     consumable_shares: ConsumableShares | None = None,
+    list_attributes: bool = False,
 ) -> SimulatedNodes:
-    """Simulated nodes and their slices, in request order (see the module docstring)."""
+    """Simulated nodes and their slices, in request order (see the module docstring).
+
+    `list_attributes` is the plugin's `--feature-gates DRAListTypeAttributes=true`."""
     built = SimulatedNodes()
     for request in requests:
         shape = load_shape(request.shape)
         template: tuple[str, list[Obj]] | None = None
         devices = _ShapeDevices(
-            shape, f"{request.prefix}-0", mig=mig, consumable_shares=consumable_shares
+            shape,
+            f"{request.prefix}-0",
+            mig=mig,
+            consumable_shares=consumable_shares,
+            list_attributes=list_attributes,
         )
         for index in range(request.count):
             name = f"{request.prefix}-{index}"
@@ -75,6 +82,7 @@ def build_simulated_nodes(
                     mig=mig,
                     release=release,
                     consumable_shares=consumable_shares,
+                    list_attributes=list_attributes,
                 )
                 template = (name, slices)
             else:
@@ -96,18 +104,24 @@ class _ShapeDevices:
         *,
         mig: MigMode,
         consumable_shares: ConsumableShares | None,
+        list_attributes: bool = False,
     ) -> None:
         self._shape = shape
         self._template = template
         self._mig = mig
         self._shares = consumable_shares
+        self._lists = list_attributes
         self._built: list[AllocatableDevice] | None = None
         self._template_uuids: tuple[str, ...] = ()
 
     def of(self, node_name: str) -> list[AllocatableDevice]:
         if self._built is None:
             self._built = node_devices(
-                self._shape, self._template, mig=self._mig, consumable_shares=self._shares
+                self._shape,
+                self._template,
+                mig=self._mig,
+                consumable_shares=self._shares,
+                list_attributes=self._lists,
             )
             self._template_uuids = _uuids(self._shape, self._template)
         if node_name == self._template:
@@ -123,12 +137,14 @@ def node_devices(
     *,
     mig: MigMode = "static",
     consumable_shares: ConsumableShares | None = None,
+    list_attributes: bool = False,
 ) -> list[AllocatableDevice]:
     """The devices the kubelet plugin of a freshly booted node of `shape` publishes."""
     return build_devices(
         _inventory(shape, node_name),
         dynamic_mig=mig == "dynamic",
         consumable_shares=consumable_shares,
+        list_attributes=list_attributes,
     )
 
 
@@ -140,10 +156,14 @@ def node_slices(
     mig: MigMode = "static",
     release: Release = "1.35",
     consumable_shares: ConsumableShares | None = None,
+    list_attributes: bool = False,
 ) -> list[Obj]:
     """The ResourceSlices the kubelet plugin publishes for `inventory` on `node_name`."""
     devices = build_devices(
-        inventory, dynamic_mig=mig == "dynamic", consumable_shares=consumable_shares
+        inventory,
+        dynamic_mig=mig == "dynamic",
+        consumable_shares=consumable_shares,
+        list_attributes=list_attributes,
     )
     return build_resource_slices(
         devices,

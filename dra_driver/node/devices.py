@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
 from dra_driver.errors import InventoryError
 from dra_driver.hardware.nvml import codes
+from dra_driver.hardware.nvml.fabric import FabricCondition, classify, describe, usable_clique
 from dra_driver.hardware.nvml.interface import GpuInfo, MigDeviceInfo
 from dra_driver.kube.names import is_dns_label
 from dra_driver.kube.quantity import format_quantity
@@ -52,13 +53,21 @@ from dra_driver.node.dynamic_mig import (
 from dra_driver.node.inventory import GpuInventory, NodeInventory
 
 DeviceKind = Literal["gpu", "mig"]
-AttributeKind = Literal["int", "bool", "string", "version"]
-_ATTRIBUTE_KINDS: Final[tuple[AttributeKind, ...]] = ("int", "bool", "string", "version")
+AttributeKind = Literal["int", "bool", "string", "version", "ints"]
+_ATTRIBUTE_KINDS: Final[tuple[AttributeKind, ...]] = ("int", "bool", "string", "version", "ints")
 
 # Attribute names shared with Kubernetes (KEP-5491 standard attributes).
 PCI_BUS_ID_ATTRIBUTE: Final = "resource.kubernetes.io/pciBusID"
 PCIE_ROOT_ATTRIBUTE: Final = "resource.kubernetes.io/pcieRoot"
 NUMA_NODE_ATTRIBUTE: Final = "resource.kubernetes.io/numaNode"
+# Ours (NVIDIA has none on GPUs): the GPU's NVLink clique, `<clusterUUID>.<cliqueId>`, the value
+# of NVIDIA's node label `nvidia.com/gpu.clique`, on whole GPUs whose fabric is usable.
+CLIQUE_ATTRIBUTE: Final = "cliqueID"
+_UNSETTLED_FABRIC: Final = (
+    FabricCondition.REGISTERING,
+    FabricCondition.FAILED,
+    FabricCondition.UNHEALTHY,
+)
 
 # The semver 2.0.0 regex the apiserver checks version attributes against
 # (kubernetes pkg/apis/resource/validation).
@@ -106,24 +115,27 @@ def normalize_version(text: str) -> str:
 
 @dataclass(frozen=True)
 class AttributeValue:
-    """One device attribute: exactly one of int, bool, string or version.
+    """One device attribute: exactly one of int, bool, string or version, or (Kubernetes
+    1.36+, DRAListTypeAttributes) a non-empty list of ints.
 
     Serializes to the API union: `{"int": 1}`, `{"bool": true}`,
-    `{"string": "x"}`, `{"version": "8.0.0"}`.
+    `{"string": "x"}`, `{"version": "8.0.0"}`, `{"ints": [0]}`.
     """
 
     kind: AttributeKind
-    value: int | bool | str
+    value: int | bool | str | tuple[int, ...]
 
     def __post_init__(self) -> None:
+        value = self.value
         ok = {
-            "int": isinstance(self.value, int) and not isinstance(self.value, bool),
-            "bool": isinstance(self.value, bool),
-            "string": isinstance(self.value, str),
-            "version": isinstance(self.value, str) and SEMVER_RE.match(str(self.value)),
+            "int": _is_int(value),
+            "bool": isinstance(value, bool),
+            "string": isinstance(value, str),
+            "version": isinstance(value, str) and SEMVER_RE.match(value),
+            "ints": isinstance(value, tuple) and bool(value) and all(map(_is_int, value)),
         }.get(self.kind)
         if not ok:
-            raise InventoryError(f"attribute value {self.value!r}: not a valid {self.kind}")
+            raise InventoryError(f"attribute value {value!r}: not a valid {self.kind}")
 
     @classmethod
     def of_int(cls, value: int) -> AttributeValue:
@@ -143,18 +155,26 @@ class AttributeValue:
         return cls("version", value)
 
     @classmethod
+    def of_ints(cls, values: Sequence[int]) -> AttributeValue:
+        """A list-typed int attribute (`ints`, DRAListTypeAttributes); never empty."""
+        return cls("ints", tuple(values))
+
+    @classmethod
     def from_api(cls, obj: Mapping[str, Any]) -> AttributeValue:
         """Read the API union back; raises InventoryError unless exactly one member is set."""
         present = [kind for kind in _ATTRIBUTE_KINDS if obj.get(kind) is not None]
         unknown = set(obj) - set(_ATTRIBUTE_KINDS)
         if len(present) != 1 or unknown:
             raise InventoryError(
-                f"attribute {dict(obj)!r}: exactly one of int, bool, string, version must be set"
+                f"attribute {dict(obj)!r}: exactly one of int, bool, string, version, ints "
+                "must be set"
             )
-        return cls(present[0], obj[present[0]])
+        value = obj[present[0]]
+        return cls(present[0], tuple(value) if isinstance(value, list) else value)
 
-    def to_api(self) -> dict[str, int | bool | str]:
-        return {self.kind: self.value}
+    def to_api(self) -> dict[str, Any]:
+        value = self.value
+        return {self.kind: list(value) if isinstance(value, tuple) else value}
 
 
 @dataclass(frozen=True)
@@ -186,6 +206,11 @@ class AllocatableDevice:
     request_policies: Mapping[str, RequestPolicy] = field(
         default_factory=lambda: MappingProxyType({})
     )
+
+    @property
+    def has_list_attributes(self) -> bool:
+        """Whether an attribute is list-typed (needs DRAListTypeAttributes, Kubernetes 1.36+)."""
+        return any(value.kind == "ints" for value in self.attributes.values())
 
     def __hash__(self) -> int:
         # Names are unique per node; equal devices always share name and GPU.
@@ -276,6 +301,7 @@ def build_devices(
     dynamic_mig: bool = False,
     owned_instances: Collection[tuple[str, int]] = (),
     consumable_shares: ConsumableShares | None = None,
+    list_attributes: bool = False,
 ) -> list[AllocatableDevice]:
     """Every device the node publishes, GPUs in PCI bus order.
 
@@ -287,7 +313,14 @@ def build_devices(
     holds (parent GPU UUID, GPU-instance id) of the MIG instances the plugin
     created itself (its checkpoint); they stay published as dynamic devices.
     `consumable_shares` publishes every device for sharing between claims
-    (`dra_driver.node.consumable_shares`).
+    (`dra_driver.node.consumable_shares`). `list_attributes` (the
+    DRAListTypeAttributes gate, Kubernetes 1.36+) publishes
+    `resource.kubernetes.io/numaNode` as a one-element list, as NVIDIA's
+    driver does under that gate (KEP-6072 prefers the list form).
+
+    A Hopper-or-newer GPU with MIG mode on whose NVML lists no GPU-instance
+    profile gets no dynamic MIG devices; with `dynamic_mig` it is offered as
+    the full GPU, as NVIDIA's driver offers it (Prepare switches MIG off).
 
     Raises InventoryError if two devices would share a name (for example two
     GPUs reporting the same minor number) or a name is not a DNS label.
@@ -297,6 +330,8 @@ def build_devices(
         partitioning = partition_gpu(gpu, owned_instances) if dynamic_mig else None
         if partitioning is not None:
             devices.extend(_partitioned_devices(inventory, gpu, partitioning))
+        elif dynamic_mig and _mig_on_without_profiles(gpu):
+            devices.append(_gpu_device(inventory, gpu))
         elif gpu.info.mig_enabled:
             migs = [_mig_device(inventory, gpu, mig) for mig in gpu.mig_devices]
             devices.extend(sorted(migs, key=lambda device: device.name))
@@ -315,7 +350,31 @@ def build_devices(
                 f"{device.gpu.uuid}: minor numbers must be unique"
             )
         seen[device.name] = device
+    if list_attributes:
+        devices = [_with_list_attributes(device) for device in devices]
     return apply_consumable_shares(devices, consumable_shares)
+
+
+def _with_list_attributes(device: AllocatableDevice) -> AllocatableDevice:
+    """`numaNode` as a one-element list (NVIDIA's form under DRAListTypeAttributes: the
+    GPU's own node, until same-socket nodes are known)."""
+    numa = device.attributes.get(NUMA_NODE_ATTRIBUTE)
+    if numa is None or numa.kind != "int" or not isinstance(numa.value, int):
+        return device
+    attributes = {**device.attributes, NUMA_NODE_ATTRIBUTE: AttributeValue.of_ints([numa.value])}
+    return dataclasses.replace(device, attributes=MappingProxyType(attributes))
+
+
+def _mig_on_without_profiles(gpu: GpuInventory) -> bool:
+    """MIG mode on, but NVML lists no GPU-instance profile and no MIG device exists (Hopper+:
+    the mode can be switched off again without a reset, so the full GPU can be offered)."""
+    info = gpu.info
+    return (
+        info.mig_enabled
+        and info.mig_toggle_supported
+        and not gpu.gi_profiles
+        and not gpu.mig_devices
+    )
 
 
 def inventory_warnings(
@@ -347,7 +406,12 @@ def inventory_warnings(
                 "the plugin starts (changing it needs a GPU reset), so it is published "
                 "as a full GPU"
             )
-        if mode is DynamicMigMode.STATIC and info.mig_enabled and not gpu.mig_devices:
+        if dynamic_mig and _mig_on_without_profiles(gpu):
+            warnings.append(
+                f"{label} has MIG enabled but NVML lists no GPU-instance profiles: it is "
+                "published as a full GPU, and MIG mode is switched off when a claim gets it"
+            )
+        elif mode is DynamicMigMode.STATIC and info.mig_enabled and not gpu.mig_devices:
             warnings.append(
                 f"{label} has MIG enabled but no MIG devices: nothing is published for it"
             )
@@ -357,6 +421,11 @@ def inventory_warnings(
             warnings.append(
                 f"{label} has MIG mode {current} with {pending} pending until a GPU reset: "
                 f"it is published as MIG {current}"
+            )
+        if classify(info.fabric) in _UNSETTLED_FABRIC:
+            warnings.append(
+                f"{label} has an NVLink {describe(info.fabric)}: its {CLIQUE_ATTRIBUTE} "
+                "attribute is left out"
             )
         shared = sorted(
             mig_device_name(mig) for mig in gpu.mig_devices if _shares_gpu_instance(mig)
@@ -450,6 +519,9 @@ def _gpu_device(inventory: NodeInventory, gpu: GpuInventory) -> AllocatableDevic
         **_common_attributes(inventory, info),
         "migCapable": AttributeValue.of_bool(info.mig_capable),
     }
+    clique = usable_clique(info.fabric)
+    if clique is not None:  # whole GPUs only: MIG devices have no NVLink peer access
+        attributes[CLIQUE_ATTRIBUTE] = AttributeValue.of_string(clique)
     return AllocatableDevice(
         name=gpu_device_name(info),
         kind="gpu",
@@ -517,7 +589,13 @@ def _common_attributes(inventory: NodeInventory, info: GpuInfo) -> dict[str, Att
         attributes[PCIE_ROOT_ATTRIBUTE] = AttributeValue.of_string(info.pcie_root)
     if info.numa_node is not None and info.numa_node >= 0:
         attributes[NUMA_NODE_ATTRIBUTE] = AttributeValue.of_int(info.numa_node)
+    if info.addressing_mode is not None:
+        attributes["addressingMode"] = AttributeValue.of_string(info.addressing_mode)
     return attributes
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _shares_gpu_instance(mig: MigDeviceInfo) -> bool:

@@ -49,3 +49,39 @@ def test_a_gpu_in_mig_mode_without_mig_devices_is_named_in_the_summary(
     ) in out
     assert main([*args, "--dynamic-mig"]) == 0  # dynamic MIG offers their placements
     assert "no MIG devices" not in capsys.readouterr().out
+
+
+def test_grace_gpus_show_addressing_mode_and_list_numa_nodes_under_the_gate(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    gh200 = ("inventory", "--node-name", "n1", "--nvml", "sim:gh200-node", "-o", "yaml")
+    gate = ("--feature-gates", "DRAListTypeAttributes=true")
+    assert main([*gh200, *gate]) == 0
+    (listed,) = yaml.safe_load_all(capsys.readouterr().out)
+    assert [
+        d["attributes"]["resource.kubernetes.io/numaNode"] for d in listed["spec"]["devices"]
+    ] == [
+        {"ints": [0]},
+        {"ints": [1]},
+    ]
+    assert {d["attributes"]["addressingMode"]["string"] for d in listed["spec"]["devices"]} == {
+        "ATS"
+    }
+    assert main(list(gh200)) == 0
+    (plain,) = yaml.safe_load_all(capsys.readouterr().out)
+    assert plain["spec"]["devices"][1]["attributes"]["resource.kubernetes.io/numaNode"] == {
+        "int": 1
+    }
+
+
+@pytest.mark.parametrize("command", ["inventory", "kubelet-plugin"])
+def test_an_unknown_feature_gate_is_refused_naming_the_known_ones(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [command, "--node-name", "n1", "--nvml", "sim:l4-node", "--feature-gates", "Lists=1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"dra-gpu {command}: --feature-gates 'Lists=1': expected NAME=true|false with NAME one "
+        "of DRAListTypeAttributes"
+    ]

@@ -739,3 +739,58 @@ def test_versions_are_normalized(given: str, short: str) -> None:
 def test_unknown_versions_are_refused(version: str) -> None:
     with pytest.raises(SliceError, match=r"limits are known for 1\.34, 1\.35, 1\.36, 1\.37"):
         validate_resource_slice(make_slice(), version=version)
+
+
+# --- list-typed attribute values (DRAListTypeAttributes, 1.36+) ------------------------------
+
+NUMA = "resource.kubernetes.io/numaNode"
+
+
+def _with_lists(devices: int, **values: Any) -> Slice:
+    obj = make_slice(devices)
+    for i in range(devices):
+        dev(obj, i)["attributes"].update(values)
+    return obj
+
+
+@pytest.mark.parametrize("version", ["1.36", "1.37"])
+def test_list_values_are_accepted_from_136(version: str) -> None:
+    obj = _with_lists(2, **{NUMA: {"ints": [0]}, "pcieRoots": {"strings": ["pci0000:00"]}})
+    assert validate_resource_slice(obj, version=version) == []
+    validate_schema(obj, version)
+
+
+@pytest.mark.parametrize("version", ["1.34", "1.35"])
+def test_list_values_are_unknown_before_136(version: str) -> None:
+    messages = validate_resource_slice(_with_lists(1, **{NUMA: {"ints": [0]}}), version=version)
+    assert messages == [
+        f'ResourceSlice {NAME}: spec.devices[0].attributes["{NUMA}"] (device gpu-0): unknown value '
+        "fields ['ints']",
+        f'ResourceSlice {NAME}: spec.devices[0].attributes["{NUMA}"] (device gpu-0): exactly one '
+        "value must be specified, found none",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ({"ints": []}, "ints must be a non-empty list"),
+        ({"ints": 3}, "ints must be a non-empty list"),
+        ({"ints": [1, "2"]}, f"attributes[\"{NUMA}\"].ints[1] (device gpu-0): int '2' is not"),
+        ({"versions": ["1.2"]}, "version '1.2' is not a semver 2.0.0 version"),
+        ({"ints": [0], "int": 0}, "exactly one value must be specified, found ['int', 'ints']"),
+        ({"ints": list(range(47))}, "49 attribute values: must have at most 48"),  # + 2 scalars
+    ],
+)
+def test_bad_list_values_are_refused(value: dict[str, Any], words: str) -> None:
+    messages = validate_resource_slice(_with_lists(1, **{NUMA: value}), version="1.36")
+    assert any(words in message for message in messages), messages
+
+
+def test_a_slice_with_list_values_holds_at_most_64_devices() -> None:
+    messages = validate_resource_slice(_with_lists(65, **{NUMA: {"ints": [0]}}), version="1.36")
+    assert messages == [
+        f"ResourceSlice {NAME}: spec.devices: 65 devices: must have at most 64 (some device has "
+        "taints, consumesCounters or list-typed attributes)"
+    ]
+    assert validate_resource_slice(_with_lists(64, **{NUMA: {"ints": [0]}}), version="1.36") == []

@@ -8,6 +8,7 @@ import ctypes
 import functools
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ import pynvml as _real_pynvml
 
 from dra_driver.errors import NvmlError
 from dra_driver.hardware.nvml import codes as nvml_codes
+from dra_driver.hardware.nvml.fabric import FabricInfo
 from dra_driver.hardware.nvml.interface import (
     Placement,
 )
@@ -27,12 +29,10 @@ from dra_driver.hardware.simulated.hardware import SimHardware
 from dra_driver.hardware.simulated.models import GiProfileSpec
 from dra_driver.hardware.simulated.views import ComputeInstanceView, GpuFacts, GpuInstanceView
 
-# nvml.h NVML_ERROR_FUNCTION_NOT_FOUND: pynvml raises it for an unknown `version` argument.
-# Not in `codes` because no backend ever reports it.
-_NVML_ERROR_FUNCTION_NOT_FOUND = 13
-_FAKE_NVML_ERROR_STRINGS: Mapping[int, str] = MappingProxyType(
-    {**nvml_codes.ERROR_STRINGS, _NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found"}
-)
+# nvml.h NVML_ERROR_FUNCTION_NOT_FOUND: pynvml raises it for an unknown `version` argument and
+# for an entry point the loaded library lacks (an older driver).
+_NVML_ERROR_FUNCTION_NOT_FOUND = nvml_codes.ERROR_FUNCTION_NOT_FOUND
+_FAKE_NVML_ERROR_STRINGS: Mapping[int, str] = MappingProxyType(dict(nvml_codes.ERROR_STRINGS))
 _NVML_INIT_FLAGS = 0x1 | 0x2  # NVML_INIT_FLAG_NO_GPUS | NVML_INIT_FLAG_NO_ATTACH
 # ctypes types and constants the fake re-exports from the real module
 _PYNVML_STRUCTS = (
@@ -50,6 +50,9 @@ _PYNVML_STRUCTS = (
     "c_nvmlMemory_t",
     "c_nvmlMemory_v2_t",
     "nvmlPciInfo_t",
+    "c_nvmlGpuFabricInfo_t",
+    "c_nvmlGpuFabricInfo_v2_t",
+    "c_nvmlGpuFabricInfo_v3_t",
 )
 
 
@@ -90,7 +93,6 @@ def _fake_nvml_error_classes() -> dict[int, type[FakeNVMLError]]:
         for name, value in vars(nvml_codes).items()
         if name.startswith("ERROR_") and isinstance(value, int)
     }
-    constants["FUNCTION_NOT_FOUND"] = _NVML_ERROR_FUNCTION_NOT_FOUND
     classes: dict[int, type[FakeNVMLError]] = {}
     for constant, value in constants.items():
         cls = type(_nvml_error_class_name(constant), (FakeNVMLError,), {"fixed_value": value})
@@ -141,6 +143,8 @@ def _pynvml_call(fn: _AnyFn) -> _AnyFn:
         self.calls[name] += 1
         if name not in _NO_INIT_NEEDED and not self.initialized:
             raise fake_nvml_error(nvml_codes.ERROR_UNINITIALIZED)
+        if name in self.missing_functions:  # pynvml's _nvmlGetFunctionPointer on an old driver
+            raise fake_nvml_error(nvml_codes.ERROR_FUNCTION_NOT_FOUND)
         self._fail_if_injected(name)
         try:
             return fn(self, *args, **kwargs)
@@ -179,8 +183,10 @@ class FakePynvml(ModuleType):
     makes the next call(s) of a function raise that NVMLError (a GPU falling
     off the bus, a missing privilege); `unsupported_fields` are field ids
     `nvmlDeviceGetFieldValues` answers NOT_SUPPORTED for (a driver before
-    R565). `initialized` is true between init and the matching shutdown
-    (calls are ref-counted, like pynvml's).
+    R565); `missing_functions` are entry points the "driver" lacks: calling
+    one raises NVMLError_FunctionNotFound, as pynvml does when the loaded
+    library has no such symbol. `initialized` is true between init and the
+    matching shutdown (calls are ref-counted, like pynvml's).
     """
 
     def __init__(self, hw: SimHardware) -> None:
@@ -193,6 +199,12 @@ class FakePynvml(ModuleType):
         self._refcount = 0
         self._lock = threading.Lock()
         self.unsupported_fields: set[int] = set()  # field ids answered NOT_SUPPORTED (old drivers)
+        self.missing_functions: set[str] = set()  # entry points an older driver lacks
+        # GetGpuFabricInfoV struct versions the "driver" knows (an older one: v2 only)
+        self.fabric_versions: set[int] = {
+            _real_pynvml.nvmlGpuFabricInfo_v2,
+            _real_pynvml.nvmlGpuFabricInfo_v3,
+        }
         self._tokens: dict[_FakeHandle, int] = {}
         self._handles: dict[int, _FakeHandle] = {}
         for name in _PYNVML_STRUCTS:
@@ -201,6 +213,8 @@ class FakePynvml(ModuleType):
             if name.startswith("NVML_") and isinstance(getattr(_real_pynvml, name), int):
                 setattr(self, name, getattr(_real_pynvml, name))
         self.NVMLError = FakeNVMLError
+        self.nvmlGpuFabricInfo_v2 = _real_pynvml.nvmlGpuFabricInfo_v2  # struct version tags
+        self.nvmlGpuFabricInfo_v3 = _real_pynvml.nvmlGpuFabricInfo_v3
         for cls in FAKE_NVML_ERRORS.values():
             setattr(self, cls.__name__, cls)
         # pynvml's aliases for the versioned entry points
@@ -484,6 +498,56 @@ class FakePynvml(ModuleType):
     @_pynvml_call
     def nvmlDeviceGetBrand(self, handle: Any) -> int:
         return self._gpu(handle).model.brand_id
+
+    # -- NVLink fabric (NVIDIA's mock NVML: bridge/fabric.go) ----------------
+
+    def _fabric(self, device: Any, ref: Any) -> tuple[FabricInfo, Any]:
+        facts = self._gpu(device)
+        if ref is None:
+            raise NvmlError(nvml_codes.ERROR_INVALID_ARGUMENT, "gpuFabricInfo is NULL")
+        if facts.fabric is None:
+            raise NvmlError(nvml_codes.ERROR_NOT_SUPPORTED, f"GPU {facts.index}: no NVLink fabric")
+        return facts.fabric, _deref(ref)
+
+    @staticmethod
+    def _fill_fabric(target: Any, info: FabricInfo) -> None:
+        target.clusterUuid[:] = list(uuid.UUID(info.cluster_uuid).bytes)
+        target.status = info.status
+        target.cliqueId = info.clique_id
+        target.state = info.state
+
+    @_pynvml_call
+    def nvmlDeviceGetGpuFabricInfo(self, device: Any, gpuFabricInfo: Any) -> int:
+        """v1 (no version field): cluster UUID, status, clique, state."""
+        info, target = self._fabric(device, gpuFabricInfo)
+        self._fill_fabric(target, info)
+        return nvml_codes.SUCCESS
+
+    @_pynvml_call
+    def nvmlDeviceGetGpuFabricInfoV(self, device: Any, gpuFabricInfo: Any) -> int:
+        """v2 adds the health mask, v3 the health summary; any other version tag answers
+        ARGUMENT_VERSION_MISMATCH, as NVML and NVIDIA's mock do."""
+        info, target = self._fabric(device, gpuFabricInfo)
+        version = int(getattr(target, "version", 0))
+        if version not in self.fabric_versions:
+            raise NvmlError(
+                nvml_codes.ERROR_ARGUMENT_VERSION_MISMATCH, f"fabric info version {version:#x}"
+            )
+        self._fill_fabric(target, info)
+        target.healthMask = info.health_mask or 0
+        if version == _real_pynvml.nvmlGpuFabricInfo_v3:
+            target.healthSummary = info.health_summary or 0
+        return nvml_codes.SUCCESS
+
+    @_pynvml_call
+    def nvmlDeviceGetAddressingMode(self, device: Any) -> int:
+        """pynvml returns the struct's `value`; NOT_SUPPORTED off coherent platforms."""
+        facts = self._gpu(device)
+        if facts.model.addressing_mode is None:
+            raise NvmlError(
+                nvml_codes.ERROR_NOT_SUPPORTED, f"GPU {facts.index}: no addressing mode"
+            )
+        return facts.model.addressing_mode
 
     # -- MIG mode and GPU-instance profiles ----------------------------------
 

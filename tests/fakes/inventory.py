@@ -8,6 +8,7 @@ import uuid as _uuid
 
 from dra_driver.errors import NvmlError
 from dra_driver.hardware.nvml import codes as nvml_codes
+from dra_driver.hardware.nvml.fabric import FabricInfo
 from dra_driver.hardware.nvml.interface import (
     ComputeInstanceInfo,
     ComputeInstanceProfile,
@@ -267,6 +268,9 @@ class InventoryNvml:
 
     def gpu(self, uuid: str) -> GpuInfo:
         return self._gpu("gpu", uuid).info
+
+    def fabric_info(self, uuid: str) -> FabricInfo | None:
+        return self._gpu("fabric_info", uuid).info.fabric
 
     def gpu_instance_profiles(self, uuid: str) -> list[GpuInstanceProfile]:
         return list(self._gpu("gpu_instance_profiles", uuid).gi_profiles)

@@ -21,10 +21,12 @@ ERROR_INSUFFICIENT_SIZE: Final = 7
 ERROR_DRIVER_NOT_LOADED: Final = 9
 ERROR_TIMEOUT: Final = 10
 ERROR_LIBRARY_NOT_FOUND: Final = 12
+ERROR_FUNCTION_NOT_FOUND: Final = 13  # the loaded library lacks the entry point (older driver)
 ERROR_GPU_IS_LOST: Final = 15
 ERROR_RESET_REQUIRED: Final = 16
 ERROR_IN_USE: Final = 19
 ERROR_INSUFFICIENT_RESOURCES: Final = 23
+ERROR_ARGUMENT_VERSION_MISMATCH: Final = 25  # a versioned struct's `version` the library lacks
 ERROR_UNKNOWN: Final = 999
 
 ERROR_STRINGS: Final[dict[int, str]] = {
@@ -39,10 +41,12 @@ ERROR_STRINGS: Final[dict[int, str]] = {
     ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
     ERROR_TIMEOUT: "Timeout",
     ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+    ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
     ERROR_GPU_IS_LOST: "GPU is lost",
     ERROR_RESET_REQUIRED: "GPU requires restart",
     ERROR_IN_USE: "In use by another client",
     ERROR_INSUFFICIENT_RESOURCES: "Insufficient Resources",
+    ERROR_ARGUMENT_VERSION_MISMATCH: "Argument Version Mismatch",
     ERROR_UNKNOWN: "Unknown Error",
 }
 
@@ -81,6 +85,17 @@ BRAND_NAMES: Final[dict[int, str]] = {
     14: "Nvidia",
     15: "GeForceRTX",
     16: "TitanRTX",
+}
+
+# nvmlDeviceAddressingModeType_t -> go-nvlib's GetAddressingModeAsString (what NVIDIA's driver
+# publishes as `addressingMode`): how system-allocated memory is reachable from the GPU.
+ADDRESSING_MODE_NONE: Final = 0
+ADDRESSING_MODE_HMM: Final = 1
+ADDRESSING_MODE_ATS: Final = 2
+ADDRESSING_MODE_NAMES: Final[dict[int, str]] = {
+    ADDRESSING_MODE_NONE: "None",
+    ADDRESSING_MODE_HMM: "HMM",
+    ADDRESSING_MODE_ATS: "ATS",
 }
 
 # NVML_GPU_INSTANCE_PROFILE_* enum values (NOT profile ids) and their slice counts

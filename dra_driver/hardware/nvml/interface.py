@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Protocol
 
 from dra_driver.hardware.nvml import codes
+from dra_driver.hardware.nvml.fabric import FabricInfo
 
 
 @dataclass(frozen=True, order=True)
@@ -64,6 +65,12 @@ class GpuInfo:
     mig_pending: bool  # pending MIG mode (differs from current until a reset on Ampere)
     pcie_root: str | None = None  # e.g. "pci0000:00", where known
     numa_node: int | None = None  # where known
+    # nvmlDeviceGetAddressingMode as go-nvlib names it ("ATS", "HMM", "None"); None where
+    # NVML cannot tell (NOT_SUPPORTED: not a coherent platform; or a driver without the call)
+    addressing_mode: str | None = None
+    # nvmlDeviceGetGpuFabricInfo(V); None where NVML answers NOT_SUPPORTED (no NVLink fabric)
+    # or lacks the call. `dra_driver.hardware.nvml.fabric` says what it means.
+    fabric: FabricInfo | None = None
 
     @property
     def architecture(self) -> str:
@@ -183,6 +190,11 @@ class Nvml(Protocol):
         ...
 
     def gpu(self, uuid: str) -> GpuInfo: ...
+
+    def fabric_info(self, uuid: str) -> FabricInfo | None:
+        """The GPU's NVLink fabric answer now (it changes while the fabric manager works);
+        None where NVML answers NOT_SUPPORTED or the driver has no fabric call."""
+        ...
 
     def gpu_instance_profiles(self, uuid: str) -> list[GpuInstanceProfile]:
         """The GI profiles a MIG-capable GPU supports (empty for other GPUs).

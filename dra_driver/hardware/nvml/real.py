@@ -25,6 +25,17 @@ Facts this module relies on (see the NVML notes, sections 1 and 4):
 * Compute-instance profiles need a GPU-instance handle in NVML; see
   `RealNvml.compute_instance_profiles` for what is answered when no GPU
   instance of the profile exists.
+* `nvmlDeviceGetAddressingMode` answers NOT_SUPPORTED off coherent
+  platforms; a library without it (an older driver, or an nvidia-ml-py
+  without the wrapper) leaves `GpuInfo.addressing_mode` None, logged once at
+  info level, as go-nvlib skips the call when the symbol is missing. NVIDIA's
+  plugin once crashed there (their PR #1014); this backend never fails on it.
+* Fabric info is read with `nvmlDeviceGetGpuFabricInfoV` and the v3 struct
+  (health summary), then v2 on ARGUMENT_VERSION_MISMATCH, then the v1
+  `nvmlDeviceGetGpuFabricInfo` where the library has no V call (each struct
+  passed by reference, as pynvml's wrappers expect). NOT_SUPPORTED (a GPU
+  without NVLink fabric) and a library with neither call give None, the
+  latter logged once; neither is an error.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from typing import Any, NoReturn
 
 from dra_driver.errors import NvmlError
 from dra_driver.hardware.nvml import codes
+from dra_driver.hardware.nvml.fabric import FabricInfo, cluster_uuid_text
 from dra_driver.hardware.nvml.interface import (
     NO_INSTANCE,
     ComputeInstanceInfo,
@@ -166,6 +178,8 @@ class RealNvml:
         self._gi_profiles: dict[str, tuple[_KnownGiProfile, ...]] = {}
         self._ci_profiles: dict[tuple[str, int], tuple[ComputeInstanceProfile, ...]] = {}
         self._open = True
+        self._addressing_mode_missing_logged = False
+        self._fabric_missing_logged = False
         try:
             self._lib.nvmlInitWithFlags(init_flags)
         except self._lib.NVMLError as exc:
@@ -629,7 +643,78 @@ class RealNvml:
             mig_pending=mig_mode is not None and mig_mode[1],
             pcie_root=pcie_root,
             numa_node=numa_node,
+            addressing_mode=self._addressing_mode(uuid, handle),
+            fabric=self._fabric_info(uuid, handle),
         )
+
+    def fabric_info(self, uuid: str) -> FabricInfo | None:
+        with self._lock:
+            return self._fabric_info(uuid, self._handle(uuid))
+
+    def _fabric_info(self, uuid: str, handle: Any) -> FabricInfo | None:
+        lib = self._lib
+        action = f"read the NVLink fabric info of {uuid}"
+        attempts = [
+            (getattr(lib, "nvmlDeviceGetGpuFabricInfoV", None), struct)
+            for struct in ("c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfo_v2_t")
+        ]
+        attempts.append((getattr(lib, "nvmlDeviceGetGpuFabricInfo", None), "c_nvmlGpuFabricInfo_t"))
+        for fn, struct in attempts:
+            cls = getattr(lib, struct, None)
+            if fn is None or cls is None:
+                continue
+            info = cls()
+            try:
+                self._call(action, fn, handle, ctypes.byref(info))
+            except NvmlError as exc:
+                if exc.code == codes.ERROR_NOT_SUPPORTED:
+                    return None  # no NVLink fabric on this GPU
+                if exc.code not in (
+                    codes.ERROR_ARGUMENT_VERSION_MISMATCH,  # an older struct version next
+                    codes.ERROR_FUNCTION_NOT_FOUND,  # the library lacks this entry point
+                ):
+                    raise
+                continue
+            return _fabric_record(info)
+        if not self._fabric_missing_logged:
+            self._fabric_missing_logged = True
+            log.info(
+                "%s: this driver's NVML has no nvmlDeviceGetGpuFabricInfo(V) (an older driver), "
+                "so no GPU publishes an NVLink clique",
+                action,
+            )
+        return None
+
+    def _addressing_mode(self, uuid: str, handle: Any) -> str | None:
+        """go-nvlib's name of the GPU's addressing mode ("ATS", "HMM", "None"), or None.
+
+        None where NVML answers NOT_SUPPORTED (not a coherent platform) or the
+        library has no such call (logged once); an unknown mode value is logged
+        and left out rather than published under a made-up name.
+        """
+        action = f"read the addressing mode of {uuid}"
+        fn = getattr(self._lib, "nvmlDeviceGetAddressingMode", None)
+        try:
+            if fn is None:
+                raise NvmlError(codes.ERROR_FUNCTION_NOT_FOUND, f"{action}: pynvml has no call")
+            mode = self._call_unless((codes.ERROR_NOT_SUPPORTED,), action, fn, handle)
+        except NvmlError as exc:
+            if exc.code != codes.ERROR_FUNCTION_NOT_FOUND:
+                raise
+            if not self._addressing_mode_missing_logged:
+                self._addressing_mode_missing_logged = True
+                log.info(
+                    "%s: this driver's NVML has no nvmlDeviceGetAddressingMode (an older driver), "
+                    "so no GPU publishes addressingMode",
+                    exc,
+                )
+            return None
+        if mode is None:
+            return None
+        name = codes.ADDRESSING_MODE_NAMES.get(int(mode))
+        if name is None:
+            log.warning("%s: unknown mode %d, addressingMode left out", action, int(mode))
+        return name
 
     def _minor(self, uuid: str, handle: Any) -> int:
         return int(
@@ -967,6 +1052,19 @@ def _derived_ci_profiles(
             )
         )
     return result
+
+
+def _fabric_record(info: Any) -> FabricInfo:
+    """A filled `c_nvmlGpuFabricInfo_t`/`_v2_t`/`_v3_t` as a `FabricInfo`."""
+    fields = {name for name, *_ in type(info)._fields_}
+    return FabricInfo(
+        cluster_uuid=cluster_uuid_text(bytes(info.clusterUuid)),
+        clique_id=int(info.cliqueId),
+        state=int(info.state),
+        status=int(info.status),
+        health_mask=int(info.healthMask) if "healthMask" in fields else None,
+        health_summary=int(info.healthSummary) if "healthSummary" in fields else None,
+    )
 
 
 def _text(value: bytes | str) -> str:

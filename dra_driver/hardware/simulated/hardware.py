@@ -79,6 +79,7 @@ from pathlib import Path
 
 from dra_driver.errors import ConfigError, NvmlError
 from dra_driver.hardware.nvml import codes
+from dra_driver.hardware.nvml.fabric import FabricInfo
 from dra_driver.hardware.nvml.interface import Placement
 from dra_driver.hardware.simulated import lookup, rules, views
 from dra_driver.hardware.simulated.boot import booted_node_state
@@ -250,6 +251,12 @@ class SimHardware:
     def set_busy(self, gpu: GpuRef, busy: bool) -> None:
         with self._store.mutate() as st:
             lookup.find_gpu(st, gpu).busy = busy
+
+    def set_fabric(self, gpu: GpuRef, info: FabricInfo | None) -> None:
+        """What the fabric manager reports for the GPU from now on (None: NOT_SUPPORTED), e.g.
+        IN_PROGRESS at boot, then COMPLETED; another process sees it through the state file."""
+        with self._store.mutate() as st:
+            lookup.find_gpu(st, gpu).fabric = info
 
     # -- profiles ------------------------------------------------------------
 

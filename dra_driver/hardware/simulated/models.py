@@ -19,7 +19,15 @@ not known either (`multiprocessors` is None). Two models are left out on
 purpose: the GH200 144 GB (its total memory and
 its 3g/4g/7g rows were never seen in real output) and the H20 (no
 `nvidia-smi` MIG table or device totals were found; the user guide lists
-it only as "H20, 96GB, 7 instances").
+it only as "H20, 96GB, 7 instances"). The GB300 is left out for the same
+reason: §2.11 has its name, PCI id and MIG profile names, but not its
+total memory, SM count, compute capability or profile ids.
+
+Addressing mode (`nvmlDeviceGetAddressingMode`): the Grace superchips
+(GH200, GB200), whose CPU and GPU share coherent memory over NVLink-C2C,
+report ATS (§3 and §7 for GH200; NVIDIA's driver publishes it on GB200 as
+on GH200, issue #25). Every other model answers NOT_SUPPORTED, as PCIe/SXM
+GPUs on older drivers do (§3), so no `addressingMode` is published for them.
 """
 
 from __future__ import annotations
@@ -119,6 +127,7 @@ def _model(
     enums: Mapping[int, int] = MappingProxyType({}),
     pci_domain: int = 0,
     unverified: tuple[str, ...] = (),
+    addressing_mode: int | None = None,
 ) -> GpuModel:
     gis = _gi_rows(rows, enums)
     memory_bytes = memory_mib * 2**20
@@ -144,6 +153,7 @@ def _model(
         gi_profiles=gis,
         ci_profiles=MappingProxyType(cis),
         unverified_profiles=unverified,
+        addressing_mode=addressing_mode,
     )
 
 
@@ -281,7 +291,7 @@ _MODELS: tuple[GpuModel, ...] = (
            memory_mib=95830, sms=132, slots=8, compute_slices=7, rows=_H100_NVL_ROWS),
     _model("GH200-96GB", "NVIDIA GH200 480GB", 0x2342, arch=_HOPPER, cc=(9, 0),
            memory_mib=97871, sms=132, slots=8, compute_slices=7, rows=_GH200_96GB_ROWS,
-           pci_domain=0x0009),
+           pci_domain=0x0009, addressing_mode=codes.ADDRESSING_MODE_ATS),
     _model("H200", "NVIDIA H200", 0x2335, arch=_HOPPER, cc=(9, 0),
            memory_mib=143771, sms=132, slots=8, compute_slices=7, rows=_H200_ROWS),
     # Blackwell B200 / GB200: §3 table (names, device ids, totals, SMs), §2.9-2.10 MIG rows; the
@@ -290,7 +300,7 @@ _MODELS: tuple[GpuModel, ...] = (
            sms=148, slots=8, compute_slices=7, rows=_B200_ROWS, unverified=_B200_UNVERIFIED),
     _model("GB200", "NVIDIA GB200", 0x2941, arch=_BLACKWELL, cc=(10, 0), memory_mib=189471,
            sms=None, slots=8, compute_slices=7, rows=_GB200_ROWS, pci_domain=0x0008,
-           unverified=_GB200_UNVERIFIED),
+           unverified=_GB200_UNVERIFIED, addressing_mode=codes.ADDRESSING_MODE_ATS),
     # Blackwell: §2.12 / §3 (a 12-unit placement grid, 4 compute slices)
     _model("RTX-PRO-6000-BW-SERVER", "NVIDIA RTX PRO 6000 Blackwell Server Edition", 0x2BB5,
            arch=_BLACKWELL, cc=(12, 0), memory_mib=97887, sms=188,

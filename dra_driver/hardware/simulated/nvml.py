@@ -27,6 +27,7 @@ import time
 
 from dra_driver.errors import NvmlError
 from dra_driver.hardware.nvml import codes
+from dra_driver.hardware.nvml.fabric import FabricInfo
 from dra_driver.hardware.nvml.interface import (
     ComputeInstanceInfo,
     ComputeInstanceProfile,
@@ -95,6 +96,9 @@ class SimNvml:
 
     def gpu(self, uuid: str) -> GpuInfo:
         return _gpu_info(self.hw.gpu(uuid))
+
+    def fabric_info(self, uuid: str) -> FabricInfo | None:
+        return self.hw.gpu(uuid).fabric
 
     def gpu_instance_profiles(self, uuid: str) -> list[GpuInstanceProfile]:
         return [_gi_profile(p) for p in self.hw.gi_profiles(uuid)]
@@ -204,6 +208,12 @@ def _gpu_info(g: GpuFacts) -> GpuInfo:
         mig_pending=model.mig_capable and g.mig_pending,
         pcie_root=g.pcie_root,
         numa_node=g.numa_node,
+        addressing_mode=(
+            None
+            if model.addressing_mode is None
+            else codes.ADDRESSING_MODE_NAMES[model.addressing_mode]
+        ),
+        fabric=g.fabric,
     )
 
 

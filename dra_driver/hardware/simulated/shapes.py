@@ -15,6 +15,12 @@ YAML file:
           - {profile: 3g.20gb, placement: 4}   # on each GPU of the entry; implies
           - {profile: 2g.10gb, placement: 0}   # migEnabled: true
       - model: L4
+    fabric:                       # optional: the NVLink fabric every GPU reports
+      clusterUuid: 00000000-0000-0000-0000-000000000001
+      cliqueId: 0
+      state: completed            # or not_started, in_progress, not_supported
+      healthSummary: healthy      # or unhealthy, limited_capacity, not_supported
+      status: 0                   # optional: the NVML return code embedded in the answer
 
 `migDevices` are checked against the model's placement table the way NVML
 checks a create (a listed placement, no overlap, the profile's instance
@@ -30,17 +36,29 @@ that). Every other shape boots with MIG off (Hopper and Blackwell switch it
 on at once when asked). Driver/CUDA pairs are real observed ones
 (`gpu-mig-nvml.md` §3). PCI bus ids are DGX-like layouts; GPUs are paired
 behind PCIe roots and split across two NUMA nodes.
+
+NVLink fabric (`nvmlDeviceGetGpuFabricInfo`/`V`): `gb200-node` is one
+compute tray of an NVL72 rack, registered with the fabric manager: every GPU
+answers what NVIDIA's mock NVML answers for its shipped GB200 profile
+(cluster `00000000-0000-0000-0000-000000000001`, clique 0, COMPLETED,
+status SUCCESS; computedomain.md §6.3) with a healthy v2/v3 health mask and
+summary, so every simulated `gb200-node` is in the same clique: one clique
+per rack. Other shapes have no fabric (NVML answers NOT_SUPPORTED). A shape
+file's `fabric` block sets the answer, with the mock's vocabulary.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 from dra_driver.errors import ConfigError, yaml_problem
+from dra_driver.hardware.nvml import codes, fabric
+from dra_driver.hardware.nvml.fabric import FabricInfo
 from dra_driver.hardware.nvml.interface import Placement
 from dra_driver.hardware.simulated import rules
 from dra_driver.hardware.simulated.models import MODELS, GiProfileSpec, GpuModel, find_model
@@ -52,6 +70,16 @@ _AMPERE_DRIVER = ("550.54.15", 12040)  # R550 -> CUDA 12.4, seen on A100 (§3)
 _A30_DRIVER = ("535.183.01", 12020)  # R535 -> CUDA 12.2, seen on A30 (§2.1)
 _GB200_DRIVER = ("580.95.05", 13000)  # R580 -> CUDA 13.0, seen on GB200 (§3)
 _GH200_DRIVER = ("550.127.05", 12040)  # R550 -> CUDA 12.4, seen on GH200 96GB (§3)
+
+# NVIDIA's mock NVML, shipped GB200 profile (computedomain.md §6.3): one rack, clique 0.
+NVL72_RACK: Final = FabricInfo(
+    cluster_uuid="00000000-0000-0000-0000-000000000001",
+    clique_id=0,
+    state=fabric.STATE_COMPLETED,
+    status=codes.SUCCESS,
+    health_mask=fabric.HEALTHY_MASK,
+    health_summary=fabric.HEALTH_HEALTHY,
+)
 
 _DGX_A100_BUSES = (0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD)
 _DGX_H100_BUSES = (0x1B, 0x43, 0x52, 0x61, 0x9D, 0xC3, 0xD1, 0xDF)
@@ -86,6 +114,7 @@ class NodeShape:
     gpus: tuple[ShapeGpu, ...]
     driver_version: str
     cuda_driver_version: int
+    fabric: FabricInfo | None = None  # every GPU's NVLink fabric answer; None: no fabric
 
     @property
     def model_keys(self) -> tuple[str, ...]:
@@ -107,6 +136,7 @@ def _layout(
     groups: list[_Group],
     driver: tuple[str, int],
     buses: tuple[int, ...] = _GENERIC_BUSES,
+    nvlink_fabric: FabricInfo | None = None,
 ) -> NodeShape:
     """Lay out the groups on PCI buses, roots and NUMA nodes."""
     flat = [group for group in groups for _ in range(group.count)]
@@ -131,7 +161,7 @@ def _layout(
                 mig_devices=group.mig_devices,
             )
         )
-    return NodeShape(name, tuple(gpus), driver[0], driver[1])
+    return NodeShape(name, tuple(gpus), driver[0], driver[1], nvlink_fabric)
 
 
 def _builtin() -> Mapping[str, NodeShape]:
@@ -153,7 +183,9 @@ def _builtin() -> Mapping[str, NodeShape]:
         # DGX B200: eight B200 on an HGX board laid out like the DGX H100's (bus ids assumed).
         _layout("dgx-b200", [_Group(m["B200"], False, 8)], DEFAULT_DRIVER, _DGX_H100_BUSES),
         # A GB200 compute tray: four GB200 GPUs (PCI domain 0x0008, §3).
-        _layout("gb200-node", [_Group(m["GB200"], False, 4)], _GB200_DRIVER),
+        _layout(
+            "gb200-node", [_Group(m["GB200"], False, 4)], _GB200_DRIVER, nvlink_fabric=NVL72_RACK
+        ),
         # Two GH200 96GB superchips (PCI domain 0x0009, §3), as in NVIDIA's MIG 1g.12gb spec.
         _layout("gh200-node", [_Group(m["GH200-96GB"], False, 2)], _GH200_DRIVER),
         _layout("a30-node", [_Group(m["A30"], True, 4)], _A30_DRIVER),
@@ -179,7 +211,29 @@ def load_shape(spec: str) -> NodeShape:
     )
 
 
-_TOP_KEYS = {"driverVersion", "cudaDriverVersion", "gpus"}
+_TOP_KEYS = {"driverVersion", "cudaDriverVersion", "gpus", "fabric"}
+_FABRIC_KEYS = {"clusterUuid", "cliqueId", "state", "healthSummary", "status"}
+_FABRIC_STATES: Final = {
+    "not_supported": fabric.STATE_NOT_SUPPORTED,
+    "not_started": fabric.STATE_NOT_STARTED,
+    "in_progress": fabric.STATE_IN_PROGRESS,
+    "completed": fabric.STATE_COMPLETED,
+}
+# A health mask that agrees with each summary, as NVIDIA's mock derives the summary from the
+# mask: healthy; route unhealthy TRUE (1 in bits 4-5); degraded bandwidth TRUE (1 in bits
+# 0-1) for limited capacity; nothing reported.
+_HEALTH_MASKS: Final = {
+    fabric.HEALTH_HEALTHY: fabric.HEALTHY_MASK,
+    fabric.HEALTH_UNHEALTHY: (fabric.HEALTHY_MASK & ~(0x3 << 4)) | (1 << 4),
+    fabric.HEALTH_LIMITED_CAPACITY: (fabric.HEALTHY_MASK & ~0x3) | 1,
+    fabric.HEALTH_NOT_SUPPORTED: 0,
+}
+_FABRIC_HEALTH: Final = {
+    "not_supported": fabric.HEALTH_NOT_SUPPORTED,
+    "healthy": fabric.HEALTH_HEALTHY,
+    "unhealthy": fabric.HEALTH_UNHEALTHY,
+    "limited_capacity": fabric.HEALTH_LIMITED_CAPACITY,
+}
 _GPU_KEYS = {"model", "migEnabled", "count", "migDevices"}
 _MIG_DEVICE_KEYS = {"profile", "placement"}
 
@@ -213,7 +267,45 @@ def load_shape_file(path: Path) -> NodeShape:
     total = sum(group.count for group in groups)
     if total > MAX_GPUS:
         raise ConfigError(f"shape file {path}: gpus: {total} GPUs, at most {MAX_GPUS} supported")
-    return _layout(str(path), groups, (driver, cuda))
+    nvlink = _fabric(path, doc["fabric"]) if "fabric" in doc else None
+    return _layout(str(path), groups, (driver, cuda), nvlink_fabric=nvlink)
+
+
+def _fabric(path: Path, doc: Any) -> FabricInfo:
+    """A shape file's `fabric` block (NVIDIA's mock NVML vocabulary)."""
+    where = f"shape file {path}: fabric"
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{where}: must be a mapping with clusterUuid and cliqueId")
+    _no_unknown_keys(doc, _FABRIC_KEYS, where)
+    raw_uuid = doc.get("clusterUuid")
+    try:
+        cluster = str(uuid.UUID(str(raw_uuid)))
+    except ValueError:
+        cluster = ""
+    if not isinstance(raw_uuid, str) or not cluster:
+        raise ConfigError(f"{where}.clusterUuid: must be a UUID string, got {raw_uuid!r}")
+    clique = doc.get("cliqueId")
+    if isinstance(clique, bool) or not isinstance(clique, int) or not 0 <= clique < 2**32:
+        raise ConfigError(f"{where}.cliqueId: must be an integer 0..4294967295, got {clique!r}")
+    state = _choice(where, "state", doc.get("state", "completed"), _FABRIC_STATES)
+    health = _choice(where, "healthSummary", doc.get("healthSummary", "healthy"), _FABRIC_HEALTH)
+    status = doc.get("status", codes.SUCCESS)
+    if isinstance(status, bool) or not isinstance(status, int) or status < 0:
+        raise ConfigError(f"{where}.status: must be an NVML return code, got {status!r}")
+    return FabricInfo(
+        cluster_uuid=cluster,
+        clique_id=clique,
+        state=state,
+        status=status,
+        health_mask=_HEALTH_MASKS[health],
+        health_summary=health,
+    )
+
+
+def _choice(where: str, key: str, value: Any, choices: Mapping[str, int]) -> int:
+    if not isinstance(value, str) or value.lower() not in choices:
+        raise ConfigError(f"{where}.{key}: must be one of {', '.join(choices)}, got {value!r}")
+    return choices[value.lower()]
 
 
 def _gpu_group(path: Path, i: int, entry: Any) -> _Group:

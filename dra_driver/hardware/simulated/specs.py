@@ -96,6 +96,9 @@ class GpuModel:
     ci_profiles: Mapping[int, tuple[CiProfileSpec, ...]] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, hash=False
     )  # by GI profile id
+    # nvmlDeviceGetAddressingMode (`codes.ADDRESSING_MODE_*`); None: NOT_SUPPORTED, as on
+    # platforms without coherent CPU-GPU memory
+    addressing_mode: int | None = None
     # Profiles NVIDIA documents for this model whose numbers were never seen in real output:
     # not simulated (an instance of them cannot be created), named so tools can say so.
     unverified_profiles: tuple[str, ...] = ()

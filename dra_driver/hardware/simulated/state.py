@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dra_driver.errors import ConfigError
+from dra_driver.hardware.nvml.fabric import FabricInfo
 from dra_driver.hardware.simulated.models import MODELS, GpuModel
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ class GpuState:
     time_slice: int = 0  # nvidia-smi compute-policy --set-timeslice: 0 Default .. 3 Long
     recovery_action: int = 0  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; 0 = none needed
     lost: bool = False  # fallen off the bus: NVML answers GPU_IS_LOST until a reset
+    fabric: FabricInfo | None = None  # NVLink fabric answer; None: NOT_SUPPORTED (no fabric)
 
     @property
     def model(self) -> GpuModel:
@@ -153,6 +155,7 @@ def new_node_state(shape: NodeShape, node_name: str) -> NodeState:
             pcie_root=slot.pcie_root,
             mig_current=slot.mig_enabled,
             mig_pending=slot.mig_enabled,
+            fabric=shape.fabric,
         )
         for i, slot in enumerate(shape.gpus)
     ]
@@ -280,6 +283,7 @@ def _gpu(doc: Any) -> GpuState:
         time_slice=_get(doc, "time_slice", int) if "time_slice" in doc else 0,
         recovery_action=_get(doc, "recovery_action", int) if "recovery_action" in doc else 0,
         lost=_get(doc, "lost", bool) if "lost" in doc else False,
+        fabric=_fabric(doc["fabric"]) if doc.get("fabric") is not None else None,
     )
     for gi in gpu.gis:
         if gpu.model.gi_profile_by_id(gi.profile_id) is None:
@@ -291,6 +295,22 @@ def _gpu(doc: Any) -> GpuState:
                     f"GPU {gpu.index}: CI {gi.id}/{ci.id} has unknown profile {ci.profile_id}"
                 )
     return gpu
+
+
+def _fabric(doc: Any) -> FabricInfo:
+    summary = doc.get("health_summary") if isinstance(doc, dict) else None
+    mask = doc.get("health_mask") if isinstance(doc, dict) else None
+    for key, value in (("health_summary", summary), ("health_mask", mask)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise TypeError(f"fabric {key} must be an integer, got {value!r}")
+    return FabricInfo(
+        cluster_uuid=str(uuid.UUID(_get(doc, "cluster_uuid", str))),
+        clique_id=_get(doc, "clique_id", int),
+        state=_get(doc, "state", int),
+        status=_get(doc, "status", int),
+        health_mask=mask,
+        health_summary=summary,
+    )
 
 
 def _gi(doc: Any) -> GiState:

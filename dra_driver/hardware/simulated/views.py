@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dra_driver.hardware.nvml.fabric import FabricInfo
 from dra_driver.hardware.nvml.interface import Placement
 from dra_driver.hardware.simulated import rules
 from dra_driver.hardware.simulated.models import CiProfileSpec, GiProfileSpec, GpuModel
@@ -30,6 +31,7 @@ class GpuFacts:
     mig_current: bool
     mig_pending: bool
     busy: bool
+    fabric: FabricInfo | None = None  # None: NVML answers NOT_SUPPORTED
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ def gpu_facts(gpu: GpuState) -> GpuFacts:
         mig_current=gpu.mig_current,
         mig_pending=gpu.mig_pending,
         busy=gpu.busy,
+        fabric=gpu.fabric,
     )
 
 

@@ -49,6 +49,9 @@ class Features:
     consumable_capacity: bool = False
     device_binding_conditions: bool = False
     extended_resource: bool = False
+    # DRAListTypeAttributes (alpha, off by default in 1.36 and 1.37; absent before): the API
+    # server keeps list-typed attribute values, so simulated nodes publish them.
+    list_type_attributes: bool = False
     release: Release = "1.35"
 
     @classmethod

@@ -53,7 +53,9 @@ FEATURE_GATES: Final = {
     "DRAConsumableCapacity": "consumable_capacity",
     "DRADeviceBindingConditions": "device_binding_conditions",
     "DRAExtendedResource": "extended_resource",
+    "DRAListTypeAttributes": "list_type_attributes",
 }
+LIST_TYPE_ATTRIBUTES_GATE: Final = "DRAListTypeAttributes"
 
 
 @dataclass
@@ -110,6 +112,11 @@ def parse_features(
             )
         change: dict[str, Any] = {field_name: value.strip().lower() == "true"}
         features = replace(features, **change)
+    if features.list_type_attributes and release in ("1.34", "1.35"):
+        raise ConfigError(
+            f"--feature-gates {LIST_TYPE_ATTRIBUTES_GATE}=true: Kubernetes {release} has no "
+            "such gate (list-typed attributes exist from 1.36; use --kubernetes 1.36 or 1.37)"
+        )
     return features
 
 
@@ -165,6 +172,7 @@ def load_scenario(options: ScenarioOptions, err: TextIO | None = None) -> Scenar
             mig=mig,
             release=options.release,
             consumable_shares=options.consumable_shares,
+            list_attributes=features.list_type_attributes,
         )
         scenario.nodes, scenario.slices = built.nodes, built.slices
         scenario.node_checks = PluginChecks(built.devices)

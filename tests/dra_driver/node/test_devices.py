@@ -317,6 +317,7 @@ def test_r570_driver_is_published_as_valid_semver() -> None:
         (AttributeValue.of_bool(False), {"bool": False}),
         (AttributeValue.of_string("x"), {"string": "x"}),
         (AttributeValue.of_version("8.0.0"), {"version": "8.0.0"}),
+        (AttributeValue.of_ints([1]), {"ints": [1]}),
     ],
 )
 def test_attribute_values_serialize_to_the_api_union(
@@ -337,7 +338,9 @@ def test_attribute_values_serialize_to_the_api_union(
         lambda: AttributeValue.of_version("8.0"),
         lambda: AttributeValue.from_api({"int": 1, "string": "x"}),
         lambda: AttributeValue.from_api({}),
-        lambda: AttributeValue.from_api({"ints": [1]}),
+        lambda: AttributeValue.from_api({"strings": ["x"]}),  # only int lists are published
+        lambda: AttributeValue.of_ints([]),
+        lambda: AttributeValue.of_ints([True]),
     ],
 )
 def test_attribute_values_refuse_mismatched_types(make: object) -> None:
