@@ -18,7 +18,6 @@ import itertools
 import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 import tomllib
@@ -35,6 +34,7 @@ from dra_driver.cli import build_parser, main
 from dra_driver.hardware.simulated.models import MODELS
 from dra_driver.node.device_classes import device_classes_text
 from kubelet_plugin.main import CLEAN_STOP_S
+from tests.deploy.k8s_tools import tool
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = ("1.35.0", "1.37.0")  # strict schemas: the oldest release users run, the newest
@@ -69,10 +69,8 @@ def _documents(text: str) -> list[dict[str, Any]]:
 
 @cache
 def _render(directory: Path) -> tuple[dict[str, Any], ...]:
-    kubectl = shutil.which("kubectl")
-    assert kubectl, "kubectl is missing: `make test` installs Debian's kubernetes-client"
     out = subprocess.run(
-        [kubectl, "kustomize", str(directory)], check=True, capture_output=True, text=True
+        [tool("kubectl"), "kustomize", str(directory)], check=True, capture_output=True, text=True
     ).stdout
     return tuple(_documents(out))
 
