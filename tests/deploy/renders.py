@@ -17,6 +17,7 @@ they touch to the front. Everything else must be equal, value for value.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -25,7 +26,7 @@ import shutil
 import subprocess
 import tempfile
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -146,12 +147,15 @@ def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any
     return out
 
 
-def render_chart(values_sets: Mapping[str, Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Each values set's rendered objects (`helm template`, release and namespace dra-gpu)."""
+@contextlib.contextmanager
+def _parent_chart(values_sets: Mapping[str, Mapping[str, Any]]) -> Iterator[tuple[Path, list[str]]]:
+    """A parent chart listing the chart once per values set (module docstring), and the keys
+    in alias order (c0 is the first key)."""
     keys = list(values_sets)
     with tempfile.TemporaryDirectory(prefix="dra-gpu-helm-") as work:
         parent = Path(work) / "all"
         shutil.copytree(CHART, parent / "charts/dra-gpu", ignore=shutil.ignore_patterns("ci"))
+        (parent / "templates").mkdir()
         chart = {
             "apiVersion": "v2",
             "name": "all",
@@ -166,12 +170,13 @@ def render_chart(values_sets: Mapping[str, Mapping[str, Any]]) -> dict[str, list
         }
         (parent / "Chart.yaml").write_text(yaml.safe_dump(chart))
         (parent / "values.yaml").write_text(yaml.safe_dump(values))
-        done = subprocess.run(
-            [tool("helm"), "template", RELEASE, str(parent), "--namespace", NAMESPACE],
-            check=False,
-            capture_output=True,
-            text=True,
-        )
+        yield parent, keys
+
+
+def render_chart(values_sets: Mapping[str, Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each values set's rendered objects (`helm template`, release and namespace dra-gpu)."""
+    with _parent_chart(values_sets) as (parent, keys):
+        done = helm("template", RELEASE, str(parent), "--namespace", NAMESPACE)
     assert done.returncode == 0, f"helm template failed:\n{done.stderr}"
     rendered: dict[str, list[dict[str, Any]]] = {key: [] for key in keys}
     for chunk in re.split(r"^---\n", done.stdout, flags=re.MULTILINE):
@@ -181,6 +186,13 @@ def render_chart(values_sets: Mapping[str, Mapping[str, Any]]) -> dict[str, list
             assert source, f"a rendered object without its source:\n{chunk}"
             rendered[keys[int(source.group(1))]].extend(docs)
     return rendered
+
+
+def lint_chart(values_sets: Mapping[str, Mapping[str, Any]]) -> subprocess.CompletedProcess[str]:
+    """`helm lint --strict` of the chart with every values set, in one process: linting
+    the parent chart checks each alias's values against the schema and lints its render."""
+    with _parent_chart(values_sets) as (parent, _):
+        return helm("lint", "--strict", str(parent), "--namespace", NAMESPACE)
 
 
 def helm(*args: str) -> subprocess.CompletedProcess[str]:

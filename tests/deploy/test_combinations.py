@@ -8,7 +8,8 @@ kustomization over the base is rendered with kubectl 1.35, the chart with
 Helm 4.1.4 and the values of `renders.COMPONENT_VALUES`, both are validated
 against the 1.35 and 1.37 strict schemas, each component's effect is checked
 where it shows, and the two must install the same objects (`renders.comparable`).
-All 64 chart renders come from one `helm template` process.
+All 64 chart renders come from one `helm template` process, and one
+`helm lint --strict` lints them all.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tests.deploy.renders import (
     COMPONENTS,
     KUBERNETES,
     by_identity,
+    lint_chart,
     render_chart,
     render_users_kustomization,
     validate,
@@ -85,3 +87,8 @@ def test_kustomize_and_the_chart_install_the_same_valid_objects(
 
     # The chart, with the values that mean these components, installs exactly these objects.
     assert by_identity(charted) == by_identity(kustomized)
+
+
+def test_helm_lint_passes_for_every_combination() -> None:
+    done = lint_chart({_key(combo): values_for(combo) for combo in COMBINATIONS})
+    assert done.returncode == 0, done.stdout + done.stderr
