@@ -89,6 +89,7 @@ def _one(name: str, kind: str, suffix: str = "") -> dict[str, Any]:
 
 
 def _container(daemonset: dict[str, Any]) -> dict[str, Any]:
+    container: dict[str, Any]
     (container,) = daemonset["spec"]["template"]["spec"]["containers"]
     return container
 
