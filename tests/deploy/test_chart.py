@@ -44,6 +44,7 @@ DEFAULTS: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
 VARIANTS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "no-gpus": {"resources": {"gpus": {"enabled": False}}},
+    "classes-owned-elsewhere": {"deviceClasses": False},
     "mig-classes-no-gpu-resource": {"extendedResources": True, "gpuExtendedResourceName": ""},
     "own-service-account": {"serviceAccount": {"create": False, "name": "gpu-plugin"}},
     "no-mps-no-metrics-no-probes": {
@@ -193,6 +194,8 @@ def test_a_values_file_installs_a_plugin_configured_as_it_asks(name: str) -> Non
 def test_deviceclasses_are_present_or_absent_as_asked() -> None:
     assert _objects("no-gpus", "DeviceClass") == []
     assert _objects("no-gpus", "DaemonSet") == []
+    assert _objects("classes-owned-elsewhere", "DeviceClass") == []
+    assert len(_objects("classes-owned-elsewhere", "DaemonSet")) == 2
     classes = {
         d["metadata"]["name"]: d for d in _objects("mig-classes-no-gpu-resource", "DeviceClass")
     }
