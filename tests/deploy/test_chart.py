@@ -168,7 +168,12 @@ def test_a_values_file_installs_a_plugin_configured_as_it_asks(name: str) -> Non
     assert (args.consumable_shares or "") == str(values["consumableShares"])
     assert args.verbose == (int(values["logVerbosity"]) >= 6)
     assert args.log_format == values["logFormat"]
-    assert env.get("NVIDIA_CDI_HOOK_PATH") == (values["nvidiaCDIHookPath"] or None)
+    # The hook: as given; else, on a GPU Operator node, the Operator's toolkit's.
+    operator = values["nvidiaDriverRoot"] == "/run/nvidia/driver"
+    hook = values["nvidiaCDIHookPath"] or (
+        "/usr/local/nvidia/toolkit/nvidia-cdi-hook" if operator else None
+    )
+    assert env.get("NVIDIA_CDI_HOOK_PATH") == hook
     # The kubelet's directories, from NVIDIA's two paths.
     kubelet = values["kubeletPlugin"]
     assert str(args.kubelet_root) == str(Path(kubelet["kubeletPluginsDirectoryPath"]).parent)

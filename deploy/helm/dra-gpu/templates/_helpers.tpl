@@ -135,3 +135,13 @@ securityContext:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/* nvidia-cdi-hook on the host: nvidiaCDIHookPath, else the GPU Operator's toolkit when the
+driver root is the Operator's, else "" (the plugin's default, /usr/bin/nvidia-cdi-hook). */}}
+{{- define "dra-gpu.cdiHookPath" -}}
+{{- if .Values.nvidiaCDIHookPath }}
+{{- .Values.nvidiaCDIHookPath }}
+{{- else if eq (trimSuffix "/" .Values.nvidiaDriverRoot) "/run/nvidia/driver" }}
+{{- "/usr/local/nvidia/toolkit/nvidia-cdi-hook" }}
+{{- end }}
+{{- end }}
