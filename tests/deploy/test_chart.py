@@ -17,6 +17,7 @@ the Kustomize tree install the same objects.
 from __future__ import annotations
 
 import base64
+import json
 import re
 from functools import cache
 from pathlib import Path
@@ -371,3 +372,18 @@ def test_notes_say_which_nvidia_values_do_nothing_here() -> None:
     told = notes("--set", "resources.computeDomains.enabled=true,gpuResourcesEnabledOverride=true")
     assert "ComputeDomains (IMEX, compute-domain.nvidia.com) are not\nimplemented" in told
     assert "gpuResourcesEnabledOverride is not needed" in told
+
+
+def test_migrating_md_says_what_becomes_of_every_nvidia_value() -> None:
+    nvidia = yaml.safe_load((CHART / "ci/nvidia-defaults-values.yaml").read_text())
+    table = (
+        (CHART.parents[2] / "docs/migrating.md")
+        .read_text()
+        .partition("### NVIDIA's Helm values")[2]
+    )
+    missing = [key for key in nvidia if f"`{key}" not in table]
+    assert not missing, f"docs/migrating.md has no row for {missing}"
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    gates = list(schema["properties"]["featureGates"]["properties"])
+    assert gates
+    assert [gate for gate in gates if f"`{gate}`" not in table] == []
