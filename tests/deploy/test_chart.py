@@ -46,6 +46,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "no-gpus": {"resources": {"gpus": {"enabled": False}}},
     "classes-owned-elsewhere": {"deviceClasses": False},
+    "on-delete": {
+        "kubeletPlugin": {"updateStrategy": {"type": "OnDelete"}},
+        "webhook": {"enabled": True, "strategy": {"type": "Recreate"}},
+    },
     "mig-classes-no-gpu-resource": {"extendedResources": True, "gpuExtendedResourceName": ""},
     "own-service-account": {"serviceAccount": {"create": False, "name": "gpu-plugin"}},
     "no-mps-no-metrics-no-probes": {
@@ -387,3 +391,9 @@ def test_migrating_md_says_what_becomes_of_every_nvidia_value() -> None:
     gates = list(schema["properties"]["featureGates"]["properties"])
     assert gates
     assert [gate for gate in gates if f"`{gate}`" not in table] == []
+
+
+def test_a_strategy_of_another_type_leaves_the_default_rolling_update_out() -> None:
+    plugin = _one("on-delete", "DaemonSet", "-kubelet-plugin")
+    assert plugin["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    assert _one("on-delete", "Deployment")["spec"]["strategy"] == {"type": "Recreate"}

@@ -145,3 +145,14 @@ driver root is the Operator's, else "" (the plugin's default, /usr/bin/nvidia-cd
 {{- "/usr/local/nvidia/toolkit/nvidia-cdi-hook" }}
 {{- end }}
 {{- end }}
+
+{{/* An update strategy: rollingUpdate only with type RollingUpdate (Helm merges a user's
+{type: OnDelete} or {type: Recreate} with the default's rollingUpdate, which the API refuses). */}}
+{{- define "dra-gpu.strategy" -}}
+{{- $type := .type | default "RollingUpdate" }}
+type: {{ $type }}
+{{- if and (eq $type "RollingUpdate") .rollingUpdate }}
+rollingUpdate:
+  {{- toYaml .rollingUpdate | nindent 2 }}
+{{- end }}
+{{- end }}
