@@ -1,8 +1,11 @@
-"""`python -m bench [NAME ...]`: run the registered benchmarks (all when none is named).
+"""`python -m bench [NAME ...]`: run the registered benchmarks (all but `OPT_IN` when none
+is named).
 
 Each result is printed as a table and written to `bench/results/<name>.json`.
 To add a benchmark, write a module with `NAME`, `DESCRIPTION` and
 `run(options: BenchOptions) -> BenchResult`, and list it in `BENCHMARKS`.
+A benchmark that needs what is not there raises ConfigError saying what; it
+is printed and the exit status is 2.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from bench import BenchOptions, render, write_json
+from dra_driver.errors import ConfigError
 
 BENCHMARKS: dict[str, str] = {
     "prepare": "bench.prepare_roundtrip",
@@ -25,8 +29,12 @@ BENCHMARKS: dict[str, str] = {
     "health-streams": "bench.health_streams",
     "fuzz": "bench.fuzz",
     "usage-sampling": "bench.usage_sampling",
+    "nvidia-prepare": "bench.nvidia_prepare",
 }
 """Benchmark name -> module; modules are imported only when their benchmark runs."""
+
+OPT_IN: frozenset[str] = frozenset({"nvidia-prepare"})
+"""Run only when named: they need what this repository does not hold (NVIDIA's build)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,7 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "names",
         nargs="*",
         metavar="NAME",
-        help=f"benchmarks to run (default: all): {', '.join(BENCHMARKS)}",
+        help=f"benchmarks to run (default: all but {', '.join(sorted(OPT_IN))}): "
+        f"{', '.join(BENCHMARKS)}",
     )
     parser.add_argument("--cycles", type=int, help="measured iterations (benchmark default)")
     parser.add_argument("--warmup", type=int, help="warm-up iterations (benchmark default)")
@@ -47,10 +56,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if value is not None and value < (1 if flag == "--cycles" else 0):
             parser.error(f"{flag} must be {'positive' if flag == '--cycles' else 'zero or more'}")
     options = BenchOptions(cycles=args.cycles, warmup=args.warmup)
-    for name in args.names or list(BENCHMARKS):
+    for name in args.names or [n for n in BENCHMARKS if n not in OPT_IN]:
         module = importlib.import_module(BENCHMARKS[name])
         print(f"running {name} ...", flush=True)
-        result = module.run(options)
+        try:
+            result = module.run(options)
+        except ConfigError as exc:  # what the benchmark needs is not there: say what
+            print(f"{name}: {exc}", file=sys.stderr)
+            return 2
         print(render(result))
         print(f"  written to {write_json(result)}\n", flush=True)
     return 0

@@ -871,6 +871,53 @@ def _add_consumable_shares_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _webhook_flags(parser: argparse.ArgumentParser) -> None:
+    from dra_driver.admission.server import DEFAULT_PORT
+
+    parser.add_argument(
+        "--tls-cert-file",
+        required=True,
+        type=Path,
+        help="File containing the default x509 Certificate for HTTPS. (CA cert, if any, "
+        "concatenated after server cert). Read again when it changes",
+    )
+    parser.add_argument(
+        "--tls-private-key-file",
+        required=True,
+        type=Path,
+        help="File containing the default x509 private key matching --tls-cert-file",
+    )
+    parser.add_argument(
+        "--port", type=_port, default=DEFAULT_PORT, help="Secure port that the webhook listens on"
+    )
+    parser.add_argument(
+        "--driver-name", default=DEFAULT_DRIVER_NAME, help="the driver whose configs to check"
+    )
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"port {port} is not in 1..65535")
+    return port
+
+
+def _run_webhook(args: argparse.Namespace) -> int:
+    from dra_driver.admission.server import WebhookOptions, run
+
+    return run(
+        WebhookOptions(
+            cert_file=args.tls_cert_file,
+            key_file=args.tls_private_key_file,
+            port=args.port,
+            driver=args.driver_name,
+        )
+    )
+
+
 # ---------------------------------------------------------------- the table
 
 
@@ -910,6 +957,16 @@ COMMANDS: tuple[Command, ...] = (
         description="Discover the NVIDIA driver's files under the driver root for the driver "
         "version NVML reports and print the common CDI containerEdits a prepared claim "
         "carries, so an admin can check a node. Writes nothing.",
+    ),
+    Command(
+        "webhook",
+        "run the validating admission webhook for ResourceClaims and ResourceClaimTemplates",
+        _webhook_flags,
+        _run_webhook,
+        description="Serve POST /validate-resource-claim-parameters (AdmissionReview "
+        "admission.k8s.io/v1) and GET /readyz over HTTPS: refuses a claim or claim template "
+        "whose GpuConfig or MigDeviceConfig the kubelet plugin would refuse at Prepare, with "
+        "the plugin's message. TLS from the two files, reloaded when they change.",
     ),
     Command("demo", "the whole path on a simulated dgx-h100 node", _demo_flags, _run_demo),
     Command(

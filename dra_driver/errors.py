@@ -22,7 +22,8 @@ because the person reading them is an admin looking at a pending pod.
     ├── CelError               a CEL selector does not compile or fails at run time
     ├── AllocationError        a claim cannot be allocated for a reason that is not "does not fit"
     ├── MpsError               an MPS control daemon cannot be started, configured or stopped
-    └── PluginError            the kubelet plugin cannot start or serve
+    ├── PluginError            the kubelet plugin cannot start or serve
+    └── AdmissionError         a body sent to the admission webhook is not an AdmissionReview
 
 Third-party exceptions (pynvml, kubernetes ApiException, OSError, yaml) are
 wrapped with `raise ... from exc` at the I/O boundary so the cause is kept;
@@ -144,6 +145,11 @@ class MpsError(DraGpuError):
 
 class PluginError(DraGpuError):
     """The kubelet plugin cannot start or serve."""
+
+
+class AdmissionError(DraGpuError):
+    """A request to the admission webhook is not an AdmissionReview it can answer (the
+    webhook answers HTTP 400 with the message; a claim it refuses is no error)."""
 
 
 def yaml_problem(exc: Exception) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
@@ -88,9 +88,13 @@ class OpaqueConfig:
 
         A config naming a main request applies to all of its subrequests.
         """
+        return self.applies_to_request(result.request)
+
+    def applies_to_request(self, request: str) -> bool:
+        """Whether this config covers `request` ("req" or "req/subreq")."""
         if not self.requests:
             return True
-        return result.request in self.requests or result.base_request in self.requests
+        return request in self.requests or request.partition("/")[0] in self.requests
 
 
 @dataclass(frozen=True)
@@ -255,7 +259,25 @@ def _parse_configs(raw: object, driver: str, ref: str) -> list[OpaqueConfig]:
     driver in the API versions this parser knows.
     """
     path = "status.allocation.devices.config"
-    out: list[OpaqueConfig] = []
+    return [config for _, config in _config_entries(raw, driver, ref, path, source=None)]
+
+
+def parse_spec_configs(
+    raw: object, *, driver: str, ref: str, path: str
+) -> list[tuple[int, OpaqueConfig]]:
+    """`driver`'s opaque configs of a claim's spec (`spec.devices.config` at `path`), with
+    their index there, parsed and bounded as an allocation's are (source "FromClaim").
+
+    The admission check reads them so before the claim is allocated; raises ClaimError.
+    """
+    return list(_config_entries(raw, driver, ref, path, source=CONFIG_SOURCE_CLAIM))
+
+
+def _config_entries(
+    raw: object, driver: str, ref: str, path: str, *, source: str | None
+) -> Iterator[tuple[int, OpaqueConfig]]:
+    """(index, config) of `driver`'s opaque entries of the config list at `path`; `source`
+    None reads each entry's own (an allocation's), else every entry has that source."""
     for i, entry in enumerate(_list(raw, path, ref)):
         where = f"{path}[{i}]"
         item = _mapping(entry, where, ref, required=True)
@@ -265,10 +287,10 @@ def _parse_configs(raw: object, driver: str, ref: str) -> list[OpaqueConfig]:
         config_driver = _string(opaque.get("driver"), f"{where}.opaque.driver", ref)
         if config_driver != driver:
             continue
-        source = item.get("source")
-        if not isinstance(source, str) or source not in _SOURCE_RANK:
+        entry_source = item.get("source") if source is None else source
+        if not isinstance(entry_source, str) or entry_source not in _SOURCE_RANK:
             raise ClaimError(
-                f"{ref}: {where}.source is {_short(source)}, expected "
+                f"{ref}: {where}.source is {_short(entry_source)}, expected "
                 f"{CONFIG_SOURCE_CLASS!r} or {CONFIG_SOURCE_CLAIM!r}"
             )
         requests = tuple(
@@ -279,15 +301,15 @@ def _parse_configs(raw: object, driver: str, ref: str) -> list[OpaqueConfig]:
             opaque.get("parameters"), f"{where}.opaque.parameters", ref, required=True
         )
         _check_bounded(parameters, f"{where}.opaque.parameters", ref)
-        out.append(
+        yield (
+            i,
             OpaqueConfig(
-                source=str(source),
+                source=entry_source,
                 requests=requests,
                 driver=config_driver,
                 parameters=MappingProxyType(copy.deepcopy(dict(parameters))),
-            )
+            ),
         )
-    return out
 
 
 def _check_bounded(parameters: Mapping[str, Any], where: str, ref: str) -> None:

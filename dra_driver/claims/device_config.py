@@ -18,7 +18,7 @@ a silently unshared device; today every strategy is applied.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from fractions import Fraction
 from typing import Annotated, Literal
@@ -154,22 +154,47 @@ def effective_configs(
         decoded[id(config)] = decode(config, where)
     chosen: dict[str, DeviceConfig | None] = {}
     for result in claim.results:
-        device_kind = kinds.get(result.device, "gpu")
-        wanted = _KIND_OF_DEVICE.get(device_kind, "GpuConfig")
-        match: DeviceConfig | None = None
-        for config in claim.configs_for(result):  # lowest precedence first
-            value = decoded[id(config)]
-            if config.requests:
-                if value.kind != wanted:
-                    raise ClaimError(
-                        f"{claim.ref}: a {value.kind} names request {result.request!r}, but its "
-                        f"device {result.device} is a {device_kind} device; use {wanted}"
-                    )
-                match = value
-            elif value.kind == wanted:
-                match = value
-        chosen[config_key(result)] = match
+        applicable = [(config, decoded[id(config)]) for config in claim.configs_for(result)]
+        chosen[config_key(result)] = select_config(
+            claim.ref,
+            applicable,
+            request=result.request,
+            device=result.device,
+            device_kind=kinds.get(result.device, "gpu"),
+        )
     return chosen
+
+
+def select_config(
+    ref: str,
+    applicable: Sequence[tuple[OpaqueConfig, DeviceConfig]],
+    *,
+    request: str,
+    device: str,
+    device_kind: str,
+) -> DeviceConfig | None:
+    """The config of one device of `device_kind` ("gpu" or "mig") for `request`, or None.
+
+    `applicable` holds the configs that apply to the request, decoded, lowest
+    precedence first (`AllocatedClaim.configs_for`): the last one of the
+    device's own kind wins; one naming the request must be of that kind
+    (ClaimError naming `ref`, the request and `device` otherwise). The plugin
+    calls it per allocated device; the admission check per request, with the
+    device described by its DeviceClass.
+    """
+    wanted = _KIND_OF_DEVICE.get(device_kind, "GpuConfig")
+    match: DeviceConfig | None = None
+    for config, value in applicable:
+        if config.requests:
+            if value.kind != wanted:
+                raise ClaimError(
+                    f"{ref}: a {value.kind} names request {request!r}, but its "
+                    f"device {device} is a {device_kind} device; use {wanted}"
+                )
+            match = value
+        elif value.kind == wanted:
+            match = value
+    return match
 
 
 def unsupported_sharing(
@@ -216,5 +241,6 @@ __all__ = [
     "decode",
     "effective_configs",
     "mps_config_of",
+    "select_config",
     "unsupported_sharing",
 ]

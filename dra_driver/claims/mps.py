@@ -120,6 +120,13 @@ def control_commands(limits: MpsLimits, device_uuid: str) -> tuple[str, ...]:
     return tuple(lines)
 
 
+def check_mps_config(config: MpsConfig, where: str) -> None:
+    """Refuse what a decoded mpsConfig may hold but no device can apply (ClaimError naming
+    `where`); the admission check runs it too, as no device is needed to tell."""
+    if config.default_active_thread_percentage == 0:
+        raise ClaimError(f"{where}: defaultActiveThreadPercentage must be 1..100, not 0")
+
+
 def claim_limits(
     config: MpsConfig | None,
     *,
@@ -140,9 +147,8 @@ def claim_limits(
     percentage: int | None = None
     memory: int | None = None
     if config is not None:
+        check_mps_config(config, where)
         percentage = config.default_active_thread_percentage
-        if percentage == 0:
-            raise ClaimError(f"{where}: defaultActiveThreadPercentage must be 1..100, not 0")
         if config.default_pinned_device_memory_limit is not None:
             memory = _mib(config.default_pinned_device_memory_limit)
         per_device = config.default_per_device_pinned_memory_limit or {}

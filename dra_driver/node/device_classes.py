@@ -10,6 +10,9 @@ outside its directory).
 
 from __future__ import annotations
 
+import functools
+import re
+from collections.abc import Mapping
 from importlib import resources
 from typing import Any, Final
 
@@ -17,6 +20,7 @@ from dra_driver.errors import ConfigError
 from dra_driver.kube import yaml_io
 
 RESOURCE: Final = "data/deviceclasses.yaml"
+_TYPE_SELECTOR: Final = re.compile(r"device\.attributes\['gpu\.nvidia\.com'\]\.type == '(\w+)'")
 
 
 def device_classes_text() -> str:
@@ -33,3 +37,20 @@ def default_device_classes() -> list[dict[str, Any]]:
             f"dra_driver/{RESOURCE}: cannot read the default DeviceClasses: {exc}"
         ) from exc
     return [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") == "DeviceClass"]
+
+
+@functools.cache
+def device_types_of_classes() -> Mapping[str, str]:
+    """The device type ("gpu" or "mig") each default DeviceClass selects, by class name.
+
+    Read from the classes' own `type == '...'` selectors, so a claim's request
+    can be told its devices' type before it is allocated (the admission check
+    needs it to refuse a MigDeviceConfig named for a `gpu.nvidia.com` request).
+    """
+    types: dict[str, str] = {}
+    for device_class in default_device_classes():
+        for selector in device_class.get("spec", {}).get("selectors", []):
+            found = _TYPE_SELECTOR.search(str(selector.get("cel", {}).get("expression", "")))
+            if found:
+                types[device_class["metadata"]["name"]] = found.group(1)
+    return types

@@ -143,3 +143,23 @@ def test_pod_uid_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.delenv("POD_UID")
     args = build_parser().parse_args(["kubelet-plugin", "--node-name=n1", "--nvml=real"])
     assert args.pod_uid is None  # the classic socket names
+
+
+@pytest.mark.parametrize(
+    ("argv", "why"),
+    [
+        (["webhook", "--tls-private-key-file", "k"],
+         "the following arguments are required: --tls-cert-file"),
+        (["webhook", "--tls-cert-file", "c", "--tls-private-key-file", "k", "--port", "0"],
+         "argument --port: port 0 is not in 1..65535"),
+        (["webhook", "--tls-cert-file", "c", "--tls-private-key-file", "k", "--port", "https"],
+         "argument --port: 'https' is not a port number"),
+    ],
+)  # fmt: skip
+def test_webhook_flags_as_nvidias_a_bad_one_in_one_line(
+    argv: list[str], why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == f"dra-gpu webhook: {why} (see dra-gpu webhook --help)\n"
