@@ -263,6 +263,10 @@ def test_the_webhook_is_configured_as_nvidias_chart_configures_it() -> None:
         "--tls-private-key-file=/cert/tls.key",
         "--port=443",
     ]
+    args = build_parser().parse_args(container["command"][1:])  # the webhook's own flags
+    assert (str(args.tls_cert_file), args.port) == ("/cert/tls.crt", 443)
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["cert"] == "/cert"
     assert container["readinessProbe"]["httpGet"] == {
         "path": "/readyz",
         "port": "webhook",
@@ -271,7 +275,7 @@ def test_the_webhook_is_configured_as_nvidias_chart_configures_it() -> None:
     assert {"name": "webhook", "containerPort": 443} in container["ports"]
     (config,) = _objects(name, "ValidatingWebhookConfiguration")
     (webhook,) = config["webhooks"]
-    assert webhook["failurePolicy"] == "Fail"
+    assert webhook["failurePolicy"] == "Ignore"  # docs/admission.md says why
     assert webhook["clientConfig"]["service"] == {
         "namespace": "gpu-system",
         "name": "dra-gpu-webhook",
@@ -306,7 +310,8 @@ def test_the_webhook_takes_its_certificate_from_a_secret_of_yours() -> None:
     assert volume["secret"]["secretName"] == "dra-gpu-webhook-tls"
     (config,) = _objects(name, "ValidatingWebhookConfiguration")
     (webhook,) = config["webhooks"]
-    assert webhook["failurePolicy"] == "Ignore"
+    assert webhook["failurePolicy"] == "Fail"
+    assert deployment["spec"]["replicas"] == 2
     bundle = webhook["clientConfig"]["caBundle"]
     assert bundle == values["webhook"]["tls"]["secret"]["caBundle"]
     assert base64.b64decode(bundle).startswith(b"-----BEGIN CERTIFICATE-----")

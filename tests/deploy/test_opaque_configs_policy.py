@@ -15,6 +15,10 @@ uses (dra_driver.claims.device_config.decode). What the policy refuses, the
 plugin refuses too, with the same words after "kind is"; what the plugin
 accepts, the policy lets through. Configs with a known kind but a bad field
 inside pass the policy: the webhook and Prepare refuse those.
+
+The webhook's matchConditions (deploy/components/webhook; the chart's is the
+same) are run the same way: the API server calls the webhook for exactly the
+claims and templates that carry a gpu.nvidia.com config.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from dra_driver.errors import ClaimError
 from dra_driver.scheduling.cel import DeviceView
 from dra_driver.scheduling.cel.selector import CompiledExpression, compile_expression
 from dra_driver.scheduling.cel.types import DYN
-from tests.deploy.renders import BASE
+from tests.deploy.renders import BASE, ROOT
 
 GPU = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}
 MIG = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "MigDeviceConfig"}
@@ -190,3 +194,42 @@ def test_other_drivers_claims_without_configs_and_updates_pass() -> None:
     bad = _claim(_configs({**GPU, "kind": "GpuConfg"}))
     assert _admit(bad, "resourceclaims", "UPDATE") is None
     assert _admit(bad, "resourceclaimtemplates", "UPDATE") is None
+
+
+def _webhook_condition() -> str:
+    docs = yaml.safe_load_all((ROOT / "deploy/components/webhook/webhook.yaml").read_text())
+    (config,) = [d for d in docs if d and d["kind"] == "ValidatingWebhookConfiguration"]
+    (webhook,) = config["webhooks"]
+    (condition,) = webhook["matchConditions"]
+    expression: str = condition["expression"]
+    return expression
+
+
+@pytest.mark.parametrize(
+    ("resource", "obj", "sent"),
+    [
+        ("resourceclaims", _claim(_configs(GPU)), True),
+        (
+            "resourceclaims",
+            _claim(_configs({"kind": "x"}, driver="example.com") + _configs(MIG)),
+            True,
+        ),
+        ("resourceclaims", _claim(_configs(GPU, driver="example.com")), False),
+        ("resourceclaims", _claim([]), False),
+        ("resourceclaims", {"spec": {"devices": {"requests": []}}}, False),
+        ("resourceclaims", _claim([{"requests": ["gpu"]}]), False),
+        (
+            "resourceclaimtemplates",
+            {"spec": {"spec": {"devices": {"config": _configs(GPU)}}}},
+            True,
+        ),
+        ("resourceclaimtemplates", {"spec": {"spec": {}}}, False),
+    ],
+)
+def test_the_webhook_is_called_only_for_objects_with_a_gpu_config(
+    resource: str, obj: dict[str, Any], sent: bool
+) -> None:
+    request = {"operation": "CREATE", "resource": {"resource": resource}}
+    bound = {"object": obj, "oldObject": None, "request": request, "variables": {}}
+    value, _ = _compiled(_webhook_condition()).evaluate(_DEVICE, bound)
+    assert value is sent
