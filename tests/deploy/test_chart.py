@@ -312,6 +312,11 @@ def test_the_webhook_takes_its_certificate_from_a_secret_of_yours() -> None:
     (webhook,) = config["webhooks"]
     assert webhook["failurePolicy"] == "Fail"
     assert deployment["spec"]["replicas"] == 2
+    (budget,) = _objects(name, "PodDisruptionBudget")  # a drain keeps one replica serving
+    assert budget["spec"]["minAvailable"] == 1
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert budget["spec"]["selector"]["matchLabels"] == selector
+    assert _objects("webhook-cluster-issuer-values.yaml", "PodDisruptionBudget") == []
     bundle = webhook["clientConfig"]["caBundle"]
     assert bundle == values["webhook"]["tls"]["secret"]["caBundle"]
     assert base64.b64decode(bundle).startswith(b"-----BEGIN CERTIFICATE-----")
