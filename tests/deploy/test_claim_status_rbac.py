@@ -9,7 +9,6 @@ fails with "changing status.devices requires extra permission".
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from functools import cache
 from pathlib import Path
@@ -17,6 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.deploy.k8s_tools import tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,10 +34,8 @@ def _kustomizations() -> list[Path]:
 
 @cache
 def _render(directory: Path) -> tuple[dict[str, Any], ...]:
-    kubectl = shutil.which("kubectl")
-    assert kubectl, "kubectl is missing: `make test` installs Debian's kubernetes-client"
     out = subprocess.run(
-        [kubectl, "kustomize", str(directory)], check=True, capture_output=True, text=True
+        [tool("kubectl"), "kustomize", str(directory)], check=True, capture_output=True, text=True
     ).stdout
     return tuple(doc for doc in yaml.safe_load_all(out) if doc)
 

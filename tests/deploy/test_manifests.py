@@ -4,7 +4,8 @@
 platform is a Kustomize Component in `deploy/components/` that any
 kustomization may list over the base, and `deploy/overlays/` holds ready sets
 of them. The tests render them with `kubectl kustomize` (as `kubectl apply -k`
-would), every combination of components included, and check what an admin
+would; test_combinations renders every combination of components, and the
+chart beside it) and check what an admin
 relies on: strict schema validity, the DaemonSet's flags are ones the plugin
 accepts, its mounts, requests, probes and rolling update, the namespace's Pod
 Security level, an admission policy that follows a namespace override, the
@@ -14,20 +15,10 @@ CLI ships.
 
 from __future__ import annotations
 
-import itertools
-import json
-import os
 import re
-import shutil
-import subprocess
-import tempfile
-import tomllib
-from collections.abc import Sequence
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
 
@@ -35,64 +26,22 @@ from dra_driver.cli import build_parser, main
 from dra_driver.hardware.simulated.models import MODELS
 from dra_driver.node.device_classes import device_classes_text
 from kubelet_plugin.main import CLEAN_STOP_S
+from tests.deploy.renders import (
+    BASE,
+    COMPONENTS,
+    KUBERNETES,
+    VERSION,
+    documents,
+    render_kustomization,
+    render_users_kustomization,
+    validate,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-KUBERNETES = ("1.35.0", "1.37.0")  # strict schemas: the oldest release users run, the newest
-BASE = ROOT / "deploy/base"
 OVERLAYS = sorted(p.parent for p in ROOT.glob("deploy/overlays/*/kustomization.yaml"))
 KUSTOMIZATIONS = [BASE, *OVERLAYS]
-COMPONENTS = ("dynamic-mig", "sharing", "extended-resources", "gpu-operator", "openshift")
-COMBINATIONS = [
-    combo
-    for size in range(1, len(COMPONENTS) + 1)
-    for combo in itertools.combinations(COMPONENTS, size)
-]
-VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 # examples/shapes/ holds node shapes for `dra-gpu simulate`, not Kubernetes objects.
 EXAMPLES = sorted(p for p in ROOT.glob("examples/**/*.yaml") if "shapes" not in p.parts)
-
-
-def _validate(doc: dict[str, Any], version: str) -> None:
-    """kubernetes_validate's strict check; a document already found valid is not checked again
-    (the component combinations share most of their documents, and one check takes ~10 ms)."""
-    _validate_json(json.dumps(doc, sort_keys=True), version)
-
-
-@cache
-def _validate_json(doc: str, version: str) -> None:
-    kubernetes_validate.validate(json.loads(doc), version, strict=True)
-
-
-def _documents(text: str) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(text) if doc]
-
-
-@cache
-def _render(directory: Path) -> tuple[dict[str, Any], ...]:
-    kubectl = shutil.which("kubectl")
-    assert kubectl, "kubectl is missing: `make test` installs Debian's kubernetes-client"
-    out = subprocess.run(
-        [kubectl, "kustomize", str(directory)], check=True, capture_output=True, text=True
-    ).stdout
-    return tuple(_documents(out))
-
-
-def _render_users_kustomization(components: Sequence[str], extra: str = "") -> list[dict[str, Any]]:
-    """What a user's own kustomization over the base with `components` renders to."""
-    with tempfile.TemporaryDirectory(prefix="dra-gpu-kustomize-") as work:
-
-        def rel(path: Path) -> str:  # kustomize takes relative paths only
-            return os.path.relpath(path, work)
-
-        lines = [
-            "apiVersion: kustomize.config.k8s.io/v1beta1",
-            "kind: Kustomization",
-            f"resources: [{rel(BASE)}]",
-            f"components: [{', '.join(rel(ROOT / 'deploy/components' / c) for c in components)}]",
-            extra,
-        ]
-        (Path(work) / "kustomization.yaml").write_text("\n".join(lines) + "\n")
-        return list(_render(Path(work)))
 
 
 def _is_daemonset(doc: dict[str, Any], name: str) -> bool:
@@ -101,7 +50,9 @@ def _is_daemonset(doc: dict[str, Any], name: str) -> bool:
 
 def _daemonset(directory: Path, name: str = "dra-gpu-kubelet-plugin") -> dict[str, Any]:
     (daemonset,) = [
-        d for d in _render(directory) if d["kind"] == "DaemonSet" and d["metadata"]["name"] == name
+        d
+        for d in render_kustomization(directory)
+        if d["kind"] == "DaemonSet" and d["metadata"]["name"] == name
     ]
     return daemonset
 
@@ -124,62 +75,39 @@ def test_every_feature_is_a_component_and_the_overlays_only_combine_them() -> No
     found = sorted(p.parent.name for p in ROOT.glob("deploy/components/*/kustomization.yaml"))
     assert found == sorted(COMPONENTS)
     for name in COMPONENTS:
-        (doc,) = _documents((ROOT / "deploy/components" / name / "kustomization.yaml").read_text())
+        (doc,) = documents((ROOT / "deploy/components" / name / "kustomization.yaml").read_text())
         assert doc["kind"] == "Component"
     for overlay in OVERLAYS:
-        (doc,) = _documents((overlay / "kustomization.yaml").read_text())
+        (doc,) = documents((overlay / "kustomization.yaml").read_text())
         # Only the base as a resource: two overlays as resources clash on the Namespace.
         assert doc["resources"] == ["../../base"], overlay
         assert all(c.startswith("../../components/") for c in doc["components"]), overlay
 
 
-@pytest.mark.parametrize("components", COMBINATIONS, ids="+".join)
-def test_every_combination_of_components_renders_and_validates(
-    components: tuple[str, ...],
-) -> None:
-    documents = _render_users_kustomization(components)
-    for version in KUBERNETES:
-        for doc in documents:
-            _validate(doc, version)
-    (namespace,) = [d for d in documents if d["kind"] == "Namespace"]
-    (daemonset,) = [d for d in documents if _is_daemonset(d, "dra-gpu-kubelet-plugin")]
-    (host,) = [d for d in documents if _is_daemonset(d, "dra-gpu-mps-host")]
-    (host_container,) = host["spec"]["template"]["spec"]["containers"]
-    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
-    host_env = {e["name"]: e.get("value") for e in host_container["env"]}
-    args = build_parser().parse_args(container["command"][1:])
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    # Each component does its part, whatever else is listed with it.
-    assert args.dynamic_mig == ("dynamic-mig" in components)
-    assert (str(args.consumable_shares) == "4") == ("sharing" in components)
-    mig_classes = [d for d in documents if d["metadata"]["name"].startswith("mig-")]
-    assert bool(mig_classes) == ("extended-resources" in components)
-    operator = env["NVIDIA_DRIVER_ROOT"] == "/run/nvidia/driver"
-    assert operator == ("gpu-operator" in components)
-    assert host_env["NVIDIA_DRIVER_ROOT"] == env["NVIDIA_DRIVER_ROOT"]  # the MPS host's too
-    scc = [d for d in documents if d["kind"] == "RoleBinding"]
-    assert bool(scc) == ("openshift" in components)
-    assert namespace["metadata"]["name"] == "dra-gpu"
-
-
 def test_a_namespace_override_moves_everything_and_the_admission_policy_follows() -> None:
-    documents = _render_users_kustomization(COMPONENTS, "namespace: gpu-system")
+    docs = render_users_kustomization(COMPONENTS, "namespace: gpu-system")
     cluster_scoped = {
         "Namespace",
         "ClusterRole",
         "ClusterRoleBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "ValidatingWebhookConfiguration",
         "DeviceClass",
     }
-    for doc in documents:
+    for doc in docs:
         if doc["kind"] not in cluster_scoped:
             assert doc["metadata"]["namespace"] == "gpu-system", doc["kind"]
         for subject in doc.get("subjects", []):
             assert subject["namespace"] == "gpu-system"
-    (namespace,) = [d for d in documents if d["kind"] == "Namespace"]
+    (namespace,) = [d for d in docs if d["kind"] == "Namespace"]
     assert namespace["metadata"]["name"] == "gpu-system"
-    (policy,) = [d for d in documents if d["kind"] == "ValidatingAdmissionPolicy"]
+    (policy,) = [
+        d
+        for d in docs
+        if d["kind"] == "ValidatingAdmissionPolicy"
+        and d["metadata"]["name"] == "dra-gpu-resourceslices-own-node"
+    ]
     (condition,) = policy["spec"]["matchConditions"]
     match = re.fullmatch(r"request\.userInfo\.username\.matches\('(.+)'\)", condition["expression"])
     assert match, condition["expression"]
@@ -189,10 +117,14 @@ def test_a_namespace_override_moves_everything_and_the_admission_policy_follows(
     assert not plugin.search("system:serviceaccount:gpu-system:default")
     assert not plugin.search("system:serviceaccount:a:b:dra-gpu-kubelet-plugin")
     assert not plugin.search("system:node:dra-gpu-kubelet-plugin")
+    # The webhook's Service reference moves too (its certificate's names do not: the
+    # component's comment says to patch them, the chart moves them).
+    (webhook,) = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
+    assert webhook["webhooks"][0]["clientConfig"]["service"]["namespace"] == "gpu-system"
 
 
 def test_the_namespace_admits_the_privileged_plugin_under_pod_security() -> None:
-    (namespace,) = [d for d in _render(BASE) if d["kind"] == "Namespace"]
+    (namespace,) = [d for d in render_kustomization(BASE) if d["kind"] == "Namespace"]
     labels = namespace["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
 
@@ -201,13 +133,13 @@ def test_the_namespace_admits_the_privileged_plugin_under_pod_security() -> None
 def test_the_image_is_named_through_kustomize_images(directory: Path) -> None:
     (container,) = _daemonset(directory)["spec"]["template"]["spec"]["containers"]
     assert container["image"] == f"ghcr.io/dra-gpu/dra-gpu:{VERSION}"
-    (doc,) = _documents((BASE / "kustomization.yaml").read_text())
+    (doc,) = documents((BASE / "kustomization.yaml").read_text())
     assert doc["images"] == [{"name": "ghcr.io/dra-gpu/dra-gpu", "newTag": VERSION}]
 
 
 def test_a_self_built_image_is_one_images_entry_away() -> None:
     """What docs/install.md tells the admin to write."""
-    documents = _render_users_kustomization(
+    documents = render_users_kustomization(
         ("gpu-operator",),
         "images:\n- name: ghcr.io/dra-gpu/dra-gpu\n"
         "  newName: registry.example.com/gpu/dra-gpu\n  newTag: dev-1",
@@ -229,22 +161,22 @@ def test_there_is_one_copy_of_the_manifests() -> None:
 def test_kustomization_renders_and_validates_against_strict_schemas(
     directory: Path, version: str
 ) -> None:
-    documents = _render(directory)
+    documents = render_kustomization(directory)
     kinds = {doc["kind"] for doc in documents}
     assert {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"} <= kinds
     assert {"ValidatingAdmissionPolicy", "DaemonSet", "DeviceClass"} <= kinds
     for doc in documents:
-        _validate(doc, version)
+        validate(doc, version)
 
 
 @pytest.mark.parametrize("version", KUBERNETES)
 @pytest.mark.parametrize("path", EXAMPLES, ids=_name)
 def test_example_validates_against_strict_schemas(path: Path, version: str) -> None:
-    documents = _documents(path.read_text())
-    assert documents, f"{path} is empty"
-    for doc in documents:
+    docs = documents(path.read_text())
+    assert docs, f"{path} is empty"
+    for doc in docs:
         if doc["kind"] != "List":
-            _validate(doc, version)
+            validate(doc, version)
 
 
 @pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=_name)
@@ -332,7 +264,7 @@ def test_extended_resources_overlay_maps_every_mig_profile_the_device_plugin_nam
     }
     classes = {
         d["spec"]["extendedResourceName"]: d
-        for d in _render(ROOT / "deploy/overlays/extended-resources")
+        for d in render_kustomization(ROOT / "deploy/overlays/extended-resources")
         if d["kind"] == "DeviceClass" and d["metadata"]["name"].startswith("mig-")
     }
     assert set(classes) == {f"nvidia.com/mig-{name}" for name in plain}
@@ -344,7 +276,9 @@ def test_extended_resources_overlay_maps_every_mig_profile_the_device_plugin_nam
 
 def test_openshift_overlay_lets_the_plugin_use_the_privileged_scc() -> None:
     bindings = [
-        d for d in _render(ROOT / "deploy/overlays/openshift") if d["kind"] == "RoleBinding"
+        d
+        for d in render_kustomization(ROOT / "deploy/overlays/openshift")
+        if d["kind"] == "RoleBinding"
     ]
     (binding,) = bindings
     assert binding["roleRef"]["name"] == "system:openshift:scc:privileged"
@@ -356,7 +290,7 @@ def test_deployed_deviceclasses_are_the_ones_the_cli_ships() -> None:
 
 
 def test_default_deviceclasses_match_nvidia_names_and_selectors() -> None:
-    classes = {doc["metadata"]["name"]: doc for doc in _documents(device_classes_text())}
+    classes = {doc["metadata"]["name"]: doc for doc in documents(device_classes_text())}
     assert set(classes) == {"gpu.nvidia.com", "mig.nvidia.com"}
     for name, kind in (("gpu.nvidia.com", "gpu"), ("mig.nvidia.com", "mig")):
         expression = classes[name]["spec"]["selectors"][0]["cel"]["expression"]
@@ -383,7 +317,7 @@ def test_the_daemonset_probes_and_scrapes_the_ports_the_plugin_serves(directory:
 
 
 def test_the_plugin_may_create_events_and_read_nodes_but_no_more() -> None:
-    role = next(doc for doc in _render(BASE) if doc["kind"] == "ClusterRole")
+    role = next(doc for doc in render_kustomization(BASE) if doc["kind"] == "ClusterRole")
     rules = {
         (group, resource): sorted(rule["verbs"])
         for rule in role["rules"]
