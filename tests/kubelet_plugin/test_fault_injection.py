@@ -312,10 +312,14 @@ def test_9_temp_files_of_interrupted_writes_are_removed_at_start(plugin: PluginP
     litter.write_text("half a claim")
     cdi_litter = plugin.cdi_root / f"{temp_prefix_for('k8s.gpu.nvidia.com-claim_x')}.q"
     cdi_litter.write_text("half a spec")
+    # the single-file checkpoint of an older dra-gpu, next to the claim files
+    legacy_litter = plugin.checkpoint_dir.parent / f"{temp_prefix_for('checkpoint.json')}.k3j2"
+    legacy_litter.write_text("half a checkpoint")
     plugin.kill()
     plugin.start()
     assert not litter.exists()
     assert not cdi_litter.exists()
+    assert not legacy_litter.exists()
     _ok(plugin, WHOLE, unprepare=True)
 
 

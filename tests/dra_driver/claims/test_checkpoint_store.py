@@ -350,3 +350,17 @@ def test_temp_files_of_interrupted_writes_are_removed_on_request(tmp_path: Path)
     with store.lock():
         assert store.remove_temp_files() == [litter]
     assert files(tmp_path / "checkpoint") == [f"{UID}.json"]
+
+
+def test_temp_files_of_the_legacy_file_are_removed_and_nothing_else(tmp_path: Path) -> None:
+    legacy = tmp_path / "checkpoint.json"
+    store = CheckpointStore(tmp_path / "checkpoint", BOOT, legacy_file=legacy)
+    with store.lock():
+        store.save(prepared())
+    litter = tmp_path / f"{temp_prefix_for('checkpoint.json')}.x1y2"
+    litter.write_text("half a checkpoint of an older dra-gpu")
+    other = tmp_path / f"{temp_prefix_for('checkpoint.json-other')}.x1y2"
+    other.write_text("not ours")
+    with store.lock():
+        assert store.remove_temp_files() == [litter]
+    assert files(tmp_path) == sorted([other.name, "checkpoint", "checkpoint.lock"])
