@@ -13,6 +13,7 @@ because the person reading them is an admin looking at a pending pod.
     ├── SliceError             a ResourceSlice would break an API limit
     ├── ClusterError           reading or writing API objects failed
     │   ├── NotFoundError      the object does not exist
+    │   ├── InvalidObjectError the object cannot be handled as it stands (retrying cannot help)
     │   └── ConflictError      stale resourceVersion/uid (HTTP 409)
     │       └── AlreadyExistsError   create found the name taken
     ├── ClaimError             a ResourceClaim cannot be prepared as it is
@@ -81,6 +82,10 @@ class ClusterError(DraGpuError):
 
 class NotFoundError(ClusterError):
     """The requested Kubernetes object does not exist."""
+
+
+class InvalidObjectError(ClusterError):
+    """The object, as stored or as sent, cannot be handled: the same request fails again."""
 
 
 class ConflictError(ClusterError):
