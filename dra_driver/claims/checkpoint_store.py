@@ -64,6 +64,7 @@ from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry, decode, encode
 from dra_driver.errors import CheckpointError
 from dra_driver.files import atomic as fsutil
 from dra_driver.files.flock import file_lock
+from dra_driver.files.regular import read_regular
 from dra_driver.kube.names import is_uid
 
 DEFAULT_LOCK_TIMEOUT_S = 10.0
@@ -209,7 +210,7 @@ class CheckpointStore:
 
     def _read(self, path: Path, uid: str | None, unreadable: list[Unreadable]) -> Checkpoint | None:
         try:
-            data = path.read_bytes()
+            data = read_regular(path)  # a FIFO there must not hang the plugin
         except FileNotFoundError:
             return None
         except OSError as exc:
