@@ -20,6 +20,7 @@ because the person reading them is an admin looking at a pending pod.
     ├── CheckpointError        the checkpoint file cannot be read or written
     ├── CdiError               a CDI spec cannot be built or written
     ├── DriverRootError        the NVIDIA driver's files are not under the driver root
+    ├── KernelModuleError      an NVIDIA kernel module is not loaded and cannot be loaded
     ├── CelError               a CEL selector does not compile or fails at run time
     ├── AllocationError        a claim cannot be allocated for a reason that is not "does not fit"
     ├── MpsError               an MPS control daemon cannot be started, configured or stopped
@@ -110,6 +111,10 @@ class CdiError(DraGpuError):
 
 class DriverRootError(DraGpuError):
     """The NVIDIA driver's user-space files are not (yet) under the driver root."""
+
+
+class KernelModuleError(DraGpuError):
+    """An NVIDIA kernel module (nvidia-uvm) is not loaded and could not be loaded."""
 
 
 class CelError(DraGpuError):
