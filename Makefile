@@ -11,7 +11,7 @@ PACKAGES := dra_driver kubelet_plugin controller
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX := $(CURDIR)/build/pycache
 
-.PHONY: test lint imports typecheck unit gpu-test demo bench proto clean wheel wheel-check k8s-tools image
+.PHONY: test lint imports typecheck unit gpu-test demo bench proto clean wheel wheel-check k8s-tools image image-test
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -68,9 +68,17 @@ wheel: $(STAMP)
 ## packages; no container daemon, no base image): see deploy/build-image.sh. Needs root.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= ghcr.io/dra-gpu/dra-gpu:$(VERSION)
+IMAGE_ARCHIVE := dist/dra-gpu-$(VERSION).oci.tar
 image: wheel
 	PYTHON=$(CURDIR)/$(PY) IMAGE=$(IMAGE) WHEEL="$$(ls $(WHEEL_GLOB))" \
-		OUT=dist/dra-gpu-$(VERSION).oci.tar deploy/build-image.sh
+		OUT=$(IMAGE_ARCHIVE) deploy/build-image.sh
+
+## image-test: the archive `make image` wrote, checked without a container runtime (about 20 s;
+## not in `make test`, which builds no image): entry point, user, no test code or caches,
+## `dra-gpu --version` in a chroot of its unpacked layers, size (tests/image_contents.py).
+## Needs root for chroot, as `make image` does.
+image-test: $(STAMP)
+	$(PY) -m tests.image_contents $(IMAGE_ARCHIVE) $(VERSION)
 
 ## wheel-check: the wheel has no test code, and `dra-gpu demo` runs from it outside the source tree
 ## (a fresh venv without pip of its own, filled by .venv's pip; nothing byte-compiled ahead).

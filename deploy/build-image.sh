@@ -31,6 +31,11 @@ PY_VERSION=3.11   # bookworm's python3
 GLIBC=2_36        # bookworm's glibc
 
 fail() { echo "make image: $*" >&2; exit 2; }
+# Byte-code next to the sources, where the image's Python looks: a PYTHONPYCACHEPREFIX
+# of this machine (the Makefile sets one) reaches every Python run in the new root
+# (dpkg's py3compile, compileall) and put a 73 MB tree at this machine's path into
+# the image, and no byte-code where it is read.
+unset PYTHONPYCACHEPREFIX
 # `buildah run` (the smoke test) in a chroot: works in containers and CI runners.
 export BUILDAH_ISOLATION="${BUILDAH_ISOLATION:-chroot}"
 
@@ -60,9 +65,13 @@ for minor in $(seq 5 "${GLIBC#2_}"); do target+=(--platform "manylinux_2_${minor
 "$PYTHON" -m pip download --quiet "${target[@]}" --dest "$work/wheels" "$WHEEL" ||
     fail "cannot fetch the wheel's dependencies for CPython $PY_VERSION (see pip's error above)"
 # The hooks run on this machine with the new root as $1.
+# The test suites some dependencies ship (jsonschema, referencing, websocket...) go:
+# the image carries no test code (`make image-test` checks).
 install_wheel="'$PYTHON' -m pip install --quiet --no-compile --no-index \
     --find-links '$work/wheels' ${target[*]} --target \"\$1$site\" '$WHEEL' \
-    && rm -rf \"\$1$site/bin\""
+    && rm -rf \"\$1$site/bin\" \
+    && find \"\$1$site\" -mindepth 2 -type d \\( -name tests -o -name test \\) -prune \
+        -exec rm -rf {} +"
 entry_point="printf '%s\n' '#!/usr/bin/python3' 'import sys' 'from dra_driver.cli import main' \
     'sys.exit(main())' > \"\$1/usr/local/bin/dra-gpu\" && chmod 0755 \"\$1/usr/local/bin/dra-gpu\""
 compile="chroot \"\$1\" python3 -m compileall -q '$site'"

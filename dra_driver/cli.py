@@ -660,6 +660,25 @@ def _sim_flags(parser: argparse.ArgumentParser) -> None:
         "--memory", default="0", metavar="QTY", help="GPU memory used, e.g. 20Gi (default 0)"
     )
     workload.add_argument("--stop", action="store_true", help="end the pod's process there")
+    modules = sim_commands.add_parser(
+        "modules",
+        help="make a simulated node lack nvidia-uvm (as after a host driver install), or not",
+        description="Leave kernel modules out of a simulated node's /proc/devices, as on a node "
+        "whose driver was installed after boot before any CUDA program ran; the plugin loads "
+        "them, or fails as --modprobe-error says. Without --unload: all loaded again.",
+    )
+    modules.add_argument("--sim-state", type=Path, required=True, help="the node's state file")
+    modules.add_argument(
+        "--unload", action="append", default=[], metavar="MODULE", help="nvidia-uvm"
+    )
+    modules.add_argument(
+        "--modprobe-error",
+        default="",
+        metavar="TEXT",
+        help="what modprobe says when asked to load one (default: it loads)",
+    )
+    modules.add_argument("--shape", help="boot a node of this shape if --sim-state does not exist")
+    modules.add_argument("--node-name", default="sim-node", help="its node name (with --shape)")
 
 
 MAX_XID = 2**32 - 1
@@ -688,6 +707,16 @@ def _gpu_index(text: str) -> int:
 
 
 def _run_sim(args: argparse.Namespace) -> int:
+    if args.sim_command == "modules":
+        from dra_driver.hardware.simulated.modules_command import set_modules
+
+        return set_modules(
+            args.sim_state,
+            unload=args.unload,
+            modprobe_error=args.modprobe_error,
+            shape=args.shape,
+            node_name=args.node_name,
+        )
     if args.sim_command == "workload":
         from dra_driver.hardware.simulated.workload_command import run_workload
 

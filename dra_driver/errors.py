@@ -13,12 +13,14 @@ because the person reading them is an admin looking at a pending pod.
     ├── SliceError             a ResourceSlice would break an API limit
     ├── ClusterError           reading or writing API objects failed
     │   ├── NotFoundError      the object does not exist
+    │   ├── InvalidObjectError the object cannot be handled as it stands (retrying cannot help)
     │   └── ConflictError      stale resourceVersion/uid (HTTP 409)
     │       └── AlreadyExistsError   create found the name taken
     ├── ClaimError             a ResourceClaim cannot be prepared as it is
     ├── CheckpointError        the checkpoint file cannot be read or written
     ├── CdiError               a CDI spec cannot be built or written
     ├── DriverRootError        the NVIDIA driver's files are not under the driver root
+    ├── KernelModuleError      an NVIDIA kernel module is not loaded and cannot be loaded
     ├── CelError               a CEL selector does not compile or fails at run time
     ├── AllocationError        a claim cannot be allocated for a reason that is not "does not fit"
     ├── MpsError               an MPS control daemon cannot be started, configured or stopped
@@ -84,6 +86,10 @@ class NotFoundError(ClusterError):
     """The requested Kubernetes object does not exist."""
 
 
+class InvalidObjectError(ClusterError):
+    """The object, as stored or as sent, cannot be handled: the same request fails again."""
+
+
 class ConflictError(ClusterError):
     """A write lost a race: stale `resourceVersion` or `uid` (HTTP 409)."""
 
@@ -106,6 +112,10 @@ class CdiError(DraGpuError):
 
 class DriverRootError(DraGpuError):
     """The NVIDIA driver's user-space files are not (yet) under the driver root."""
+
+
+class KernelModuleError(DraGpuError):
+    """An NVIDIA kernel module (nvidia-uvm) is not loaded and could not be loaded."""
 
 
 class CelError(DraGpuError):

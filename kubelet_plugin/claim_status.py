@@ -6,7 +6,9 @@ before, and for each claim the answer's outcome is queued for
 `dra_driver.claims.device_status` by server-side apply with field manager
 `gpu.nvidia.com` (the driver name). The answer to the kubelet never waits
 for the API server, and a failed write is retried with back-off, then
-logged; it never turns into a Prepare error.
+logged; it never turns into a Prepare error. A write the store refuses as it
+stands (`InvalidObjectError`: a claim nested too deep to copy) is logged in one
+line and not retried.
 
 - A prepared claim's entries are built from the checkpoint right after
   Prepare (live MIG UUIDs, share ids, MPS limits). A failed claim's are
@@ -36,7 +38,7 @@ from typing import Any, Final
 from dra_driver.backoff import backoff_delay
 from dra_driver.claims.checkpoint import Checkpoint, ClaimState
 from dra_driver.claims.device_status import failed_entries, ready_entries
-from dra_driver.errors import DraGpuError, NotFoundError
+from dra_driver.errors import DraGpuError, InvalidObjectError, NotFoundError
 from dra_driver.kube.cluster import API_VERSION, Cluster
 from dra_driver.node.devices import AllocatableDevice
 from kubelet_plugin.metrics import PluginMetrics
@@ -183,6 +185,10 @@ class ClaimStatusWriter:
         except NotFoundError as exc:
             log.info("%s is gone; its status.devices is not written: %s", ref, exc)
             self._count("gone")
+            return
+        except InvalidObjectError as exc:  # the same write would fail again: one line
+            log.warning("not writing status.devices of %s: %s", ref, exc)
+            self._count("error")
             return
         except DraGpuError as exc:
             task.attempts += 1

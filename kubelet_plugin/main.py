@@ -71,6 +71,7 @@ from kubelet_plugin.driver import GpuDriver
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.health_monitor import DEFAULT_POLL_SECONDS, HealthMonitor
 from kubelet_plugin.health_stream import DeviceHealthServicer
+from kubelet_plugin.kernel_status import start_kernel_setup
 from kubelet_plugin.malloc_tuning import tune_malloc
 from kubelet_plugin.metrics import PluginMetrics
 from kubelet_plugin.mig_lifecycle import MigLifecycle
@@ -292,6 +293,10 @@ def _serve(
     probe: PluginProbe,
 ) -> int:
     probe.set_phase(Phase.RECOVERING)
+    # nvidia-uvm before anything builds a CDI spec (recovery rebuilds some).
+    start_kernel_setup(
+        hardware, cluster, metrics, driver_name=options.driver_name, node_name=options.node_name
+    )
     cdi_store = CdiStore(options.cdi_root, owner=owner_of_data_dir(options.driver_name, data_dir))
     mig = MigLifecycle(
         hardware.nvml, disable_mig_when_empty=not options.keep_mig_enabled, metrics=metrics

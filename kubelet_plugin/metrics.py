@@ -18,6 +18,8 @@ object and record what they do; nothing here knows how they work.
 - `dra_gpu_claim_*{namespace,claim,pod,device}`: GPU use per claim and pod
   (`--usage-interval`), from `kubelet_plugin.usage_metrics` via `track_usage`.
 - `dra_gpu_claim_status_writes_total{result}`: `status.devices` applies.
+- `dra_gpu_kernel_module_loaded{module="nvidia-uvm"}`: 0 while nvidia-uvm is not
+  loaded and could not be loaded (every Prepare fails), 1 once it is.
 """
 
 from __future__ import annotations
@@ -126,6 +128,14 @@ class PluginMetrics:
         self.unhealthy_devices = Gauge(
             "unhealthy_devices",
             "Devices tainted unhealthy in the node's ResourceSlices",
+            namespace=_NAMESPACE,
+            registry=r,
+        )
+        self.kernel_module_loaded = Gauge(
+            "kernel_module_loaded",
+            "1 while the NVIDIA kernel module every Prepare needs is loaded, 0 while it is not "
+            "and could not be loaded (kubelet_plugin.kernel_status)",
+            ["module"],
             namespace=_NAMESPACE,
             registry=r,
         )

@@ -11,7 +11,8 @@ plugin running needed; `to_dicts` and `render_table` are pure.
 The per-claim view (`collect_claims`, `render_claims`; `dra-gpu status
 --claims`, and below the GPUs in the table) answers how much of its GPU each
 claim uses: its pods, SM %, memory used against its limit, how long it has
-been idle and whether it uses more than its share. It shows the plugin's
+been idle and whether it uses more than its share (`-o yaml|json` carries
+both views: `{gpus: [...], claims: [...], claimsSource: ...}`). It shows the plugin's
 last sampling pass (`usage.json` in its data directory, written every
 `--usage-interval`); without a recent one it samples once itself, and then
 idle time and pod names are unknown.
@@ -407,12 +408,22 @@ def print_status(
             print(render_claims(view), end="")
         return 0
     statuses = collect(hardware, data_dir=data_dir)
+    view = collect_claims(hardware, data_dir=data_dir)
     if output == "yaml":
-        print(yaml_io.dump(to_dicts(statuses), sort_keys=False), end="")
+        print(yaml_io.dump(status_document(statuses, view), sort_keys=False), end="")
     elif output == "json":
-        print(json.dumps(to_dicts(statuses), indent=2))
+        print(json.dumps(status_document(statuses, view), indent=2))
     else:
         print(render_table(statuses, wide=output == "wide"), end="")
         print()
-        print(render_claims(collect_claims(hardware, data_dir=data_dir)), end="")
+        print(render_claims(view), end="")
     return 0
+
+
+def status_document(statuses: list[GpuStatus], view: ClaimsView) -> dict[str, Any]:
+    """`-o yaml|json`: what the table shows, `{gpus: [...], claims: [...], claimsSource}`."""
+    return {
+        "gpus": to_dicts(statuses),
+        "claims": claims_to_dicts(view.claims),
+        "claimsSource": view.source,
+    }

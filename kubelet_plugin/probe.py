@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -174,6 +175,26 @@ class PluginHealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc
                 log.info("health check %s: NOT_SERVING: %s", name, problem)
 
 
+def _check_port_free(host: str, port: int) -> None:
+    """Bind `host:port` as gRPC is about to (and let go): OSError if it is taken.
+
+    gRPC's C core writes its own line to stderr for a failed bind, which a bad
+    flag must not add to the one-line error, so a taken port is found here first.
+    """
+    if port == 0:
+        return
+    address = host.strip("[]")
+    wildcard = address in ("", "::", "0.0.0.0")
+    if wildcard:  # gRPC's wildcard listens on IPv6 and IPv4
+        address = "::" if socket.has_dualstack_ipv6() else "0.0.0.0"
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does
+        if family == socket.AF_INET6 and wildcard:
+            probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        probe.bind((address, port))
+
+
 class HealthCheckServer:
     """Serves `PluginHealthServicer` on `HOST:PORT` until `stop()`.
 
@@ -187,6 +208,11 @@ class HealthCheckServer:
         # port must be an error, as it is for the metrics port.
         self._server = grpc.server(self._executor, options=[("grpc.so_reuseport", 0)])
         health_pb2_grpc.add_HealthServicer_to_server(servicer, self._server)
+        try:
+            _check_port_free(host, port)
+        except OSError as exc:
+            self._executor.shutdown(wait=False)
+            raise ConfigError(f"--healthcheck-port {port}: cannot listen: {exc}") from exc
         try:
             self.port = self._server.add_insecure_port(f"{host}:{port}")
         except RuntimeError as exc:

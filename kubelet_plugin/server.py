@@ -655,7 +655,9 @@ class PluginServer:
         # long gone.
         private = socket_path.with_name(f".{secrets.token_hex(4)[:7]}")
         executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=thread_prefix)
-        server = grpc.server(executor, interceptors=list(interceptors))
+        server = grpc.server(
+            executor, interceptors=[_MalformedRequests(socket_path), *interceptors]
+        )
         add_servicers(server)
         try:
             if not server.add_insecure_port(f"unix:{private}"):
@@ -689,6 +691,61 @@ class PluginServer:
                 listener.private.unlink(missing_ok=True)
             else:
                 _remove_own_socket(listener.socket, listener.identity)
+
+
+class _MalformedRequests(grpc.ServerInterceptor):
+    """A request that does not decode is the caller's fault: a warning naming the socket.
+
+    Without this, grpcio logs `ERROR grpc._common: Exception deserializing
+    message!` with a traceback for any garbage written to a socket. A request
+    deserializer that returns None makes grpcio answer INTERNAL ("Exception
+    deserializing request!") without logging, so the wrapper logs it once.
+    """
+
+    def __init__(self, socket_path: Path) -> None:
+        self.socket_path = socket_path
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = continuation(handler_call_details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        decode = handler.request_deserializer
+        method = handler_call_details.method
+
+        def tolerant(data: bytes) -> Any:
+            try:
+                return decode(data)
+            except Exception as exc:  # protobuf's DecodeError, or anything a decoder raises
+                log.warning(
+                    "%s: %s: malformed request (%d bytes), answered INTERNAL: %s",
+                    self.socket_path,
+                    method,
+                    len(data),
+                    exc,
+                )
+                return None
+
+        return _with_request_deserializer(handler, tolerant)
+
+
+def _with_request_deserializer(
+    handler: grpc.RpcMethodHandler[Any, Any], decode: Callable[[bytes], Any]
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """`handler` with another request deserializer (its behaviour and serializer kept)."""
+    encode = handler.response_serializer
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(handler.unary_unary, decode, encode)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(handler.unary_stream, decode, encode)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(handler.stream_unary, decode, encode)
+    if handler.stream_stream is not None:
+        return grpc.stream_stream_rpc_method_handler(handler.stream_stream, decode, encode)
+    return handler
 
 
 class _StreamLimit(grpc.ServerInterceptor):

@@ -64,6 +64,7 @@ from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry, decode, encode
 from dra_driver.errors import CheckpointError
 from dra_driver.files import atomic as fsutil
 from dra_driver.files.flock import file_lock
+from dra_driver.files.regular import read_regular
 from dra_driver.kube.names import is_uid
 
 DEFAULT_LOCK_TIMEOUT_S = 10.0
@@ -209,7 +210,7 @@ class CheckpointStore:
 
     def _read(self, path: Path, uid: str | None, unreadable: list[Unreadable]) -> Checkpoint | None:
         try:
-            data = path.read_bytes()
+            data = read_regular(path)  # a FIFO there must not hang the plugin
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -325,18 +326,30 @@ class CheckpointStore:
 
     def remove_temp_files(self) -> list[Path]:
         """Delete the temp files interrupted writes left (start-up, under `lock()`: a write
-        in flight in another process would lose its temp file). Returns what went."""
+        in flight in another process would lose its temp file). Returns what went.
+
+        Every temp file in the claim directory, and those of the legacy file next
+        to it (`.tmp-checkpoint.json.<random>`, an older dra-gpu's interrupted write).
+        """
+        removed = self._remove_temp_files_in(self.directory, fsutil.temp_prefix_for(""))
+        if self.legacy_file is not None:
+            removed += self._remove_temp_files_in(
+                self.legacy_file.parent, fsutil.temp_prefix_for(self.legacy_file.name) + "."
+            )
+        return removed
+
+    def _remove_temp_files_in(self, directory: Path, prefix: str) -> list[Path]:
         try:
-            names = os.listdir(self.directory)
+            names = os.listdir(directory)
         except FileNotFoundError:
             return []
         except OSError as exc:
-            raise CheckpointError(f"{self.directory}: cannot list: {exc.strerror or exc}") from exc
+            raise CheckpointError(f"{directory}: cannot list: {exc.strerror or exc}") from exc
         removed = []
         for name in sorted(names):
-            if name.startswith(fsutil.temp_prefix_for("")):
-                self._remove(self.directory / name)
-                removed.append(self.directory / name)
+            if name.startswith(prefix):
+                self._remove(directory / name)
+                removed.append(directory / name)
         return removed
 
     def _replace_damaged_directory(self) -> None:

@@ -38,6 +38,7 @@ from dra_driver.hardware.simulated.node_files import (
     sim_sys_root,
 )
 from dra_driver.node.host import HostInfo
+from dra_driver.node.kernel_modules import Modprobe
 
 REAL_SPEC = "real"
 SIM_PREFIX = "sim:"
@@ -104,6 +105,10 @@ def open_real(driver_root: DriverRoot | None = None) -> Hardware:
         gpu_policy=NvidiaSmi(lambda: user_space.binaries(nvml.system().driver_version)),
         health=nvml,
         mps_shm_tmpfs=True,
+        # As `nvidia-ctk system create-device-nodes --load-kernel-modules`: modprobe in a
+        # chroot of the driver root, nodes under its /dev.
+        modules=Modprobe(root.local_path),
+        dev_root=root.local_path / "dev",
     )
 
 
@@ -160,5 +165,17 @@ def open_simulated(
         driver=user_space,
         gpu_policy=SimGpuPolicy(hw),
         health=sim_nvml,
+        modules=_SimModprobe(hw),
     )
     return SimulatedNode(hardware=hardware, sim=hw)
+
+
+class _SimModprobe:
+    """`ModuleLoader` of a simulated node: its `/proc/devices` gains the module's lines
+    (no device nodes: a simulated node has no /dev of its own)."""
+
+    def __init__(self, hw: SimHardware) -> None:
+        self._hw = hw
+
+    def load(self, module: str) -> None:
+        self._hw.load_module(module)

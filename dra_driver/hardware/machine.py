@@ -5,8 +5,9 @@ code on a real node and on a simulated one. What differs is only what stands
 behind these seams: NVML (`nvml.interface.Nvml`), the host's procfs
 (`HostInfo`: device numbers, MIG capabilities, boot id), the driver's user
 space under the driver root (whose `nvidia-cuda-mps-control` starts the MPS
-daemons), the GPU policy (`gpu_policy.GpuPolicy`: compute mode and
-time-slice) and the device-health events. The composition root builds one
+daemons, and whose modprobe loads a missing nvidia-uvm), the GPU policy
+(`gpu_policy.GpuPolicy`: compute mode and time-slice) and the device-health
+events. The composition root builds one
 (`dra_driver.composition.hardware`); everything else takes it as given and
 never asks which kind it got.
 """
@@ -14,11 +15,13 @@ never asks which kind it got.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from dra_driver.container.driver_root import DriverBinaries, DriverUserSpace
 from dra_driver.hardware.gpu_policy import GpuPolicy
 from dra_driver.hardware.nvml.interface import HealthEventSource, Nvml
 from dra_driver.node.host import HostInfo
+from dra_driver.node.kernel_modules import ModuleLoader
 
 
 @dataclass
@@ -36,6 +39,9 @@ class Hardware:
     gpu_policy: GpuPolicy
     health: HealthEventSource | None = None  # device-health events (both backends have them)
     mps_shm_tmpfs: bool = False
+    # Loads a missing nvidia-uvm (`dra_driver.node.kernel_modules`); None: cannot.
+    modules: ModuleLoader | None = None
+    dev_root: Path | None = None  # where missing control nodes are made; None: not made
 
     def driver_version(self) -> str:
         """The driver version NVML reports (what the driver files must match)."""

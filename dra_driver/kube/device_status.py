@@ -21,7 +21,8 @@ would be refused by a real cluster:
   conflicts unless the apply forces. Ownership is recorded in
   `metadata.managedFields` (`operation: Apply`, `subresource: status`,
   `fieldsV1` keys `k:{"device":...,"driver":...,"pool":...}`), as the
-  apiserver does.
+  apiserver does. A claim nested deeper than `MAX_OBJECT_DEPTH` is refused
+  (`InvalidObjectError`) before it is copied.
 """
 
 from __future__ import annotations
@@ -31,13 +32,18 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from dra_driver.errors import ClusterError, ConflictError
+from dra_driver.errors import ClusterError, ConflictError, InvalidObjectError
 from dra_driver.kube.names import is_dns_label, is_dns_subdomain
 from dra_driver.kube.objects import Obj
 
 MAX_CONDITIONS: Final = 8
 DATA_MAX_BYTES: Final = 10 * 1024
 CONDITION_STATUSES: Final = ("True", "False", "Unknown")
+MAX_OBJECT_DEPTH: Final = 100
+"""Deepest nesting of a claim `apply_device_status` copies. A claim nests about 8
+levels to its opaque parameters, which Prepare refuses deeper than 32
+(`dra_driver.claims.allocated.MAX_PARAMETERS_DEPTH`); deeper than 100 is hostile
+input, refused (`InvalidObjectError`) before Python's recursion limit is reached."""
 
 DeviceKey = tuple[str, str, str, str]
 """(driver, pool, device, shareID or "") of a status.devices entry or allocation result."""
@@ -201,6 +207,7 @@ def apply_device_status(
             f"{what}: status.devices: Duplicate value: {', '.join(duplicates)} (an apply lists "
             "each entry once)"
         )
+    _check_depth(stored, what)
     new = copy.deepcopy(stored)
     owners = _owners(new)
     conflicts = sorted(
@@ -241,6 +248,23 @@ def apply_device_status(
     if _without_times(new) == _without_times(stored):
         return None
     return new
+
+
+def _check_depth(obj: Obj, what: str) -> None:
+    """Refuse an object nested deeper than MAX_OBJECT_DEPTH before anything recursive
+    (deepcopy, the YAML writer) walks it: Python's recursion limit would end the walk
+    in a RecursionError after thousands of frames. Iterative, so bounded itself."""
+    stack: list[tuple[object, int]] = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_OBJECT_DEPTH:
+            raise InvalidObjectError(
+                f"{what}: nested deeper than {MAX_OBJECT_DEPTH} levels; not copied"
+            )
+        if isinstance(value, dict):
+            stack.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1) for item in value)
 
 
 def _entry(claim: Obj, key: DeviceKey) -> dict[str, Any] | None:

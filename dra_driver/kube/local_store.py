@@ -17,8 +17,9 @@ Writes follow the apiserver's rules (`apiserver_rules`), are atomic (readers
 never see half a file; not fsynced: this is no durable store) and are
 serialised across processes by an flock on `DIR/.lock`; `DIR/.resource-version`
 holds the last resourceVersion handed out. A file that cannot be parsed is
-reported, never skipped; a file is parsed once per version (its inode, mtime
-and size), so listing unchanged slices again is cheap.
+reported, never skipped, and so is anything but a regular file (a FIFO would
+block the reader: `dra_driver.files.regular`); a file is parsed once per
+version (its inode, mtime and size), so listing unchanged slices again is cheap.
 
 Watching slices is polling: the directory's mtime and its entries (name,
 inode, size, mtime) are compared every `SLICE_POLL_SECONDS`, which is cheap
@@ -43,6 +44,7 @@ from dra_driver.backoff import backoff_delay
 from dra_driver.errors import ClusterError, NotFoundError, yaml_problem
 from dra_driver.files.atomic import atomic_write, remove_file
 from dra_driver.files.flock import file_lock
+from dra_driver.files.regular import read_regular, require_regular
 from dra_driver.kube import apiserver_rules as rules
 from dra_driver.kube import device_status, yaml_io
 from dra_driver.kube.apiserver_rules import (
@@ -294,6 +296,10 @@ class LocalCluster:
             raise
         except OSError as exc:
             raise ClusterError(f"{kind.kind} file {path}: cannot read it: {exc}") from exc
+        try:
+            require_regular(info.st_mode)
+        except OSError as exc:
+            raise ClusterError(f"{kind.kind} file {path}: cannot read it: {exc}") from exc
         identity = (info.st_ino, info.st_mtime_ns, info.st_size)
         cached = self._parsed.get(path)
         text = cached[1] if cached is not None and cached[0] == identity else None
@@ -313,7 +319,7 @@ class LocalCluster:
         """The JSON a process saved when it parsed this version of `path`, or None."""
         try:
             stamp, _, text = (
-                self._parsed_copy_path(path).read_text(encoding="utf-8").partition("\n")
+                read_regular(self._parsed_copy_path(path)).decode("utf-8").partition("\n")
             )
         except (OSError, UnicodeDecodeError):
             return None
@@ -333,7 +339,7 @@ class LocalCluster:
 
     def _parse(self, kind: ResourceKind, path: Path) -> Obj:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_regular(path).decode("utf-8")
         except FileNotFoundError:
             raise
         except (OSError, UnicodeDecodeError) as exc:
@@ -394,7 +400,7 @@ class LocalCluster:
         """Hand out the next resourceVersion; call with the write lock held."""
         path = self._root / _VERSION_FILE
         try:
-            text = path.read_text(encoding="ascii").strip()
+            text = read_regular(path).decode("ascii").strip()
         except FileNotFoundError:
             text = "0"
         except (OSError, UnicodeDecodeError) as exc:

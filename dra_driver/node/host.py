@@ -17,6 +17,7 @@ Failures are reported in the caller's layer: device lookups raise `CdiError`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from dra_driver.errors import CdiError, CheckpointError
@@ -36,6 +37,9 @@ class HostInfo:
         self.proc_root = Path(proc_root)
         self.sys_root = Path(sys_root)
         self._mig_minors: dict[str, int] = {}  # the table is fixed once the module is loaded
+        # Told of a device missing from /proc/devices; may load its module (the plugin's
+        # `kernel_modules.KernelSetup.missing`) and returns why it is still missing.
+        self.on_missing: Callable[[str], str | None] | None = None
 
     # -- /proc/devices -------------------------------------------------------
 
@@ -73,17 +77,25 @@ class HostInfo:
         "nvidia" and "nvidia-frontend" are the same driver (the name depends
         on the kernel module's build), so either finds the other.
         """
+        found = self._find_major(name)
+        if found is not None:
+            return found
+        why = self.on_missing(name) if self.on_missing is not None else None
+        found = self._find_major(name)  # the module may be loaded now
+        if found is not None:
+            return found
+        path = self.proc_root / "devices"
+        raise CdiError(
+            f"{path}: no character device {name!r} in the {_CHAR_SECTION!r} section "
+            + (f"({why})" if why else "(is the NVIDIA kernel module that provides it loaded?)")
+        )
+
+    def _find_major(self, name: str) -> int | None:
         majors = self.char_majors()
         for alias in _ALIASES.get(name, ()):
             if name not in majors and alias in majors:
                 return majors[alias]
-        if name not in majors:
-            path = self.proc_root / "devices"
-            raise CdiError(
-                f"{path}: no character device {name!r} in the {_CHAR_SECTION!r} section "
-                f"(is the NVIDIA kernel module that provides it loaded?)"
-            )
-        return majors[name]
+        return majors.get(name)
 
     # -- MIG capability files ------------------------------------------------
 

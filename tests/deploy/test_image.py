@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from dra_driver.cli import main as cli_main
+from tests.image_contents import SITE, problems_in_config, problems_in_paths
 from tests.wheel_contents import problems
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +57,7 @@ def test_make_image_installs_the_wheel_make_builds() -> None:
     assert "'$WHEEL'" in SCRIPT_TEXT
     assert "COPY" not in SCRIPT_TEXT
     assert "buildah copy" not in SCRIPT_TEXT
-    assert "tests" not in SCRIPT_TEXT.replace("no tests", "")
+    assert "tests" not in SCRIPT_TEXT.replace("no tests", "").replace("-name tests", "")
 
 
 def test_the_default_image_is_the_one_the_manifests_name() -> None:
@@ -157,6 +158,10 @@ def test_a_release_tag_builds_and_pushes_the_image_the_manifests_name_and_the_wh
     assert "dist/dra_gpu-" in script
     assert "mmdebstrap buildah" in script  # Debian's builders, no container daemon
     assert "docker" not in script
+    # The image is checked before it is pushed.
+    built = script.index("make image IMAGE=")
+    checked = script.index("make image-test")
+    assert built < checked < script.index("buildah push")
 
 
 def test_ci_runs_the_tests_and_builds_the_image() -> None:
@@ -167,3 +172,100 @@ def test_ci_runs_the_tests_and_builds_the_image() -> None:
     }
     assert "make test" in runs["test"]
     assert "make image" in runs["image"]
+    assert "make image-test" in runs["image"]
+
+
+def test_no_byte_code_of_the_build_machine_lands_in_the_image() -> None:
+    """The Makefile exports PYTHONPYCACHEPREFIX; every Python the build runs in the new
+    root would write its byte-code there (`make image-test` found 73 MB of it)."""
+    assert "export PYTHONPYCACHEPREFIX" in MAKEFILE
+    unset = SCRIPT_TEXT.index("\nunset PYTHONPYCACHEPREFIX\n")
+    assert unset < SCRIPT_TEXT.index("\nmmdebstrap ")
+
+
+def test_make_image_test_checks_the_archive_make_image_writes() -> None:
+    match = re.search(r"^image-test: (.*)\n((?:\t.*\n)+)", MAKEFILE, re.M)
+    assert match, "the Makefile has an image-test target"
+    assert "tests.image_contents $(IMAGE_ARCHIVE) $(VERSION)" in match.group(2)
+    assert "OUT=$(IMAGE_ARCHIVE)" in _make_image_recipe()
+    unit = re.search(r"^test: (.*)$", MAKEFILE, re.M)
+    assert unit
+    assert "image-test" not in unit.group(1)  # make test builds no image
+
+
+CONFIG = {
+    "User": "0:0",
+    "Entrypoint": ["dra-gpu"],
+    "Cmd": ["kubelet-plugin", "--help"],
+    "WorkingDir": "/",
+    "Env": ["PYTHONUNBUFFERED=1"],
+    "Labels": {"org.opencontainers.image.version": "0.1.0"},
+}
+ROOT_PATHS = [
+    "usr/local/bin/dra-gpu",
+    f"{SITE}/dra_driver/cli.py",
+    f"{SITE}/dra_driver/__pycache__/cli.cpython-311.pyc",
+    f"{SITE}/dra_driver/data/deviceclasses.yaml",
+    f"{SITE}/dra_driver/scheduling/cel/cel.lark",
+    f"{SITE}/kubelet_plugin/main.py",
+    f"{SITE}/controller/publisher.py",
+    "usr/lib/python3.11/test/",  # Debian's stdlib `test` package stays
+    "usr/lib/python3.11/test/support/__init__.py",
+    "var/lib/apt/lists/",
+    "var/lib/apt/lists/lock",
+    "var/lib/apt/lists/partial/",
+]
+
+
+def test_image_test_passes_the_image_make_image_means_to_build() -> None:
+    assert problems_in_config(CONFIG, "0.1.0") == []
+    assert problems_in_paths(ROOT_PATHS) == []
+
+
+def test_image_test_finds_a_wrong_entry_point_user_or_version() -> None:
+    wrong = {**CONFIG, "User": "65532", "Entrypoint": ["python3"], "Env": ["PYTHONPATH=/src"]}
+    assert problems_in_config(wrong, "0.2.0") == [
+        "config Entrypoint is ['python3'], expected ['dra-gpu']",
+        "config User is '65532', expected '0:0'",
+        "label org.opencontainers.image.version is '0.1.0', expected '0.2.0'",
+        "config Env sets PYTHONPATH=/src",
+    ]
+
+
+def test_image_test_finds_test_code_caches_and_stray_byte_code() -> None:
+    """What the first image built held: the build machine's PYTHONPYCACHEPREFIX tree
+    (73 MB of byte-code where the image never reads it) and dependencies' test suites."""
+    stray = "work/wt/x/build/pycache/usr/local/lib/python3.11/dist-packages"
+    bad = [
+        *ROOT_PATHS,
+        f"{SITE}/jsonschema/tests/",
+        f"{SITE}/jsonschema/tests/test_validators.py",
+        f"{SITE}/tests/",
+        f"{SITE}/tests/fakes/kubelet.py",
+        f"{SITE}/dra_driver/conftest.py",
+        f"{SITE}/pytest/",
+        "root/.cache/pip/http/0/1",
+        "var/cache/apt/pkgcache.bin",
+        "var/lib/apt/lists/deb.debian.org_debian_dists_bookworm_InRelease",
+        "work/.mypy_cache/",
+        f"{SITE}/yaml/__pycache__/cyaml.cpython-312.pyc",
+        f"{stray}/dra_driver/cli.cpython-311.pyc",
+        f"{stray}/yaml/__init__.cpython-311.pyc",
+        "pyproject.toml",
+    ]
+    bad.remove(f"{SITE}/dra_driver/data/deviceclasses.yaml")
+    assert problems_in_paths(bad) == [
+        f"missing: /{SITE}/dra_driver/data/deviceclasses.yaml",
+        "source tree: /pyproject.toml",
+        "cache: /root/.cache/pip/http/0/1",
+        f"test code: /{SITE}/dra_driver/conftest.py",
+        f"test code: /{SITE}/jsonschema/tests/",
+        f"test code: /{SITE}/pytest/",
+        f"test code: /{SITE}/tests/",
+        f"byte-code for another Python: /{SITE}/yaml/__pycache__/cyaml.cpython-312.pyc",
+        "cache: /var/cache/apt/pkgcache.bin",
+        "cache: /var/lib/apt/lists/deb.debian.org_debian_dists_bookworm_InRelease",
+        "cache: /work/.mypy_cache/",
+        "byte-code outside __pycache__: 2 files (a PYTHONPYCACHEPREFIX of the build?), "
+        f"e.g. /{stray}/dra_driver/cli.cpython-311.pyc",
+    ]

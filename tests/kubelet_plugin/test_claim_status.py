@@ -8,9 +8,11 @@ repeating Prepare does not rewrite (or re-date) the status.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -28,6 +30,7 @@ from dra_driver.claims.checkpoint import (
 from dra_driver.claims.device_status import device_data
 from dra_driver.errors import ClusterError
 from dra_driver.kube.api_store import KubeCluster
+from dra_driver.kube.local_store import LocalCluster
 from dra_driver.node.devices import build_devices
 from kubelet_plugin.claim_status import ClaimStatusService, ClaimStatusWriter
 from kubelet_plugin.metrics import PluginMetrics
@@ -39,6 +42,7 @@ from tests.fakes import (
     FakeDraService,
     dgx_h100_inventory,
     make_allocated_claim,
+    make_opaque_config,
 )
 
 DRIVER = "gpu.nvidia.com"
@@ -370,3 +374,42 @@ def test_the_apply_names_the_claims_uid_and_a_recreated_claim_is_left_alone() ->
     assert writer.wait_idle(10)  # not retried for 30 s
     writer.close()
     assert len(cluster.applies) == 1
+
+
+def test_a_claim_nested_too_deep_for_the_local_store_is_one_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Opaque parameters nested 900 deep (a claim file anyone who can create claims can
+    write): Prepare refused it; the status write is refused in one line, not a 3,000-line
+    RecursionError traceback, and the claim next to it gets its status."""
+    cluster = LocalCluster(tmp_path / "cluster")
+    refs = []
+    for name, uid in (("deep", "fa170000-0000-4000-8000-0000000000b1"), ("fine", UID)):
+        config = make_opaque_config({"apiVersion": "resource.nvidia.com/v1beta1", "x": "HERE"})
+        claim = make_allocated_claim(name, "ml", uid, [("gpu", "gpu-0")], configs=[config])
+        status = claim.pop("status")
+        claim["metadata"].pop("resourceVersion")
+        stored = cluster.put_resource_claim(claim)
+        cluster.update_resource_claim_status({**stored, "status": status})
+        refs.append(ClaimRef("ml", uid, name))
+    path = cluster.root / "resourceclaims" / "ml" / "deep.yaml"
+    path.write_text(path.read_text().replace("HERE", '{"x": ' * 900 + "1" + "}" * 900))
+    writer = ClaimStatusWriter(cluster, driver_name=DRIVER, pool_name=TEST_POOL)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="kubelet_plugin.claim_status"):
+            for ref in refs:
+                writer.failed(ref, "nested more than 32 levels deep")
+            assert writer.wait_idle(20)
+    finally:
+        writer.close()
+    lines = [
+        r
+        for r in caplog.records
+        if r.name == "kubelet_plugin.claim_status" and r.levelno >= logging.INFO
+    ]
+    assert [(r.levelname, r.exc_info) for r in lines] == [("WARNING", None)]
+    message = lines[0].getMessage()
+    assert "ml/deep (fa170000-0000-4000-8000-0000000000b1)" in message
+    assert "nested deeper than 100 levels" in message
+    (fine,) = cluster.get_resource_claim("ml", "fine")["status"]["devices"]
+    assert fine["conditions"][0]["reason"] == "PrepareFailed"

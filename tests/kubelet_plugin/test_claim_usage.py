@@ -11,6 +11,7 @@ must say who uses what, who is idle and who is over its share, and say
 
 from __future__ import annotations
 
+import json
 import re
 import urllib.request
 from collections.abc import Iterator
@@ -265,6 +266,15 @@ def test_status_shows_the_per_claim_view(
     assert lines["ml/mps-a gpu-1"].split()[2:5] == ["mps-a-pod", "40%", "30.0Gi/20.0Gi"]
     assert lines["ml/mps-a gpu-1"].endswith("OVER")
     assert "n/a (MIG)" in lines[f"ml/mig {MIG_DEVICE}"]
+
+    # -o yaml|json carries what the table carries: the GPUs and the claims
+    for output, parse in (("json", json.loads), ("yaml", yaml.safe_load)):
+        assert main(["status", "-o", output, *common]) == 0
+        shown = parse(capsys.readouterr().out)
+        assert list(shown) == ["gpus", "claims", "claimsSource"], output
+        assert [g["name"] for g in shown["gpus"]] == [f"gpu-{i}" for i in range(len(shown["gpus"]))]
+        assert {(r["claim"], r["device"]) for r in shown["claims"]} == set(rows), output
+        assert shown["claimsSource"].startswith("sampled by the plugin"), output
 
 
 def test_claim_status_carries_ready_uuids_and_share_ids(plugin: PluginProcess) -> None:

@@ -19,7 +19,8 @@ from inside (then a `GpuDriver` on simulated hardware):
 8. concurrent Unprepares of the MPS claims of one daemon stop it exactly
    once; a kill storm during MPS Prepares leaves no daemon without a claim;
 9. temp files are cleaned at start; Unprepare of an unknown claim is a
-   success whatever its UID; log lines stay one line.
+   success whatever its UID; log lines stay one line; a FIFO in the local
+   store fails one claim and stops no re-publishing.
 
 6. 32 open health streams (the cap) leave Prepare its threads; a 33rd is
    refused (`bench health-streams` measures the latency).
@@ -31,6 +32,7 @@ test_fuzz.py and `bench fuzz`.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -312,11 +314,51 @@ def test_9_temp_files_of_interrupted_writes_are_removed_at_start(plugin: PluginP
     litter.write_text("half a claim")
     cdi_litter = plugin.cdi_root / f"{temp_prefix_for('k8s.gpu.nvidia.com-claim_x')}.q"
     cdi_litter.write_text("half a spec")
+    # the single-file checkpoint of an older dra-gpu, next to the claim files
+    legacy_litter = plugin.checkpoint_dir.parent / f"{temp_prefix_for('checkpoint.json')}.k3j2"
+    legacy_litter.write_text("half a checkpoint")
     plugin.kill()
     plugin.start()
     assert not litter.exists()
     assert not cdi_litter.exists()
+    assert not legacy_litter.exists()
     _ok(plugin, WHOLE, unprepare=True)
+
+
+def test_9_a_fifo_in_the_local_store_fails_one_claim_and_stops_no_republishing() -> None:
+    """`--cluster local:DIR`: a FIFO where a claim file should be, or among the slices,
+    is refused at once (reading one waits for a writer, for ever)."""
+    fifo_claim = ClaimRef("default", "fa170000-0000-4000-8000-0000000000c1", "a-fifo")
+    with PluginProcess(prefix="dra-fifo-", publish_interval=300) as plugin:
+        _store(plugin, WHOLE, results=[("gpu", "gpu-0")])
+        claim_file = plugin.cluster_root / "resourceclaims" / "default" / "a-fifo.yaml"
+        os.mkfifo(claim_file)
+        started = time.monotonic()
+        answers = plugin.client.prepare([fifo_claim, WHOLE])
+        assert time.monotonic() - started < 10
+        assert answers[WHOLE.uid].error == ""
+        assert f"{claim_file}: cannot read it: not a regular file (a FIFO)" in (
+            answers[fifo_claim.uid].error
+        )
+        _ok(plugin, WHOLE, unprepare=True)
+
+        # The slices' watch wakes the publisher, which lists the slices; the FIFO fails
+        # that round (logged), and the next one after it is gone republishes.
+        slices = plugin.cluster_root / "resourceslices"
+        names = sorted(p.name for p in slices.glob("*.yaml"))
+        assert names
+        os.mkfifo(slices / "a-fifo.yaml")
+        (slices / names[0]).unlink()
+        plugin.wait_for(
+            lambda: (
+                "a-fifo.yaml: cannot read it: not a regular file (a FIFO)"
+                in plugin.log_tail(20_000)
+            ),
+            "the publisher's error",
+            timeout=30,
+        )
+        (slices / "a-fifo.yaml").unlink()
+        plugin.wait_for((slices / names[0]).exists, "the slice republished", timeout=60)
 
 
 def test_9_a_claim_name_with_newlines_cannot_forge_log_lines(plugin: PluginProcess) -> None:

@@ -109,8 +109,8 @@ def node_status(plugin: PluginProcess, capsys: pytest.CaptureFixture[str]) -> li
         == 0
     )
     shown = yaml.safe_load(capsys.readouterr().out)
-    assert isinstance(shown, list)
-    return shown
+    assert isinstance(shown["gpus"], list)
+    return shown["gpus"]
 
 
 def assert_nothing_left(plugin: PluginProcess) -> None:

@@ -648,3 +648,33 @@ def test_without_a_pod_uid_the_server_keeps_the_classic_names(
 ) -> None:
     assert plugin.dra_socket == kubelet_root / "plugins" / DRIVER / "dra.sock"
     assert plugin.registration_socket == kubelet_root / "plugins_registry" / f"{DRIVER}-reg.sock"
+
+
+@pytest.mark.parametrize(
+    ("socket_of", "method"),
+    [
+        ("registration", "/pluginregistration.Registration/GetInfo"),
+        ("registration", "/pluginregistration.Registration/NotifyRegistrationStatus"),
+        ("dra", "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources"),
+    ],
+)
+def test_garbage_on_a_socket_is_the_callers_fault_logged_as_a_warning(
+    plugin: PluginServer,
+    kubelet: KubeletClient,
+    caplog: pytest.LogCaptureFixture,
+    socket_of: str,
+    method: str,
+) -> None:
+    path = plugin.registration_socket if socket_of == "registration" else plugin.dra_socket
+    with grpc.insecure_channel(f"unix:{path}") as channel:
+        call = channel.unary_unary(method)  # raw bytes in, raw bytes out
+        with caplog.at_level(logging.DEBUG), pytest.raises(grpc.RpcError) as failed:
+            call(b"\xff\xff\xff\xff not a protobuf message", timeout=10)
+    assert isinstance(failed.value, grpc.Call)
+    assert failed.value.code() == grpc.StatusCode.INTERNAL
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    (line,) = [r for r in caplog.records if "malformed" in r.getMessage()]
+    assert line.levelno == logging.WARNING
+    assert str(path) in line.getMessage()
+    assert method in line.getMessage()
+    assert kubelet.get_info().name == DRIVER  # and the plugin serves on

@@ -236,6 +236,25 @@ def test_the_issue_example_from_a_shell(work: Path) -> None:
     assert LocalCluster(work / "cluster").list_resource_slices() == []
 
 
+@pytest.mark.parametrize("flag", ["--healthcheck-port", "--metrics-address"])
+def test_a_taken_port_from_a_shell_is_exactly_one_line(
+    work: Path, taken_port: int, flag: str
+) -> None:
+    """No line of gRPC's own (its C core logs a failed bind to stderr by itself)."""
+    value = str(taken_port) if flag == "--healthcheck-port" else f":{taken_port}"
+    done = subprocess.run(
+        [sys.executable, "-m", "dra_driver.cli", *_args(work), flag, value],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"dra-gpu kubelet-plugin: {flag} {value}: cannot listen: [Errno 98] Address already in use"
+    ]
+
+
 def _options(work: Path, **overrides: Any) -> PluginOptions:
     """An in-process plugin on a simulated L4 node under `work`, health checks off."""
     return PluginOptions(

@@ -77,7 +77,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from dra_driver.errors import ConfigError, NvmlError
+from dra_driver.errors import ConfigError, KernelModuleError, NvmlError
 from dra_driver.hardware.nvml import codes
 from dra_driver.hardware.nvml.fabric import FabricInfo
 from dra_driver.hardware.nvml.interface import Placement
@@ -152,6 +152,25 @@ class SimHardware:
                 )
 
         self._store.open(create, check)
+
+    # -- kernel modules --------------------------------------------------------
+
+    def set_modules(self, *, unloaded: list[str], modprobe_error: str = "") -> None:
+        """Which kernel modules are not loaded (their `/proc/devices` lines go), and what
+        modprobe says when asked to load one ("" = it loads)."""
+        with self._store.mutate() as st:
+            st.unloaded_modules = sorted(set(unloaded))
+            st.modprobe_error = modprobe_error
+
+    def load_module(self, module: str) -> None:
+        """`modprobe <module>`: its `/proc/devices` lines appear; KernelModuleError with
+        modprobe's message if the node was set to refuse."""
+        with self._store.mutate() as st:
+            if module not in st.unloaded_modules:
+                return
+            if st.modprobe_error:
+                raise KernelModuleError(f"`modprobe {module}` failed: {st.modprobe_error}")
+            st.unloaded_modules.remove(module)
 
     # -- system and GPUs -----------------------------------------------------
 

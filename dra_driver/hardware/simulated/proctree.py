@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from collections.abc import Collection
 from pathlib import Path
 
 from dra_driver.errors import ConfigError
@@ -57,10 +58,11 @@ _CHAR_DEVICES = (
 _BLOCK_DEVICES = ((7, "loop"), (8, "sd"), (9, "md"), (259, "blkext"))
 
 
-def render_devices() -> str:
-    """`/proc/devices` as the kernel prints it (`"%3d %s"` per line, two sections)."""
+def render_devices(unloaded: Collection[str] = ()) -> str:
+    """`/proc/devices` as the kernel prints it (`"%3d %s"` per line, two sections), without
+    the lines of the modules in `unloaded`."""
     lines = ["Character devices:"]
-    lines += [f"{major:3d} {name}" for major, name in _CHAR_DEVICES]
+    lines += [f"{major:3d} {name}" for major, name in _CHAR_DEVICES if name not in unloaded]
     lines += ["", "Block devices:"]
     lines += [f"{major:3d} {name}" for major, name in _BLOCK_DEVICES]
     return "\n".join(lines) + "\n"
@@ -111,7 +113,7 @@ class ProcTree:
 
     def desired(self, state: NodeState) -> dict[Path, str]:
         files = {
-            self.root / "devices": render_devices(),
+            self.root / "devices": render_devices(state.unloaded_modules),
             self.caps / "mig" / "config": render_cap(*CONFIG_CAP),
             self.caps / "mig" / "monitor": render_cap(*MONITOR_CAP),
             self.root / "driver" / "nvidia-caps" / "mig-minors": _MIG_MINORS,

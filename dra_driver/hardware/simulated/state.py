@@ -126,6 +126,11 @@ class NodeState:
     health_events: list[HealthEventState] = field(default_factory=list)
     workloads: list[WorkloadState] = field(default_factory=list)
     next_pid: int = FIRST_WORKLOAD_PID
+    # Kernel modules not loaded (e.g. ["nvidia-uvm"] on a node whose driver was installed
+    # after boot, before any CUDA program ran): `/proc/devices` lacks their lines.
+    unloaded_modules: list[str] = field(default_factory=list)
+    # What modprobe says when it cannot load one ("" = it can).
+    modprobe_error: str = ""
 
 
 def gpu_uuid(node_name: str, index: int) -> str:
@@ -223,6 +228,8 @@ def _node(doc: Any) -> NodeState:
         health_events=[_health_event(e) for e in _optional_list(doc, "health_events")],
         workloads=[_workload(w) for w in _optional_list(doc, "workloads")],
         next_pid=_get(doc, "next_pid", int) if "next_pid" in doc else FIRST_WORKLOAD_PID,
+        unloaded_modules=[str(m) for m in _optional_list(doc, "unloaded_modules")],
+        modprobe_error=_get(doc, "modprobe_error", str) if "modprobe_error" in doc else "",
     )
 
 

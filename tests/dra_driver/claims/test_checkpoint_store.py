@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import shutil
 import stat
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -350,3 +352,36 @@ def test_temp_files_of_interrupted_writes_are_removed_on_request(tmp_path: Path)
     with store.lock():
         assert store.remove_temp_files() == [litter]
     assert files(tmp_path / "checkpoint") == [f"{UID}.json"]
+
+
+def test_temp_files_of_the_legacy_file_are_removed_and_nothing_else(tmp_path: Path) -> None:
+    legacy = tmp_path / "checkpoint.json"
+    store = CheckpointStore(tmp_path / "checkpoint", BOOT, legacy_file=legacy)
+    with store.lock():
+        store.save(prepared())
+    litter = tmp_path / f"{temp_prefix_for('checkpoint.json')}.x1y2"
+    litter.write_text("half a checkpoint of an older dra-gpu")
+    other = tmp_path / f"{temp_prefix_for('checkpoint.json-other')}.x1y2"
+    other.write_text("not ours")
+    with store.lock():
+        assert store.remove_temp_files() == [litter]
+    assert files(tmp_path) == sorted([other.name, "checkpoint", "checkpoint.lock"])
+
+
+def test_a_fifo_as_a_claim_file_is_unreadable_not_waited_on(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "checkpoint", BOOT)
+    with store.lock():
+        store.save(prepared())
+    fifo = tmp_path / "checkpoint" / f"{UID_B}.json"
+    os.mkfifo(fifo)
+    outcome: list[LoadOutcome] = []
+    reader = threading.Thread(target=lambda: outcome.append(store.load_outcome()), daemon=True)
+    reader.start()
+    reader.join(5)
+    if reader.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # let it go
+        pytest.fail("load_outcome() waited on a FIFO")
+    (bad,) = outcome[0].unreadable
+    assert (bad.path, bad.claim_uid) == (fifo, UID_B)
+    assert bad.error == "cannot read: not a regular file (a FIFO)"
+    assert set(outcome[0].checkpoint.claims) == {UID}

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import multiprocessing
+import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -202,3 +206,62 @@ def test_two_processes_lose_no_update(tmp_path: Path) -> None:
     final = cluster.get_resource_claim("gpu-test", "claim-1")
     assert final["metadata"]["annotations"]["count"] == str(2 * rounds)
     assert int(final["metadata"]["resourceVersion"]) == 1 + 2 * rounds
+
+
+def _within(seconds: float, call: Callable[[], object], fifos: list[Path]) -> BaseException | None:
+    """Run `call` in a thread; the exception it raised (None if none). A call still blocked
+    after `seconds` (open(2) of a FIFO waits for a writer) fails the test, after a writer
+    has come and gone to let it go."""
+    raised: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:
+            raised.append(exc)
+        else:
+            raised.append(None)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        for fifo in fifos:
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(10)
+        pytest.fail(f"still blocked after {seconds} s on a FIFO")
+    return raised[0]
+
+
+@pytest.mark.parametrize("kind", ["claim", "slice", "resource-version", "parsed-copy"])
+def test_a_fifo_in_the_store_is_refused_at_once_not_waited_on(tmp_path: Path, kind: str) -> None:
+    """Anyone who can write the directory can leave a FIFO; reading one blocks until a
+    writer comes. Store files are opened without blocking, and only regular files read."""
+    cluster = LocalCluster(tmp_path)
+    cluster.create_resource_slice(copy.deepcopy(SLICE))
+    slice_file = tmp_path / "resourceslices" / "node-1-gpu.nvidia.com-0.yaml"
+    fifo = {
+        "claim": tmp_path / "resourceclaims" / "gpu-test" / "claim-1.yaml",
+        "slice": tmp_path / "resourceslices" / "a-fifo.yaml",
+        "resource-version": tmp_path / ".resource-version",
+        "parsed-copy": tmp_path / ".parsed" / "resourceslices" / "node-1-gpu.nvidia.com-0.json",
+    }[kind]
+    fifo.parent.mkdir(parents=True, exist_ok=True)
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo)
+    fresh = LocalCluster(tmp_path)  # nothing parsed in memory yet
+    call: Callable[[], object] = {
+        "claim": lambda: fresh.get_resource_claim("gpu-test", "claim-1"),
+        "slice": fresh.list_resource_slices,
+        "resource-version": lambda: fresh.put_resource_claim(copy.deepcopy(CLAIM)),
+        "parsed-copy": fresh.list_resource_slices,
+    }[kind]
+    raised = _within(5, call, [fifo])
+    if kind == "parsed-copy":  # a cache: a bad copy is ignored, the file parsed again
+        assert raised is None
+        assert fresh.list_resource_slices()[0]["metadata"]["name"] == slice_file.stem
+        return
+    assert isinstance(raised, ClusterError)
+    assert str(fifo) in str(raised)
+    assert "not a regular file (a FIFO)" in str(raised)
