@@ -20,11 +20,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
 from dra_driver.compute_domain.names import API_VERSION, KIND
 from dra_driver.errors import ConfigError
 from dra_driver.kube.names import is_dns_label, is_dns_subdomain
+
+# metav1.Condition's `type` (a qualified name) and `reason` patterns, as in every CRD.
+_CONDITION_TYPE = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+_CONDITION_REASON = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 
 AllocationMode = Literal["Single", "All"]
 Readiness = Literal["Ready", "NotReady"]
@@ -108,12 +122,14 @@ class NodeStatus(_Strict):
 
 
 class Condition(_Strict):
-    """`metav1.Condition` (our addition to NVIDIA's status)."""
+    """`metav1.Condition` (our addition to NVIDIA's status), with its API rules."""
 
-    type: str
+    type: Annotated[str, StringConstraints(max_length=316, pattern=_CONDITION_TYPE)]
     status: Literal["True", "False", "Unknown"]
-    reason: str
-    message: str = ""
+    reason: Annotated[
+        str, StringConstraints(min_length=1, max_length=1024, pattern=_CONDITION_REASON)
+    ]
+    message: Annotated[str, StringConstraints(max_length=32768)]
     last_transition_time: Any = Field(alias="lastTransitionTime")
     observed_generation: Annotated[int, Field(ge=0)] | None = Field(
         default=None, alias="observedGeneration"
@@ -128,11 +144,20 @@ class ComputeDomainStatus(_Strict):
     @field_validator("nodes")
     @classmethod
     def _unique_nodes(cls, value: list[NodeStatus]) -> list[NodeStatus]:
-        names = [node.name for node in value]
-        twice = sorted({name for name in names if names.count(name) > 1})
-        if twice:
-            raise ValueError(f"node {twice[0]!r} is listed twice (a list-map keyed by name)")
+        _unique([node.name for node in value], "node", "name")
         return value
+
+    @field_validator("conditions")
+    @classmethod
+    def _unique_conditions(cls, value: list[Condition]) -> list[Condition]:
+        _unique([condition.type for condition in value], "condition", "type")
+        return value
+
+
+def _unique(keys: list[str], what: str, key: str) -> None:
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ValueError(f"{what} {twice[0]!r} is listed twice (a list-map keyed by {key})")
 
 
 class ComputeDomain(_Strict):

@@ -145,6 +145,7 @@ def test_status_rows_and_conditions() -> None:
                 "type": "Ready",
                 "status": "True",
                 "reason": "DaemonsReady",
+                "message": "",
                 "lastTransitionTime": "2026-11-28T12:00:00Z",
             }
         ],
