@@ -20,6 +20,11 @@ Building and checking the slices of a 200-device DGX takes about half a
 second; nodes of one shape only differ in their name and UUIDs, so the first
 node of a shape is built in full and the others are derived from it by
 renaming (the test suite checks that this equals a full build).
+
+A shape with a multi-node NVLink fabric (`gb200-node`) also publishes the
+second driver's slice (`compute-domain.nvidia.com`: `channel-0`, `daemon-0`),
+as its CD plugin would (`dra_driver.compute_domain.devices`), so ComputeDomain
+channel claims can be placed; other shapes publish none.
 """
 
 from __future__ import annotations
@@ -30,8 +35,10 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
+from controller.compute_domain_inventory import compute_domain_resource_slices
 from controller.slices import build_resource_slices, choose_layout, resource_slice_name
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.compute_domain.devices import compute_domain_devices
 from dra_driver.hardware.simulated.boot import booted_node_state
 from dra_driver.hardware.simulated.hardware import SimHardware
 from dra_driver.hardware.simulated.nvml import SimNvml
@@ -72,6 +79,11 @@ def build_simulated_nodes(
             consumable_shares=consumable_shares,
             list_attributes=list_attributes,
         )
+        cd_devices = (
+            compute_domain_devices(_inventory(shape, f"{request.prefix}-0")).devices
+            if shape.fabric is not None
+            else ()
+        )
         for index in range(request.count):
             name = f"{request.prefix}-{index}"
             if template is None:
@@ -89,6 +101,8 @@ def build_simulated_nodes(
                 slices = _renamed(template, name, shape, driver)
             built.nodes.append(Node(name, {HOSTNAME_LABEL: name}))
             built.slices.extend(slices)
+            if cd_devices:
+                built.slices.extend(compute_domain_resource_slices(cd_devices, node_name=name))
             built.devices[name] = functools.partial(devices.of, name)
     return built
 
