@@ -137,3 +137,23 @@ def test_a_template_of_the_same_name_is_a_conflict(
     assert (
         "ResourceClaimTemplate default/imex-channel-0 is also defined in" in capsys.readouterr().err
     )
+
+
+def test_the_clique_node_label_places_nvidias_recommended_affinity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """NVIDIA's docs: `numNodes: 0` and node affinity on `nvidia.com/gpu.clique Exists`."""
+    affinity = (
+        "  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n"
+        "        nodeSelectorTerms:\n        - matchExpressions:\n"
+        "          - key: nvidia.com/gpu.clique\n            operator: Exists\n"
+    )
+    text = CHANNEL_INJECTION.replace("numNodes: 1", "numNodes: 0").replace(
+        "spec:\n  containers:", "spec:\n" + affinity + "  containers:"
+    )
+    code, placements = _simulate(tmp_path, text, "dgx-h100=1,gb200-node=1", capsys)
+    assert code == 0
+    assert [p["node"] for p in placements] == ["gb200-node-0"]
+    code, placements = _simulate(tmp_path, text, "dgx-h100=1", capsys)
+    assert code == 1
+    assert placements[0]["reason"] == "no node matches the pod's required node affinity"
