@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.errors import DraGpuError
+from dra_driver.compute_domain.names import DRIVER_NAME as COMPUTE_DOMAIN_DRIVER
+from dra_driver.errors import ConfigError, DraGpuError
 from dra_driver.log_safety import SafeLogFilter
 from dra_driver.node.consumable_shares import FLAG_HELP, parse_consumable_shares
 from dra_driver.node.feature_gates import FLAG_HELP as DRIVER_GATES_HELP
@@ -251,6 +252,13 @@ def _hardware(args: argparse.Namespace, latency: Mapping[str, float] | None = No
 
 def _inventory_flags(parser: argparse.ArgumentParser) -> None:
     _add_node_name_flag(parser, help="the node's name: the slices' pool and node")
+    parser.add_argument(
+        "--driver",
+        choices=(DEFAULT_DRIVER_NAME, COMPUTE_DOMAIN_DRIVER),
+        default=DEFAULT_DRIVER_NAME,
+        help=f"which driver's devices: the GPUs ({DEFAULT_DRIVER_NAME}, the default) or "
+        f"the ComputeDomain channel and daemon ({COMPUTE_DOMAIN_DRIVER})",
+    )
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
     parser.add_argument(
         "-o",
@@ -273,6 +281,17 @@ def _inventory_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_inventory(args: argparse.Namespace) -> int:
+    if args.driver == COMPUTE_DOMAIN_DRIVER:
+        from controller.compute_domain_inventory import print_compute_domain_inventory
+
+        if args.dynamic_mig or args.consumable_shares:
+            raise ConfigError(
+                f"--dynamic-mig and --consumable-shares apply to {DEFAULT_DRIVER_NAME} only, "
+                f"not --driver {COMPUTE_DOMAIN_DRIVER}"
+            )
+        return print_compute_domain_inventory(
+            _hardware(args), node_name=args.node_name, output=args.output
+        )
     from controller.inventory_command import print_inventory
 
     return print_inventory(

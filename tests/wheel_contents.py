@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 REQUIRED = (
     "dra_driver/data/deviceclasses.yaml",
+    "dra_driver/data/compute-domain-deviceclasses.yaml",
+    "dra_driver/data/computedomains-crd.yaml",
     "dra_driver/scheduling/cel/cel.lark",
     "dra_driver/py.typed",
 )

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from fractions import Fraction
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -99,13 +99,19 @@ class MigSharing(_Strict):
     mps_config: MpsConfig | None = Field(default=None, alias="mpsConfig")
 
 
-class GpuConfig(_Strict):
+class OpaqueConfigModel(_Strict):
+    """The base of every opaque config kind (each narrows `kind` to its own name)."""
+
+    kind: str
+
+
+class GpuConfig(OpaqueConfigModel):
     api_version: Literal["resource.nvidia.com/v1beta1"] = Field(alias="apiVersion")
     kind: Literal["GpuConfig"]
     sharing: GpuSharing | None = None
 
 
-class MigDeviceConfig(_Strict):
+class MigDeviceConfig(OpaqueConfigModel):
     api_version: Literal["resource.nvidia.com/v1beta1"] = Field(alias="apiVersion")
     kind: Literal["MigDeviceConfig"]
     sharing: MigSharing | None = None
@@ -119,15 +125,27 @@ _KINDS: Mapping[str, type[GpuConfig] | type[MigDeviceConfig]] = {
 _KIND_OF_DEVICE = {"gpu": "GpuConfig", "mig": "MigDeviceConfig"}
 
 
+ConfigT = TypeVar("ConfigT", bound="OpaqueConfigModel")
+
+
 def decode(config: OpaqueConfig, where: str) -> DeviceConfig:
     """Decode one opaque config strictly; ClaimError names `where` and the field."""
+    return decode_kind(config, where, _KINDS)
+
+
+def decode_kind(
+    config: OpaqueConfig, where: str, kinds: Mapping[str, type[ConfigT]], reader: str = "dra-gpu"
+) -> ConfigT:
+    """Decode one opaque config strictly as one of `kinds` (kind name -> pydantic model);
+    ClaimError names `where`, the field, and what `reader` understands. The second
+    driver (`dra_driver.compute_domain.configs`) decodes its own kinds with it."""
     params = config.parameters
     kind = params.get("kind") if isinstance(params, Mapping) else None
-    model = _KINDS.get(kind) if isinstance(kind, str) else None
+    model = kinds.get(kind) if isinstance(kind, str) else None
     if model is None:
         raise ClaimError(
-            f"{where}: kind is {kind!r}; dra-gpu understands {API_VERSION} "
-            f"{' and '.join(sorted(_KINDS))}"
+            f"{where}: kind is {kind!r}; {reader} understands {API_VERSION} "
+            f"{' and '.join(sorted(kinds))}"
         )
     try:
         return model.model_validate(dict(params))
@@ -167,12 +185,13 @@ def effective_configs(
 
 def select_config(
     ref: str,
-    applicable: Sequence[tuple[OpaqueConfig, DeviceConfig]],
+    applicable: Sequence[tuple[OpaqueConfig, ConfigT]],
     *,
     request: str,
     device: str,
     device_kind: str,
-) -> DeviceConfig | None:
+    kind_of_device: Mapping[str, str] = _KIND_OF_DEVICE,
+) -> ConfigT | None:
     """The config of one device of `device_kind` ("gpu" or "mig") for `request`, or None.
 
     `applicable` holds the configs that apply to the request, decoded, lowest
@@ -180,10 +199,11 @@ def select_config(
     device's own kind wins; one naming the request must be of that kind
     (ClaimError naming `ref`, the request and `device` otherwise). The plugin
     calls it per allocated device; the admission check per request, with the
-    device described by its DeviceClass.
+    device described by its DeviceClass. `kind_of_device` maps device kinds to
+    config kinds (the GPU driver's by default).
     """
-    wanted = _KIND_OF_DEVICE.get(device_kind, "GpuConfig")
-    match: DeviceConfig | None = None
+    wanted = kind_of_device.get(device_kind) or next(iter(kind_of_device.values()))
+    match: ConfigT | None = None
     for config, value in applicable:
         if config.requests:
             if value.kind != wanted:
@@ -238,7 +258,9 @@ __all__ = [
     "config_key",
     "GpuConfig",
     "MigDeviceConfig",
+    "OpaqueConfigModel",
     "decode",
+    "decode_kind",
     "effective_configs",
     "mps_config_of",
     "select_config",

@@ -20,6 +20,14 @@ Building and checking the slices of a 200-device DGX takes about half a
 second; nodes of one shape only differ in their name and UUIDs, so the first
 node of a shape is built in full and the others are derived from it by
 renaming (the test suite checks that this equals a full build).
+
+A shape with a multi-node NVLink fabric (`gb200-node`) also publishes the
+second driver's slice (`compute-domain.nvidia.com`: `channel-0`, `daemon-0`),
+as its CD plugin would (`dra_driver.compute_domain.devices`), so ComputeDomain
+channel claims can be placed, and its nodes carry NVIDIA's `nvidia.com/gpu.clique`
+label (`<clusterUUID>.<cliqueId>`, as GPU Feature Discovery or NVIDIA's CD plugin
+sets it), which NVIDIA's docs have workloads select with node affinity; other
+shapes publish and carry neither.
 """
 
 from __future__ import annotations
@@ -30,8 +38,11 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
+from controller.compute_domain_inventory import compute_domain_resource_slices
 from controller.slices import build_resource_slices, choose_layout, resource_slice_name
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.compute_domain.devices import compute_domain_devices
+from dra_driver.compute_domain.names import CLIQUE_NODE_LABEL
 from dra_driver.hardware.simulated.boot import booted_node_state
 from dra_driver.hardware.simulated.hardware import SimHardware
 from dra_driver.hardware.simulated.nvml import SimNvml
@@ -72,6 +83,12 @@ def build_simulated_nodes(
             consumable_shares=consumable_shares,
             list_attributes=list_attributes,
         )
+        published = (
+            compute_domain_devices(_inventory(shape, f"{request.prefix}-0"))
+            if shape.fabric is not None
+            else None
+        )
+        labels = {CLIQUE_NODE_LABEL: published.clique} if published and published.clique else {}
         for index in range(request.count):
             name = f"{request.prefix}-{index}"
             if template is None:
@@ -87,8 +104,12 @@ def build_simulated_nodes(
                 template = (name, slices)
             else:
                 slices = _renamed(template, name, shape, driver)
-            built.nodes.append(Node(name, {HOSTNAME_LABEL: name}))
+            built.nodes.append(Node(name, {HOSTNAME_LABEL: name, **labels}))
             built.slices.extend(slices)
+            if published and published.devices:
+                built.slices.extend(
+                    compute_domain_resource_slices(published.devices, node_name=name)
+                )
             built.devices[name] = functools.partial(devices.of, name)
     return built
 

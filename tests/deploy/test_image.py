@@ -130,6 +130,8 @@ def test_wheel_contents_rejects_test_code_and_missing_package_data() -> None:
     good = [
         "dra_driver/__init__.py",
         "dra_driver/data/deviceclasses.yaml",
+        "dra_driver/data/compute-domain-deviceclasses.yaml",
+        "dra_driver/data/computedomains-crd.yaml",
         "dra_driver/scheduling/cel/cel.lark",
         "dra_driver/py.typed",
         "dra_gpu-0.1.0.dist-info/entry_points.txt",
@@ -139,7 +141,7 @@ def test_wheel_contents_rejects_test_code_and_missing_package_data() -> None:
         "test code in the wheel: tests/fakes/kubelet.py",
         "not in a package: tests/fakes/kubelet.py",
     ]
-    assert problems([n for n in good if "deviceclasses" not in n]) == [
+    assert problems([n for n in good if not n.endswith("/deviceclasses.yaml")]) == [
         "missing from the wheel: dra_driver/data/deviceclasses.yaml"
     ]
 

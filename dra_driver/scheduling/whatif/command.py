@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, TextIO
 
+from dra_driver.compute_domain.manifests import device_classes as compute_domain_device_classes
 from dra_driver.errors import ConfigError
 from dra_driver.kube.objects import Obj
 from dra_driver.node.consumable_shares import ConsumableShares
@@ -188,7 +189,10 @@ def load_scenario(options: ScenarioOptions, err: TextIO | None = None) -> Scenar
             scenario.nodes[scenario.nodes.index(known)] = merged
             by_name[node.name] = merged
     given = {str((c.get("metadata") or {}).get("name")) for c in inputs.classes}
-    defaults = [c for c in default_device_classes() if c["metadata"]["name"] not in given]
+    ours = default_device_classes()
+    if inputs.compute_domains:  # the second driver's classes come with its ComputeDomains
+        ours += compute_domain_device_classes()
+    defaults = [c for c in ours if c["metadata"]["name"] not in given]
     # Our classes come with the driver, so the files' classes are newer: when both map
     # the same extended resource, the scheduler's cache keeps the later one (theirs).
     scenario.classes = defaults + inputs.classes

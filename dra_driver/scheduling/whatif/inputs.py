@@ -8,6 +8,12 @@ ConfigMaps). `collect_inputs` keeps the first kind in document order (the
 order pods are placed in), indexes the second by namespace/name, and counts
 the rest so the command can say once what it ignored instead of failing on it.
 
+A `resource.nvidia.com/v1beta1` ComputeDomain is decoded strictly and stands
+for the ResourceClaimTemplate NVIDIA's controller creates for it
+(`dra_driver.compute_domain.templates`), so pods naming that template get
+their IMEX channel claims placed; a ComputeDomain without a UID gets a stable
+one made from its namespace and name, as the API server would give it one.
+
 Older API versions are accepted where their shape is easy to map:
 resource.k8s.io/v1beta2 is v1's shape; v1beta1 requests and slice devices are
 converted (`exactly` and `basic` wrappers). Everything else of resource.k8s.io
@@ -18,11 +24,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from dra_driver.compute_domain.api import ComputeDomain, decode_compute_domain
+from dra_driver.compute_domain.names import GROUP as COMPUTE_DOMAIN_GROUP
+from dra_driver.compute_domain.names import KIND as COMPUTE_DOMAIN_KIND
+from dra_driver.compute_domain.templates import workload_claim_template
 from dra_driver.errors import ConfigError
 from dra_driver.kube.objects import Obj
 from dra_driver.scheduling.whatif.documents import SourcedObject
@@ -60,6 +71,7 @@ class SimulationInputs:
     slices: list[Obj] = field(default_factory=list)
     nodes: list[Obj] = field(default_factory=list)
     namespaces: dict[str, Obj] = field(default_factory=dict)
+    compute_domains: list[ComputeDomain] = field(default_factory=list)
     ignored: Counter[str] = field(default_factory=Counter)
 
 
@@ -105,6 +117,8 @@ def collect_inputs(
                 raise ConfigError(f"{item.source}: Node has no metadata.name")
             _check_unique(seen, kind, obj, item.source)
             inputs.nodes.append(dict(obj))
+        elif kind == COMPUTE_DOMAIN_KIND and group == COMPUTE_DOMAIN_GROUP:
+            _add_compute_domain(inputs, seen, item, namespace=default_namespace)
         elif kind in _RESOURCE_KINDS and group == RESOURCE_GROUP and version in _V1_SHAPED:
             _add_resource(inputs, seen, kind, dict(obj), item, namespace=default_namespace)
         elif kind in _RESOURCE_KINDS and group == RESOURCE_GROUP and version == _V1BETA1:
@@ -145,6 +159,36 @@ def _add_resource(
         inputs.classes.append(obj)
     else:
         inputs.slices.append(obj)
+
+
+def _add_compute_domain(
+    inputs: SimulationInputs,
+    seen: dict[tuple[str, str, str], str],
+    item: SourcedObject,
+    *,
+    namespace: str,
+) -> None:
+    """The domain, and the workload template the controller would create for it."""
+    obj = copy.deepcopy(dict(item.obj))
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict):
+        metadata.setdefault("namespace", namespace)
+        name = metadata.get("name")
+        if not metadata.get("uid") and isinstance(name, str):
+            key = f"{COMPUTE_DOMAIN_GROUP}/{metadata['namespace']}/{name}"
+            metadata["uid"] = str(uuid.uuid5(uuid.NAMESPACE_URL, key))
+    domain = decode_compute_domain(obj, f"{item.source}:")
+    _check_unique(seen, COMPUTE_DOMAIN_KIND, obj, item.source)
+    inputs.compute_domains.append(domain)
+    template = workload_claim_template(domain)
+    _add_resource(
+        inputs,
+        seen,
+        "ResourceClaimTemplate",
+        template,
+        dataclasses.replace(item, source=f"{item.source} ({domain.ref})", obj=template),
+        namespace=namespace,
+    )
 
 
 def _with_namespace(obj: Mapping[str, Any], default_namespace: str, source: str) -> Obj:
