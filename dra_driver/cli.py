@@ -414,6 +414,14 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
         help="write device metadata files (KEP-5304) per claim and request and mount them "
         "read-only into its containers through CDI",
     )
+    parser.add_argument(
+        "--passthrough",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="publish a gpu-vfio-<idx> device per GPU without MIG devices (DeviceClass "
+        "vfio.gpu.nvidia.com) and bind a claimed one to vfio-pci for a VM (KubeVirt); NVIDIA's "
+        "PassthroughSupport gate. Needs the IOMMU on; not with --dynamic-mig",
+    )
 
 
 def _check_hardware_flags(args: argparse.Namespace) -> None:
@@ -459,6 +467,13 @@ def _run_plugin(args: argparse.Namespace) -> int:
 
     _dump_threads_on_demand()
     _check_hardware_flags(args)  # the daemon checks the rest before it starts anything
+    if args.passthrough and args.dynamic_mig:
+        from dra_driver.errors import ConfigError
+
+        raise ConfigError(
+            "--passthrough and --dynamic-mig cannot be combined (NVIDIA's driver refuses "
+            "PassthroughSupport with DynamicMIG too): a GPU handed to a VM cannot be partitioned"
+        )
     latency = parse_latency(args.sim_latency) if args.sim_latency else None
     return run(
         PluginOptions(
@@ -487,6 +502,7 @@ def _run_plugin(args: argparse.Namespace) -> int:
             usage_interval=args.usage_interval,
             idle_claim_after=args.idle_claim_after,
             device_metadata=args.device_metadata,
+            passthrough=args.passthrough,
         )
     )
 

@@ -12,7 +12,7 @@ that a restart recovers without leaking anything. `PREPARE_STEPS` and `UNPREPARE
 point of the claim transaction, `MIG_PREPARE_STEPS` and `MIG_UNPREPARE_STEPS`
 every point of dynamic MIG creation and destruction, `MPS_PREPARE_STEPS` and
 `MPS_UNPREPARE_STEPS` every point of an MPS daemon's life, `SHARING_*_STEPS`
-those of time-slicing, so a new step cannot be
+those of time-slicing, `VFIO_*_STEPS` those of VFIO passthrough, so a new step cannot be
 added without the tests covering it.
 """
 
@@ -75,6 +75,25 @@ MPS_UNPREPARE_STEPS: Final[tuple[str, ...]] = (
 # (after the MIG steps of Unprepare, or while rolling back).
 SHARING_PREPARE_STEPS: Final[tuple[str, ...]] = ("timeslice-after-set",)
 SHARING_UNPREPARE_STEPS: Final[tuple[str, ...]] = ("timeslice-after-reset",)
+
+# VFIO passthrough, per GPU, after the sharing steps of Prepare: the GPU is
+# recorded as taken, then NVIDIA's driver change (driver_override cleared, unbound
+# from nvidia, driver_override vfio-pci, bound to vfio-pci), then its VFIO node is
+# recorded ...
+VFIO_PREPARE_STEPS: Final[tuple[str, ...]] = (
+    "vfio-after-taken-recorded",
+    "vfio-after-override-cleared",
+    "vfio-after-unbound",
+    "vfio-after-override-set",
+    "vfio-after-bound",
+    "vfio-after-node-recorded",
+)
+# ... and on Unprepare (or a rollback), after the sharing steps: unbound from
+# vfio-pci, bound to nvidia again (driver_override cleared after).
+VFIO_UNPREPARE_STEPS: Final[tuple[str, ...]] = (
+    "vfio-after-release-unbound",
+    "vfio-after-release-bound",
+)
 
 
 @functools.cache

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 REQUIRED = (
     "dra_driver/data/deviceclasses.yaml",
+    "dra_driver/data/deviceclass-vfio.yaml",
     "dra_driver/scheduling/cel/cel.lark",
     "dra_driver/py.typed",
 )

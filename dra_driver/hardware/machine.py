@@ -6,7 +6,8 @@ behind these seams: NVML (`nvml.interface.Nvml`), the host's procfs
 (`HostInfo`: device numbers, MIG capabilities, boot id), the driver's user
 space under the driver root (whose `nvidia-cuda-mps-control` starts the MPS
 daemons), the GPU policy (`gpu_policy.GpuPolicy`: compute mode and
-time-slice) and the device-health events. The composition root builds one
+time-slice), the device-health events and the PCI layer (sysfs and /dev/vfio, for
+VFIO passthrough). The composition root builds one
 (`dra_driver.composition.hardware`); everything else takes it as given and
 never asks which kind it got.
 """
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from dra_driver.container.driver_root import DriverBinaries, DriverUserSpace
 from dra_driver.hardware.gpu_policy import GpuPolicy
 from dra_driver.hardware.nvml.interface import HealthEventSource, Nvml
+from dra_driver.hardware.pci_sysfs import PciSysfs
 from dra_driver.node.host import HostInfo
 
 
@@ -36,6 +38,7 @@ class Hardware:
     gpu_policy: GpuPolicy
     health: HealthEventSource | None = None  # device-health events (both backends have them)
     mps_shm_tmpfs: bool = False
+    pci: PciSysfs | None = None  # the PCI side, for VFIO passthrough (None: not available)
 
     def driver_version(self) -> str:
         """The driver version NVML reports (what the driver files must match)."""

@@ -33,7 +33,7 @@ import yaml
 
 from dra_driver.cli import build_parser, main
 from dra_driver.hardware.simulated.models import MODELS
-from dra_driver.node.device_classes import device_classes_text
+from dra_driver.node.device_classes import device_classes_text, vfio_device_class_text
 from kubelet_plugin.main import CLEAN_STOP_S
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +41,14 @@ KUBERNETES = ("1.35.0", "1.37.0")  # strict schemas: the oldest release users ru
 BASE = ROOT / "deploy/base"
 OVERLAYS = sorted(p.parent for p in ROOT.glob("deploy/overlays/*/kustomization.yaml"))
 KUSTOMIZATIONS = [BASE, *OVERLAYS]
-COMPONENTS = ("dynamic-mig", "sharing", "extended-resources", "gpu-operator", "openshift")
+COMPONENTS = (
+    "dynamic-mig",
+    "sharing",
+    "extended-resources",
+    "gpu-operator",
+    "openshift",
+    "passthrough",
+)
 COMBINATIONS = [
     combo
     for size in range(1, len(COMPONENTS) + 1)
@@ -151,6 +158,9 @@ def test_every_combination_of_components_renders_and_validates(
     env = {e["name"]: e.get("value") for e in container["env"]}
     # Each component does its part, whatever else is listed with it.
     assert args.dynamic_mig == ("dynamic-mig" in components)
+    assert args.passthrough == ("passthrough" in components)
+    vfio_class = [d for d in documents if d["metadata"]["name"] == "vfio.gpu.nvidia.com"]
+    assert bool(vfio_class) == ("passthrough" in components)
     assert (str(args.consumable_shares) == "4") == ("sharing" in components)
     mig_classes = [d for d in documents if d["metadata"]["name"].startswith("mig-")]
     assert bool(mig_classes) == ("extended-resources" in components)
@@ -353,6 +363,16 @@ def test_openshift_overlay_lets_the_plugin_use_the_privileged_scc() -> None:
 
 def test_deployed_deviceclasses_are_the_ones_the_cli_ships() -> None:
     assert (BASE / "deviceclasses.yaml").read_text() == device_classes_text()
+
+
+def test_the_passthrough_component_deploys_the_vfio_class_the_cli_ships() -> None:
+    component = ROOT / "deploy/components/passthrough/deviceclass-vfio.yaml"
+    assert component.read_text() == vfio_device_class_text()
+    (vfio,) = _documents(vfio_device_class_text())
+    assert vfio["metadata"]["name"] == "vfio.gpu.nvidia.com"
+    assert vfio["spec"]["selectors"][0]["cel"]["expression"] == (
+        "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'vfio'"
+    )
 
 
 def test_default_deviceclasses_match_nvidia_names_and_selectors() -> None:

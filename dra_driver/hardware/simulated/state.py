@@ -67,6 +67,19 @@ class GpuState:
     time_slice: int = 0  # nvidia-smi compute-policy --set-timeslice: 0 Default .. 3 Long
     recovery_action: int = 0  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; 0 = none needed
     lost: bool = False  # fallen off the bus: NVML answers GPU_IS_LOST until a reset
+    # The PCI side (`dra_driver.hardware.simulated.pci_bus`): the kernel driver bound to the
+    # GPU ("" for none), its sysfs driver_override ("" for none), and, while vfio-pci has it,
+    # its iommufd cdev number (vfio<N>) and when udev has made its /dev/vfio nodes (epoch s).
+    pci_driver: str = "nvidia"
+    driver_override: str = ""
+    vfio_cdev: int | None = None
+    vfio_nodes_at: float = 0.0
+
+    @property
+    def iommu_group(self) -> int:
+        """The GPU's IOMMU group: one per GPU, numbered in PCI order after the groups of the
+        node's other devices (`pci_bus.FIRST_GPU_IOMMU_GROUP`)."""
+        return FIRST_GPU_IOMMU_GROUP + self.index
 
     @property
     def model(self) -> GpuModel:
@@ -102,6 +115,9 @@ class WorkloadState:
     memory_bytes: int
 
 
+FIRST_GPU_IOMMU_GROUP = 16
+"""IOMMU group of the GPU at index 0; the lower groups belong to the node's other PCI devices."""
+
 FIRST_WORKLOAD_PID = 40001
 """Simulated workload pids start here, far from the plugin's real children."""
 
@@ -124,6 +140,7 @@ class NodeState:
     health_events: list[HealthEventState] = field(default_factory=list)
     workloads: list[WorkloadState] = field(default_factory=list)
     next_pid: int = FIRST_WORKLOAD_PID
+    iommufd: bool = True  # the kernel has iommufd (/dev/iommu, /dev/vfio/devices/vfio<N>)
 
 
 def gpu_uuid(node_name: str, index: int) -> str:
@@ -220,6 +237,7 @@ def _node(doc: Any) -> NodeState:
         health_events=[_health_event(e) for e in _optional_list(doc, "health_events")],
         workloads=[_workload(w) for w in _optional_list(doc, "workloads")],
         next_pid=_get(doc, "next_pid", int) if "next_pid" in doc else FIRST_WORKLOAD_PID,
+        iommufd=_get(doc, "iommufd", bool) if "iommufd" in doc else True,
     )
 
 
@@ -231,6 +249,20 @@ def _workload(doc: Any) -> WorkloadState:
         sm_percent=_get(doc, "sm_percent", int),
         memory_bytes=_get(doc, "memory_bytes", int),
     )
+
+
+def _optional_int(doc: Any, key: str) -> int | None:
+    value = doc.get(key) if isinstance(doc, dict) else None
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(f"{key} must be an integer, got {value!r}")
+    return value
+
+
+def _optional_seconds(doc: Any, key: str) -> float:
+    value = doc.get(key, 0.0) if isinstance(doc, dict) else 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{key} must be a number of seconds, got {value!r}")
+    return float(value)
 
 
 def _optional_list(doc: Any, key: str) -> list[Any]:
@@ -280,6 +312,10 @@ def _gpu(doc: Any) -> GpuState:
         time_slice=_get(doc, "time_slice", int) if "time_slice" in doc else 0,
         recovery_action=_get(doc, "recovery_action", int) if "recovery_action" in doc else 0,
         lost=_get(doc, "lost", bool) if "lost" in doc else False,
+        pci_driver=_get(doc, "pci_driver", str) if "pci_driver" in doc else "nvidia",
+        driver_override=_get(doc, "driver_override", str) if "driver_override" in doc else "",
+        vfio_cdev=_optional_int(doc, "vfio_cdev"),
+        vfio_nodes_at=_optional_seconds(doc, "vfio_nodes_at"),
     )
     for gi in gpu.gis:
         if gpu.model.gi_profile_by_id(gi.profile_id) is None:

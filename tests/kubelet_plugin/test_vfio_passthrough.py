@@ -1,0 +1,162 @@
+"""VFIO passthrough through the real plugin process on a simulated node (`--passthrough`).
+
+The plugin binds a claimed GPU to vfio-pci by writing the simulated node's
+sysfs (`dra_driver.hardware.simulated.pci_bus` refuses what the kernel
+refuses), hands the VM its /dev/vfio node through CDI, withdraws the GPU's
+other devices from the slices while it is passed through, and binds it back
+to nvidia at Unprepare. The tests read the node's sysfs and /dev back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from dra_driver.hardware.pci_sysfs import PciSysfs
+from dra_driver.hardware.simulated.hardware import SimHardware
+from dra_driver.node.vfio_devices import vfio_uuid
+from kubelet_plugin.service import ClaimRef, UnprepareResult
+from tests.fakes import PluginProcess, make_allocated_claim, make_opaque_config
+
+pytestmark = pytest.mark.slow
+
+SHAPE = "dgx-h100"
+PCI = "resource.kubernetes.io/pciBusID"
+
+
+def vfio_config(policy: str = "LegacyOnly", api_device: bool = True) -> dict[str, Any]:
+    return make_opaque_config(
+        {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "VfioDeviceConfig",
+            "iommu": {"backendPolicy": policy, "enableAPIDevice": api_device},
+        }
+    )
+
+
+def store(
+    plugin: PluginProcess,
+    index: int,
+    results: list[Any],
+    configs: tuple[dict[str, Any], ...] = (),
+) -> ClaimRef:
+    ref = ClaimRef("default", f"5f10000{index}-0000-4000-8000-000000000000", f"vm-{index}")
+    plugin.store_claim(
+        make_allocated_claim(ref.name, uid=ref.uid, results=results, configs=configs)
+    )
+    return ref
+
+
+def pci(plugin: PluginProcess) -> PciSysfs:
+    pci = plugin.hardware().pci
+    assert pci is not None
+    return pci
+
+
+def sim(plugin: PluginProcess) -> SimHardware:
+    return plugin.simulated_node().sim
+
+
+def address(plugin: PluginProcess, index: int) -> str:
+    return pci(plugin).gpus()[index].address
+
+
+def prepare_error(plugin: PluginProcess, ref: ClaimRef) -> str:
+    return plugin.client.prepare([ref])[ref.uid].error
+
+
+def unprepare(plugin: PluginProcess, *refs: ClaimRef) -> None:
+    assert plugin.client.unprepare(list(refs)) == {ref.uid: UnprepareResult() for ref in refs}
+
+
+def published(plugin: PluginProcess) -> dict[str, dict[str, Any]]:
+    slices = plugin.cluster.list_resource_slices(node_name=plugin.node_name)
+    return {d["name"]: d for s in slices for d in s["spec"].get("devices", [])}
+
+
+def wait_published(plugin: PluginProcess, present: set[str], absent: set[str]) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        names = set(published(plugin))
+        if present <= names and not absent & names:
+            return
+        time.sleep(0.02)
+    names = set(published(plugin))
+    raise AssertionError(f"published {sorted(names)}; wanted {present} and not {absent}")
+
+
+def on_nvidia(plugin: PluginProcess, index: int) -> bool:
+    bdf = address(plugin, index)
+    return pci(plugin).driver(bdf) == "nvidia" and pci(plugin).driver_override(bdf) == ""
+
+
+def assert_nothing_left(plugin: PluginProcess) -> None:
+    checkpoint = plugin.checkpoint()
+    assert checkpoint is None or dict(checkpoint.claims) == {}
+    assert plugin.cdi_files() == []
+    for index in range(len(pci(plugin).gpus())):
+        assert on_nvidia(plugin, index), index
+
+
+@pytest.fixture
+def plugin() -> Iterator[PluginProcess]:
+    with PluginProcess(shape=SHAPE, extra_args=["--passthrough"], mps_host=False) as process:
+        yield process
+
+
+def test_every_gpu_without_mig_devices_gets_nvidias_vfio_device(plugin: PluginProcess) -> None:
+    devices = published(plugin)
+    gpus = pci(plugin).gpus()
+    vfio = {name: d for name, d in devices.items() if name.startswith("gpu-vfio-")}
+    assert sorted(vfio) == sorted(f"gpu-vfio-{i}" for i in range(len(gpus)))
+    first = vfio["gpu-vfio-0"]["attributes"]
+    assert first["type"] == {"string": "vfio"}
+    assert first["uuid"] == {"string": vfio_uuid(gpus[0].address)}
+    assert first["vendorID"] == {"string": "0x10de"}
+    assert first["deviceID"] == {"string": f"0x{gpus[0].device_id:04x}"}
+    assert first["iommuFDEnabled"] == {"bool": True}
+    assert first["resource.kubernetes.io/pciBusID"] == {"string": gpus[0].address}
+    (whole,) = [
+        d
+        for d in devices.values()
+        if d["attributes"]["type"] == {"string": "gpu"}
+        and d["attributes"]["resource.kubernetes.io/pciBusID"] == first[PCI]
+    ]  # the whole GPU is still offered next to it
+    assert first["productName"] == whole["attributes"]["productName"]
+    assert (
+        first["resource.kubernetes.io/pcieRoot"]
+        == whole["attributes"]["resource.kubernetes.io/pcieRoot"]
+    )
+
+
+def test_a_vfio_claim_binds_the_gpu_writes_cdi_and_unprepare_gives_it_back(
+    plugin: PluginProcess,
+) -> None:
+    ref = store(plugin, 1, [("gpu", "gpu-vfio-0")], (vfio_config(),))
+    bdf = address(plugin, 0)
+    group = pci(plugin).iommu_group(bdf)
+
+    result = plugin.client.prepare([ref])[ref.uid]
+
+    assert result.error == ""
+    assert pci(plugin).driver(bdf) == "vfio-pci"
+    assert pci(plugin).group_node(group or -1).exists()
+    spec = yaml.safe_load(plugin.cdi_spec_path(ref.uid).read_text())
+    (device,) = spec["devices"]
+    assert device["name"] == f"{ref.uid}-gpu-vfio-0"
+    assert device["containerEdits"]["deviceNodes"] == [{"path": f"/dev/vfio/{group}"}]
+    assert spec["containerEdits"] == {
+        "env": ["NVIDIA_VISIBLE_DEVICES=void"],
+        "deviceNodes": [{"path": "/dev/vfio/vfio"}],
+    }  # no driver files, no /dev/nvidia* control nodes
+    assert on_nvidia(plugin, 1)  # the other GPUs stay
+    wait_published(plugin, {"gpu-vfio-0", "gpu-1"}, {"gpu-0"})
+
+    unprepare(plugin, ref)
+
+    assert_nothing_left(plugin)
+    wait_published(plugin, {"gpu-0", "gpu-vfio-0"}, set())
