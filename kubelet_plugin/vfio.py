@@ -143,7 +143,7 @@ class VfioPassthrough:
 
     def _bind(self, entry: ClaimEntry, index: int, record: VfioRecord) -> None:
         address = record.pci_bus_id
-        where = f"GPU {address} ({record.gpu_uuid})"
+        where = f"{entry.ref}: GPU {address} ({record.gpu_uuid})"
         self._refuse_if_in_use(record, where)
         driver = self._pci.driver(address)
         if driver != NVIDIA_DRIVER:

@@ -9,6 +9,7 @@ to nvidia at Unprepare. The tests read the node's sysfs and /dev back.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -160,3 +161,130 @@ def test_a_vfio_claim_binds_the_gpu_writes_cdi_and_unprepare_gives_it_back(
 
     assert_nothing_left(plugin)
     wait_published(plugin, {"gpu-0", "gpu-vfio-0"}, set())
+
+
+def whole_gpu(plugin: PluginProcess, index: int) -> str:
+    """The `gpu-<minor>` device of the GPU at PCI index `index`."""
+    bdf = address(plugin, index)
+    (gpu,) = [g for g in plugin.hardware().nvml.gpus() if g.pci_bus_id == bdf]
+    return f"gpu-{gpu.minor}"
+
+
+def test_the_iommufd_backend_gets_the_cdev_and_dev_iommu(plugin: PluginProcess) -> None:
+    ref = store(plugin, 1, [("gpu", "gpu-vfio-2")], (vfio_config("PreferIommuFD"),))
+
+    assert prepare_error(plugin, ref) == ""
+
+    cdev = pci(plugin).iommufd_cdev(address(plugin, 2))
+    assert cdev is not None
+    assert pci(plugin).cdev_node(cdev).exists()
+    spec = yaml.safe_load(plugin.cdi_spec_path(ref.uid).read_text())
+    (device,) = spec["devices"]
+    assert device["containerEdits"]["deviceNodes"] == [{"path": f"/dev/vfio/devices/{cdev}"}]
+    assert spec["containerEdits"]["deviceNodes"] == [{"path": "/dev/iommu"}]
+    unprepare(plugin, ref)
+    assert_nothing_left(plugin)
+
+
+def test_prefer_iommufd_falls_back_to_the_group_on_a_kernel_without_it(
+    plugin: PluginProcess,
+) -> None:
+    sim(plugin).set_iommufd(False)
+    ref = store(plugin, 1, [("gpu", "gpu-vfio-2")], (vfio_config("PreferIommuFD"),))
+
+    assert prepare_error(plugin, ref) == ""
+
+    group = pci(plugin).iommu_group(address(plugin, 2))
+    spec = yaml.safe_load(plugin.cdi_spec_path(ref.uid).read_text())
+    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": f"/dev/vfio/{group}"}]
+    assert spec["containerEdits"]["deviceNodes"] == [{"path": "/dev/vfio/vfio"}]
+    unprepare(plugin, ref)
+    assert_nothing_left(plugin)
+
+
+def test_a_passed_through_gpu_is_refused_to_other_claims_in_any_other_form(
+    plugin: PluginProcess,
+) -> None:
+    vm = store(plugin, 1, [("gpu", "gpu-vfio-0")])
+    whole = whole_gpu(plugin, 0)
+    container = store(plugin, 2, [("gpu", whole)])
+    assert prepare_error(plugin, vm) == ""
+
+    error = prepare_error(plugin, container)
+
+    assert "ResourceClaim default/vm-2" in error
+    assert f"device {whole!r}" in error
+    assert "'gpu-vfio-0'" in error
+    assert "claim default/vm-1" in error
+    unprepare(plugin, vm)
+    assert prepare_error(plugin, container) == ""  # back on nvidia: usable again
+    assert "'gpu-vfio-0'" not in set(published(plugin))  # now the vfio form is withdrawn
+    wait_published(plugin, {whole}, {"gpu-vfio-0"})
+    assert "claim default/vm-2" in prepare_error(plugin, vm)  # and refused
+    assert on_nvidia(plugin, 0)
+    unprepare(plugin, container, vm)
+    assert_nothing_left(plugin)
+
+
+def test_a_vfio_claim_next_to_a_gpu_claim_on_another_gpu(plugin: PluginProcess) -> None:
+    vm = store(plugin, 1, [("gpu", "gpu-vfio-0")], (vfio_config(),))
+    container = store(plugin, 2, [("gpu", whole_gpu(plugin, 1))])
+
+    results = plugin.client.prepare([vm, container])
+
+    assert {uid: r.error for uid, r in results.items()} == {vm.uid: "", container.uid: ""}
+    assert pci(plugin).driver(address(plugin, 0)) == "vfio-pci"
+    assert on_nvidia(plugin, 1)
+    spec = plugin.cdi_spec_path(container.uid).read_text()
+    assert "/dev/nvidiactl" in spec  # the container claim keeps the driver's nodes
+    unprepare(plugin, vm, container)
+    assert_nothing_left(plugin)
+
+
+def test_a_gpu_with_processes_is_never_bound_away(plugin: PluginProcess) -> None:
+    gpu = next(g for g in plugin.hardware().nvml.gpus() if g.pci_bus_id == address(plugin, 3))
+    sim(plugin).run_workload(gpu.uuid, "pod-1", sm_percent=10, memory_bytes=2**30)
+    ref = store(plugin, 1, [("gpu", "gpu-vfio-3")])
+
+    error = prepare_error(plugin, ref)
+
+    assert "ResourceClaim default/vm-1" in error
+    assert f"GPU {address(plugin, 3)}" in error
+    assert "in use by 1 process(es)" in error
+    assert on_nvidia(plugin, 3)
+    assert_nothing_left(plugin)
+
+
+def test_a_gpu_someone_else_bound_to_vfio_pci_is_never_touched(plugin: PluginProcess) -> None:
+    bdf = address(plugin, 4)
+    pci(plugin).unbind(bdf)
+    pci(plugin).write_override(bdf, "vfio-pci")
+    pci(plugin).bind(bdf, "vfio-pci")
+    ref = store(plugin, 1, [("gpu", "gpu-vfio-4")])
+
+    error = prepare_error(plugin, ref)
+
+    assert f"GPU {bdf}" in error
+    assert "bound to vfio-pci by someone else" in error
+    assert pci(plugin).driver(bdf) == "vfio-pci"  # left as it was, override and all
+    assert pci(plugin).driver_override(bdf) == "vfio-pci"
+    checkpoint = plugin.checkpoint()
+    assert checkpoint is None or ref.uid not in checkpoint.claims
+    assert plugin.cdi_files() == []
+
+
+def test_kubevirt_reads_the_pci_bus_id_from_the_device_metadata() -> None:
+    with PluginProcess(
+        shape=SHAPE, extra_args=["--passthrough", "--device-metadata"], mps_host=False
+    ) as plugin:
+        ref = store(plugin, 1, [("gpu", "gpu-vfio-1")])
+        (device,) = plugin.client.prepare([ref])[ref.uid].devices
+        (metadata_file,) = plugin.kubelet_root.glob("**/dra-device-metadata/default_vm-1/*/*")
+        first = json.loads(metadata_file.read_text().split("\n}\n")[0] + "\n}")
+        (request,) = first["requests"]
+        (entry,) = request["devices"]
+        assert entry["name"] == "gpu-vfio-1"
+        assert entry["attributes"][PCI] == {"string": address(plugin, 1)}
+        assert any(i.startswith("gpu.nvidia.com/metadata=") for i in device.cdi_device_ids)
+        unprepare(plugin, ref)
+        assert_nothing_left(plugin)
