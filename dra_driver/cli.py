@@ -780,6 +780,7 @@ def _scenario(args: argparse.Namespace) -> ScenarioOptions:
         feature_gates=args.feature_gates,
         consumable_shares=parse_consumable_shares(args.consumable_shares),
         recursive=args.recursive,
+        passthrough=args.passthrough,
     )
 
 
@@ -879,6 +880,12 @@ def _add_scenario_flags(parser: argparse.ArgumentParser, *, files_required: bool
         help="scheduler DRA gates, e.g. DRAConsumableCapacity=true,DRADeviceTaints=false",
     )
     _add_consumable_shares_flag(parser)
+    parser.add_argument(
+        "--passthrough",
+        action="store_true",
+        help="--nodes publish VFIO passthrough devices (gpu-vfio-<idx>, class "
+        "vfio.gpu.nvidia.com), as the kubelet plugin does with --passthrough",
+    )
 
 
 def _add_consumable_shares_flag(parser: argparse.ArgumentParser) -> None:

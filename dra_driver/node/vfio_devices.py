@@ -38,7 +38,7 @@ from dra_driver.node.devices import (
     AllocatableDevice,
     AttributeValue,
 )
-from dra_driver.node.inventory import NodeInventory
+from dra_driver.node.inventory import NodeInventory, pci_sort_key
 
 VFIO_TYPE = "vfio"
 
@@ -92,6 +92,22 @@ def build_vfio_devices(
             )
         )
     return devices
+
+
+def pci_view(inventory: NodeInventory) -> list[PciGpu]:
+    """What sysfs shows of a node whose GPUs NVML all lists (every one on the nvidia driver):
+    for nodes known only through NVML, such as `dra-gpu simulate`'s."""
+    ordered = sorted(inventory.gpus, key=lambda gpu: pci_sort_key(gpu.info.pci_bus_id))
+    return [
+        PciGpu(
+            index=index,
+            address=gpu.info.pci_bus_id,
+            vendor_id=gpu.info.pci_device_id & 0xFFFF,
+            device_id=gpu.info.pci_device_id >> 16,
+            numa_node=gpu.info.numa_node,
+        )
+        for index, gpu in enumerate(ordered)
+    ]
 
 
 def hidden_siblings(devices: Iterable[AllocatableDevice], held: Collection[str]) -> set[str]:

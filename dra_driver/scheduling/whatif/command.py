@@ -119,7 +119,8 @@ class ScenarioOptions:
 
     `build_nodes` builds the `--nodes` and their slices (the CLI passes
     `dra_driver.composition.simulated_nodes.build_simulated_nodes`); `consumable_shares`
-    is the kubelet plugin's `--consumable-shares` those nodes run with.
+    is the kubelet plugin's `--consumable-shares` those nodes run with, `passthrough` its
+    `--passthrough`.
     """
 
     build_nodes: NodeBuilder
@@ -131,6 +132,7 @@ class ScenarioOptions:
     feature_gates: str = ""
     consumable_shares: ConsumableShares | None = None
     recursive: bool = False
+    passthrough: bool = False
 
 
 def load_scenario(options: ScenarioOptions, err: TextIO | None = None) -> Scenario:
@@ -165,6 +167,7 @@ def load_scenario(options: ScenarioOptions, err: TextIO | None = None) -> Scenar
             mig=mig,
             release=options.release,
             consumable_shares=options.consumable_shares,
+            passthrough=options.passthrough,
         )
         scenario.nodes, scenario.slices = built.nodes, built.slices
         scenario.node_checks = PluginChecks(built.devices)

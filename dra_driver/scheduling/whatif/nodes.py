@@ -103,6 +103,7 @@ class NodeBuilder(Protocol):
         mig: MigMode,
         release: Release,
         consumable_shares: ConsumableShares | None = None,
+        passthrough: bool = False,
     ) -> SimulatedNodes: ...
 
 
