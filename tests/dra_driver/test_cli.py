@@ -143,3 +143,15 @@ def test_pod_uid_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.delenv("POD_UID")
     args = build_parser().parse_args(["kubelet-plugin", "--node-name=n1", "--nvml=real"])
     assert args.pod_uid is None  # the classic socket names
+
+
+def test_passthrough_and_dynamic_mig_are_refused_together(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(
+        ["kubelet-plugin", "--nvml", "sim:l4-node", "--node-name", "n", "--passthrough",
+         "--dynamic-mig"]
+    )  # fmt: skip
+    assert code != 0
+    err = capsys.readouterr().err
+    assert "--passthrough and --dynamic-mig cannot be combined" in err

@@ -9,17 +9,22 @@ to nvidia at Unprepare. The tests read the node's sysfs and /dev back.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from dra_driver.composition.hardware import open_simulated
+from dra_driver.errors import PluginError
 from dra_driver.hardware.pci_sysfs import PciSysfs
 from dra_driver.hardware.simulated.hardware import SimHardware
 from dra_driver.node.vfio_devices import vfio_uuid
+from kubelet_plugin.main import PluginOptions, _passthrough_pci
 from kubelet_plugin.service import ClaimRef, UnprepareResult
 from tests.fakes import PluginProcess, make_allocated_claim, make_opaque_config
 
@@ -218,7 +223,6 @@ def test_a_passed_through_gpu_is_refused_to_other_claims_in_any_other_form(
     assert "claim default/vm-1" in error
     unprepare(plugin, vm)
     assert prepare_error(plugin, container) == ""  # back on nvidia: usable again
-    assert "'gpu-vfio-0'" not in set(published(plugin))  # now the vfio form is withdrawn
     wait_published(plugin, {whole}, {"gpu-vfio-0"})
     assert "claim default/vm-2" in prepare_error(plugin, vm)  # and refused
     assert on_nvidia(plugin, 0)
@@ -288,3 +292,45 @@ def test_kubevirt_reads_the_pci_bus_id_from_the_device_metadata() -> None:
         assert any(i.startswith("gpu.nvidia.com/metadata=") for i in device.cdi_device_ids)
         unprepare(plugin, ref)
         assert_nothing_left(plugin)
+
+
+def test_the_vm_keeps_its_gpu_across_a_plugin_restart(plugin: PluginProcess) -> None:
+    vm = store(plugin, 1, [("gpu", "gpu-vfio-5")])
+    whole = whole_gpu(plugin, 5)
+    (before,) = plugin.client.prepare([vm])[vm.uid].devices
+
+    plugin.restart()
+
+    assert pci(plugin).driver(address(plugin, 5)) == "vfio-pci"
+    wait_published(plugin, {"gpu-vfio-5"}, {whole})  # still withdrawn after the restart
+    (again,) = plugin.client.prepare([vm])[vm.uid].devices  # the kubelet asks again
+    assert again == before
+    unprepare(plugin, vm)
+    assert_nothing_left(plugin)
+    wait_published(plugin, {"gpu-vfio-5", whole}, set())
+
+
+def test_the_plugin_refuses_to_start_without_an_iommu_or_vfio_pci(tmp_path: Path) -> None:
+    options = PluginOptions(
+        node_name="n",
+        open_hardware=lambda: plugin_hardware,
+        cluster="local:/nonexistent",
+        kubelet_root=tmp_path,
+        cdi_root=tmp_path,
+        driver_name="gpu.nvidia.com",
+        passthrough=True,
+    )
+    sys_root = tmp_path / "sys"
+    plugin_hardware = dataclasses.replace(
+        open_simulated("l4-node").hardware, pci=PciSysfs(sys_root, tmp_path / "dev")
+    )
+    with pytest.raises(PluginError, match=r"no IOMMU .*intel_iommu=on"):
+        _passthrough_pci(options, plugin_hardware)
+    (sys_root / "kernel/iommu_groups/0").mkdir(parents=True)
+    with pytest.raises(PluginError, match=r"vfio-pci driver is not loaded.*modprobe vfio-pci"):
+        _passthrough_pci(options, plugin_hardware)
+    (sys_root / "bus/pci/drivers/vfio-pci").mkdir(parents=True)
+    assert _passthrough_pci(options, plugin_hardware) is plugin_hardware.pci
+    assert (
+        _passthrough_pci(dataclasses.replace(options, passthrough=False), plugin_hardware) is None
+    )
