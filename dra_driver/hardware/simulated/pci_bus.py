@@ -136,10 +136,39 @@ class PciTree:
     def __init__(self, sys_root: Path, dev_root: Path) -> None:
         self.sys_root = Path(sys_root)
         self.dev_root = Path(dev_root)
+        self._synced: tuple[object, ...] | None = None  # what the files show now
 
     def sync(self, state: NodeState, now: float) -> float | None:
         """Write the files of `state` as they are at `now`; the time at which a device
-        node still missing is due (for a later `sync`), or None."""
+        node still missing is due (for a later `sync`), or None. Nothing is read or
+        written when the PCI side did not change since the last call (most state changes
+        are MIG or workload changes)."""
+        key = (
+            state.iommufd,
+            tuple(
+                (
+                    g.pci_bus_id,
+                    g.pci_driver,
+                    g.driver_override,
+                    g.vfio_cdev,
+                    g.vfio_nodes_at,
+                    now >= g.vfio_nodes_at,  # udev made the nodes
+                )
+                for g in state.gpus
+            ),
+        )
+        if key == self._synced:
+            pending = [
+                g.vfio_nodes_at
+                for g in state.gpus
+                if g.pci_driver == VFIO_DRIVER and now < g.vfio_nodes_at
+            ]
+            return min(pending) if pending else None
+        due = self._write_files(state, now)
+        self._synced = key
+        return due
+
+    def _write_files(self, state: NodeState, now: float) -> float | None:
         due: float | None = None
         sys, dev = self.sys_root, self.dev_root
         for driver in DRIVERS:
