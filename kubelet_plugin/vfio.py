@@ -34,6 +34,13 @@ Not done (NVIDIA does them): turning persistence mode off while
 nvidia-persistenced runs, checking SR-IOV VFs, picking a vfio-pci variant
 module (nvgrace_gpu_vfio_pci) from modules.alias, and unbinding a VGA
 GPU's audio function.
+
+Not yet verified on a real node: this plugin keeps NVML initialized for its
+whole life (health events, usage sampling), while NVIDIA's initializes and
+shuts NVML down around each operation. If the nvidia driver waits on the
+plugin's own NVML handles at unbind, or NVML does not see the GPU again
+once it is bound back, the plugin must release and re-open NVML around the
+driver change; the simulated kernel cannot tell.
 """
 
 from __future__ import annotations
@@ -154,13 +161,18 @@ class VfioPassthrough:
             )
         self._record(entry.uid, index, lambda vfio: dataclasses.replace(vfio, taken=True))
         failpoints.hit(TAKEN_FAILPOINT)
-        self._pci.write_override(address, None)
-        failpoints.hit(OVERRIDE_CLEARED_FAILPOINT)
-        self._pci.unbind(address)
-        failpoints.hit(UNBOUND_FAILPOINT)
-        self._pci.write_override(address, VFIO_DRIVER)
-        failpoints.hit(OVERRIDE_SET_FAILPOINT)
-        self._pci.bind(address, VFIO_DRIVER)
+        try:
+            self._pci.write_override(address, None)
+            failpoints.hit(OVERRIDE_CLEARED_FAILPOINT)
+            self._pci.unbind(address)
+            failpoints.hit(UNBOUND_FAILPOINT)
+            self._pci.write_override(address, VFIO_DRIVER)
+            failpoints.hit(OVERRIDE_SET_FAILPOINT)
+            self._pci.bind(address, VFIO_DRIVER)
+        except PassthroughError as exc:
+            raise PassthroughError(
+                f"{where}: moving it to {VFIO_DRIVER} failed: {exc}", errno_code=exc.errno_code
+            ) from exc
         failpoints.hit(BOUND_FAILPOINT)
         group, cdev = self._wait_for_node(record, where)
         self._record(

@@ -334,3 +334,26 @@ def test_the_plugin_refuses_to_start_without_an_iommu_or_vfio_pci(tmp_path: Path
     assert (
         _passthrough_pci(dataclasses.replace(options, passthrough=False), plugin_hardware) is None
     )
+
+
+def test_a_refused_unbind_fails_the_claim_and_leaves_the_gpu_on_nvidia(
+    plugin: PluginProcess,
+) -> None:
+    # A client NVML does not list (a graphics or monitoring client) holds the GPU open:
+    # the kernel refuses the unbind with EBUSY.
+    bdf = address(plugin, 6)
+    gpu = next(g for g in plugin.hardware().nvml.gpus() if g.pci_bus_id == bdf)
+    sim(plugin).set_busy(gpu.uuid, True)
+    ref = store(plugin, 1, [("gpu", "gpu-vfio-6")])
+
+    error = prepare_error(plugin, ref)
+
+    assert f"ResourceClaim default/vm-1 (uid {ref.uid}): GPU {bdf}" in error
+    assert "moving it to vfio-pci failed" in error
+    assert "unbind failed: Device or resource busy" in error
+    assert on_nvidia(plugin, 6)
+    assert_nothing_left(plugin)
+    sim(plugin).set_busy(gpu.uuid, False)
+    assert prepare_error(plugin, ref) == ""  # the kubelet retries once the GPU is free
+    unprepare(plugin, ref)
+    assert_nothing_left(plugin)
