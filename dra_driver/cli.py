@@ -265,6 +265,13 @@ def _inventory_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--partitionable-layout", choices=("v1.34", "v1.35"), default="v1.35")
     _add_consumable_shares_flag(parser)
+    parser.add_argument(
+        "--passthrough",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="include the VFIO passthrough devices, as the plugin publishes them with "
+        "--passthrough",
+    )
     _add_hardware_flags(parser)
     _add_driver_root_flags(parser)
 
@@ -280,6 +287,7 @@ def _run_inventory(args: argparse.Namespace) -> int:
         dynamic_mig=args.dynamic_mig,
         layout=args.partitionable_layout,
         consumable_shares=parse_consumable_shares(args.consumable_shares),
+        passthrough=args.passthrough,
     )
 
 

@@ -49,3 +49,12 @@ def test_a_gpu_in_mig_mode_without_mig_devices_is_named_in_the_summary(
     ) in out
     assert main([*args, "--dynamic-mig"]) == 0  # dynamic MIG offers their placements
     assert "no MIG devices" not in capsys.readouterr().out
+
+
+def test_passthrough_adds_a_vfio_device_per_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*ARGS, "--passthrough", "-o", "yaml"]) == 0
+    devices = [d for s in yaml.safe_load_all(capsys.readouterr().out) for d in s["spec"]["devices"]]
+    vfio = sorted(d["name"] for d in devices if d["attributes"]["type"] == {"string": "vfio"})
+    assert vfio == [f"gpu-vfio-{i}" for i in range(8)]
+    assert main(list(ARGS)) == 0
+    assert "gpu-vfio" not in capsys.readouterr().out
