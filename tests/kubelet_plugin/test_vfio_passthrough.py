@@ -289,6 +289,7 @@ def test_kubevirt_reads_the_pci_bus_id_from_the_device_metadata() -> None:
         (entry,) = request["devices"]
         assert entry["name"] == "gpu-vfio-1"
         assert entry["attributes"][PCI] == {"string": address(plugin, 1)}
+        assert entry["attributes"]["uuid"] == {"string": vfio_uuid(address(plugin, 1))}
         assert any(i.startswith("gpu.nvidia.com/metadata=") for i in device.cdi_device_ids)
         unprepare(plugin, ref)
         assert_nothing_left(plugin)
