@@ -11,6 +11,7 @@ driver: a failed VFIO prepare left the GPU half-configured).
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -127,3 +128,24 @@ def test_a_failed_unprepare_is_retried_until_the_gpu_is_back(
     assert on_nvidia(plugin, 3)
     assert_nothing_left(plugin)
     assert_usable(plugin, 3)
+
+
+def test_a_lost_checkpoint_is_rebuilt_and_the_gpu_still_comes_back(
+    plugin: PluginProcess,
+) -> None:
+    vm = store(plugin, 1, [("gpu", "gpu-vfio-4")], (vfio_config("PreferIommuFD", True),))
+    assert prepare_error(plugin, vm) == ""
+    plugin.kill()
+    shutil.rmtree(plugin.checkpoint_dir)  # the node lost the plugin's data directory
+
+    plugin.start()  # rebuilt from the record in the claim's CDI spec
+
+    checkpoint = plugin.checkpoint()
+    assert checkpoint is not None
+    (device,) = checkpoint.claims[vm.uid].devices
+    assert device.vfio is not None
+    assert device.vfio.taken
+    assert device.vfio.iommufd_cdev == pci(plugin).iommufd_cdev(address(plugin, 4))
+    unprepare(plugin, vm)
+    assert on_nvidia(plugin, 4)
+    assert_nothing_left(plugin)
