@@ -428,7 +428,8 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
         default=False,
         help="publish a gpu-vfio-<idx> device per GPU without MIG devices (DeviceClass "
         "vfio.gpu.nvidia.com) and bind a claimed one to vfio-pci for a VM (KubeVirt); NVIDIA's "
-        "PassthroughSupport gate. Needs the IOMMU on; not with --dynamic-mig",
+        "PassthroughSupport gate. Needs the IOMMU on and --no-device-health-checks; not with "
+        "--dynamic-mig",
     )
 
 
@@ -468,6 +469,25 @@ def _dump_threads_on_demand() -> None:
     faulthandler.register(signal.SIGQUIT, stderr, all_threads=True)
 
 
+def _check_passthrough_flags(args: argparse.Namespace) -> None:
+    """The combinations NVIDIA's `ValidateFeatureGates` refuses with PassthroughSupport."""
+    from dra_driver.errors import ConfigError
+
+    if not args.passthrough:
+        return
+    if args.dynamic_mig:
+        raise ConfigError(
+            "--passthrough and --dynamic-mig cannot be combined (NVIDIA's driver refuses "
+            "PassthroughSupport with DynamicMIG too): a GPU handed to a VM cannot be partitioned"
+        )
+    if args.device_health_checks:
+        raise ConfigError(
+            "--passthrough needs --no-device-health-checks (NVIDIA's driver refuses "
+            "PassthroughSupport with NVMLDeviceHealthCheck too): the health monitor keeps every "
+            "GPU open through NVML, and the nvidia driver does not let go of a GPU that is open"
+        )
+
+
 def _run_plugin(args: argparse.Namespace) -> int:
     from dra_driver.hardware.simulated.latency import parse_latency
     from dra_driver.node.health import parse_xid_list
@@ -475,13 +495,7 @@ def _run_plugin(args: argparse.Namespace) -> int:
 
     _dump_threads_on_demand()
     _check_hardware_flags(args)  # the daemon checks the rest before it starts anything
-    if args.passthrough and args.dynamic_mig:
-        from dra_driver.errors import ConfigError
-
-        raise ConfigError(
-            "--passthrough and --dynamic-mig cannot be combined (NVIDIA's driver refuses "
-            "PassthroughSupport with DynamicMIG too): a GPU handed to a VM cannot be partitioned"
-        )
+    _check_passthrough_flags(args)
     latency = parse_latency(args.sim_latency) if args.sim_latency else None
     return run(
         PluginOptions(

@@ -159,6 +159,7 @@ def test_every_combination_of_components_renders_and_validates(
     # Each component does its part, whatever else is listed with it.
     assert args.dynamic_mig == ("dynamic-mig" in components)
     assert args.passthrough == ("passthrough" in components)
+    assert args.device_health_checks == ("passthrough" not in components)  # NVIDIA's rule
     vfio_class = [d for d in documents if d["metadata"]["name"] == "vfio.gpu.nvidia.com"]
     assert bool(vfio_class) == ("passthrough" in components)
     assert (str(args.consumable_shares) == "4") == ("sharing" in components)

@@ -155,3 +155,10 @@ def test_passthrough_and_dynamic_mig_are_refused_together(
     assert code != 0
     err = capsys.readouterr().err
     assert "--passthrough and --dynamic-mig cannot be combined" in err
+
+
+def test_passthrough_needs_the_nvml_health_checks_off(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["kubelet-plugin", "--nvml", "sim:l4-node", "--node-name", "n", "--passthrough"])
+    assert code != 0
+    err = capsys.readouterr().err
+    assert "--passthrough needs --no-device-health-checks" in err

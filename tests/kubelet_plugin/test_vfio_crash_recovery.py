@@ -19,6 +19,7 @@ import pytest
 from dra_driver import failpoints
 from tests.fakes import PluginProcess
 from tests.kubelet_plugin.test_vfio_passthrough import (
+    PASSTHROUGH,
     SHAPE,
     address,
     assert_nothing_left,
@@ -38,7 +39,7 @@ PREPARE_STEPS = (*failpoints.PREPARE_STEPS, *failpoints.VFIO_PREPARE_STEPS)
 
 @pytest.fixture
 def plugin() -> Iterator[PluginProcess]:
-    with PluginProcess(shape=SHAPE, extra_args=["--passthrough"], mps_host=False) as process:
+    with PluginProcess(shape=SHAPE, extra_args=PASSTHROUGH, mps_host=False) as process:
         yield process
 
 

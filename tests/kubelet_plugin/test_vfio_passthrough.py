@@ -32,6 +32,7 @@ pytestmark = pytest.mark.slow
 
 SHAPE = "dgx-h100"
 PCI = "resource.kubernetes.io/pciBusID"
+PASSTHROUGH = ["--passthrough", "--no-device-health-checks"]  # as deploy/components/passthrough
 
 
 def vfio_config(policy: str = "LegacyOnly", api_device: bool = True) -> dict[str, Any]:
@@ -110,7 +111,7 @@ def assert_nothing_left(plugin: PluginProcess) -> None:
 
 @pytest.fixture
 def plugin() -> Iterator[PluginProcess]:
-    with PluginProcess(shape=SHAPE, extra_args=["--passthrough"], mps_host=False) as process:
+    with PluginProcess(shape=SHAPE, extra_args=PASSTHROUGH, mps_host=False) as process:
         yield process
 
 
@@ -279,7 +280,7 @@ def test_a_gpu_someone_else_bound_to_vfio_pci_is_never_touched(plugin: PluginPro
 
 def test_kubevirt_reads_the_pci_bus_id_from_the_device_metadata() -> None:
     with PluginProcess(
-        shape=SHAPE, extra_args=["--passthrough", "--device-metadata"], mps_host=False
+        shape=SHAPE, extra_args=[*PASSTHROUGH, "--device-metadata"], mps_host=False
     ) as plugin:
         ref = store(plugin, 1, [("gpu", "gpu-vfio-1")])
         (device,) = plugin.client.prepare([ref])[ref.uid].devices

@@ -76,7 +76,9 @@ NODES: Final = {
         {"mig": "dynamic", "feature_gates": "DRAPartitionableDevices=true"},
     ),
     "static": NodeConfig("static", str(ROOT / "examples/shapes/dgx-a100-40gb-balanced.yaml")),
-    "vfio": NodeConfig("vfio", "dgx-h100", ("--passthrough",), {"passthrough": True}),
+    "vfio": NodeConfig(
+        "vfio", "dgx-h100", ("--passthrough", "--no-device-health-checks"), {"passthrough": True}
+    ),
 }
 
 
