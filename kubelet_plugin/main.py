@@ -313,7 +313,14 @@ def _serve(
     pci = _passthrough_pci(options, hardware)
     sharing = sharing_strategies(gpu_locks=gpu_locks, gpu_policy=hardware.gpu_policy, mps=mps)
     if pci is not None:
-        sharing = with_passthrough(sharing, pci, hardware.nvml, gpu_locks, wake.set)
+        sharing = with_passthrough(
+            sharing,
+            pci,
+            hardware.nvml,
+            gpu_locks,
+            on_change=wake.set,
+            release_nvml=hardware.release_nvml,
+        )
     driver = GpuDriver(
         driver_name=options.driver_name,
         pool_name=options.node_name,

@@ -35,12 +35,11 @@ nvidia-persistenced runs, checking SR-IOV VFs, picking a vfio-pci variant
 module (nvgrace_gpu_vfio_pci) from modules.alias, and unbinding a VGA
 GPU's audio function.
 
-Not yet verified on a real node: this plugin keeps NVML initialized for its
-whole life (health events, usage sampling), while NVIDIA's initializes and
-shuts NVML down around each operation. If the nvidia driver waits on the
-plugin's own NVML handles at unbind, or NVML does not see the GPU again
-once it is bound back, the plugin must release and re-open NVML around the
-driver change; the simulated kernel cannot tell.
+The nvidia driver does not let go of a GPU a process has open, and this
+plugin keeps NVML initialized (NVIDIA's initializes it around each
+operation): the driver changes run with NVML released
+(`Hardware.release_nvml`, `RealNvml.released`), and `--passthrough` needs
+the NVML health monitor off, as NVIDIA's gates do. Not yet run on a GPU node.
 """
 
 from __future__ import annotations
@@ -49,6 +48,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 from dra_driver import failpoints
 from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry, ClaimState, VfioRecord
@@ -92,9 +92,11 @@ class VfioPassthrough:
         *,
         on_change: Callable[[], None] | None = None,
         node_timeout: float = NODE_TIMEOUT_S,
+        release_nvml: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
         self._pci = pci
         self._nvml = nvml
+        self._release_nvml = release_nvml
         self._gpu_locks = gpu_locks
         self._book = book
         self._on_change = on_change
@@ -162,13 +164,14 @@ class VfioPassthrough:
         self._record(entry.uid, index, lambda vfio: dataclasses.replace(vfio, taken=True))
         failpoints.hit(TAKEN_FAILPOINT)
         try:
-            self._pci.write_override(address, None)
-            failpoints.hit(OVERRIDE_CLEARED_FAILPOINT)
-            self._pci.unbind(address)
-            failpoints.hit(UNBOUND_FAILPOINT)
-            self._pci.write_override(address, VFIO_DRIVER)
-            failpoints.hit(OVERRIDE_SET_FAILPOINT)
-            self._pci.bind(address, VFIO_DRIVER)
+            with self._release_nvml():  # the nvidia driver lets go of no GPU a process has open
+                self._pci.write_override(address, None)
+                failpoints.hit(OVERRIDE_CLEARED_FAILPOINT)
+                self._pci.unbind(address)
+                failpoints.hit(UNBOUND_FAILPOINT)
+                self._pci.write_override(address, VFIO_DRIVER)
+                failpoints.hit(OVERRIDE_SET_FAILPOINT)
+                self._pci.bind(address, VFIO_DRIVER)
         except PassthroughError as exc:
             raise PassthroughError(
                 f"{where}: moving it to {VFIO_DRIVER} failed: {exc}", errno_code=exc.errno_code
@@ -242,16 +245,17 @@ class VfioPassthrough:
                 f"GPU {address} ({record.gpu_uuid}) is now bound to {driver}, which this plugin "
                 "never binds: leaving it there"
             )
-        if driver == VFIO_DRIVER:
-            self._pci.write_override(address, None)
-            self._pci.unbind(address)
-            failpoints.hit(RELEASE_UNBOUND_FAILPOINT)
-        if self._pci.driver(address) is None:
-            self._pci.write_override(address, NVIDIA_DRIVER)
-            self._pci.bind(address, NVIDIA_DRIVER)
-            failpoints.hit(RELEASE_BOUND_FAILPOINT)
-        if self._pci.driver_override(address):
-            self._pci.write_override(address, None)
+        with self._release_nvml():  # NVML sees the GPU again once initialized after the bind
+            if driver == VFIO_DRIVER:
+                self._pci.write_override(address, None)
+                self._pci.unbind(address)
+                failpoints.hit(RELEASE_UNBOUND_FAILPOINT)
+            if self._pci.driver(address) is None:
+                self._pci.write_override(address, NVIDIA_DRIVER)
+                self._pci.bind(address, NVIDIA_DRIVER)
+                failpoints.hit(RELEASE_BOUND_FAILPOINT)
+            if self._pci.driver_override(address):
+                self._pci.write_override(address, None)
 
     def _changed(self) -> None:
         if self._on_change is None:
@@ -267,12 +271,19 @@ def with_passthrough(
     pci: PciSysfs,
     nvml: Nvml,
     gpu_locks: GpuLocks,
+    *,
     on_change: Callable[[], None] | None = None,
+    release_nvml: Callable[[], AbstractContextManager[None]] = nullcontext,
 ) -> SharingFactory:
     """The driver's strategies `sharing` builds, then VFIO passthrough (applied last, so a
     GPU leaves the nvidia driver only once every other step of the claim succeeded)."""
 
     def build(book: ClaimBook) -> tuple[SharingStrategy, ...]:
-        return (*sharing(book), VfioPassthrough(pci, nvml, gpu_locks, book, on_change=on_change))
+        return (
+            *sharing(book),
+            VfioPassthrough(
+                pci, nvml, gpu_locks, book, on_change=on_change, release_nvml=release_nvml
+            ),
+        )
 
     return build

@@ -107,6 +107,7 @@ def open_real(driver_root: DriverRoot | None = None) -> Hardware:
         health=nvml,
         mps_shm_tmpfs=True,
         pci=PciSysfs(),
+        release_nvml=nvml.released,
     )
 
 

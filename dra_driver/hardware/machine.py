@@ -14,6 +14,8 @@ never asks which kind it got.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from dra_driver.container.driver_root import DriverBinaries, DriverUserSpace
@@ -39,6 +41,9 @@ class Hardware:
     health: HealthEventSource | None = None  # device-health events (both backends have them)
     mps_shm_tmpfs: bool = False
     pci: PciSysfs | None = None  # the PCI side, for VFIO passthrough (None: not available)
+    # NVML let go of every GPU for a block: a GPU changes kernel driver only then
+    # (`RealNvml.released`); a simulated node's kernel does not see NVML's handles.
+    release_nvml: Callable[[], AbstractContextManager[None]] = nullcontext
 
     def driver_version(self) -> str:
         """The driver version NVML reports (what the driver files must match)."""
