@@ -156,10 +156,13 @@ class VfioPassthrough:
         self._refuse_if_in_use(record, where)
         driver = self._pci.driver(address)
         if driver != NVIDIA_DRIVER:
-            owner = "someone else (not this plugin)" if driver == VFIO_DRIVER else "the system"
+            held = {
+                VFIO_DRIVER: f"is bound to {VFIO_DRIVER} by someone else (not this plugin)",
+                None: "is bound to no driver",
+            }.get(driver, f"is bound to {driver}")
             raise PassthroughError(
-                f"{where} is bound to {driver or 'no driver'} by {owner}; dra-gpu only passes "
-                f"through GPUs it finds on the {NVIDIA_DRIVER} driver and never touches others"
+                f"{where} {held}; dra-gpu only passes through GPUs it finds on the "
+                f"{NVIDIA_DRIVER} driver and never touches others"
             )
         self._record(entry.uid, index, lambda vfio: dataclasses.replace(vfio, taken=True))
         failpoints.hit(TAKEN_FAILPOINT)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
@@ -72,12 +71,10 @@ class PciSysfs:
         sys_root: Path = Path("/sys"),
         dev_root: Path = Path("/dev"),
         writer: SysfsWriter = file_writer,
-        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.sys_root = Path(sys_root)
         self.dev_root = Path(dev_root)
         self._write = writer
-        self._sleep = sleep
 
     # -- reading -------------------------------------------------------------------
 
