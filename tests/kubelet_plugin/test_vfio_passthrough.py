@@ -359,3 +359,36 @@ def test_a_refused_unbind_fails_the_claim_and_leaves_the_gpu_on_nvidia(
     assert prepare_error(plugin, ref) == ""  # the kubelet retries once the GPU is free
     unprepare(plugin, ref)
     assert_nothing_left(plugin)
+
+
+def test_a_gpu_shared_by_claims_is_not_passed_through_until_the_last_share_goes() -> None:
+    share = "aaaaaaaa-0000-4000-8000-000000000001"
+    with PluginProcess(
+        shape=SHAPE, extra_args=[*PASSTHROUGH, "--consumable-shares=2"], mps_host=False
+    ) as plugin:
+        whole = whole_gpu(plugin, 0)
+        shared = store(
+            plugin,
+            1,
+            [
+                {
+                    "request": "gpu",
+                    "device": whole,
+                    "shareID": share,
+                    "consumedCapacity": {"memory": "0", "shares": "1"},
+                }
+            ],
+        )
+        vm = store(plugin, 2, [("gpu", "gpu-vfio-0")])
+        assert prepare_error(plugin, shared) == ""
+        wait_published(plugin, {whole}, {"gpu-vfio-0"})
+
+        error = prepare_error(plugin, vm)
+
+        assert "ResourceClaim default/vm-2" in error
+        assert "claim default/vm-1" in error
+        assert on_nvidia(plugin, 0)
+        unprepare(plugin, shared)
+        assert prepare_error(plugin, vm) == ""
+        unprepare(plugin, vm)
+        assert_nothing_left(plugin)
