@@ -26,6 +26,10 @@ fake `/dev`, `vfio/vfio`, `iommu` (iommufd kernels) and, once udev got to
 them (`vfio-node` latency after the bind), `vfio/<group>` and
 `vfio/devices/vfio<N>`. Device nodes are plain files: only their presence
 matters to the plugin, which never opens them.
+
+The simulated NVML keeps listing a GPU vfio-pci holds (a real NVML
+initialized after the bind would not); no CUDA process can start on it
+(`SimHardware.run_workload`), and the plugin asks NVML nothing about it.
 """
 
 from __future__ import annotations
