@@ -25,6 +25,7 @@ from dra_driver.node.devices import (
     inventory_warnings,
 )
 from dra_driver.node.inventory import discover
+from dra_driver.node.vfio_devices import build_vfio_devices
 
 
 def print_inventory(
@@ -37,6 +38,7 @@ def print_inventory(
     layout: Layout = "v1.35",
     consumable_shares: ConsumableShares | None = None,
     list_attributes: bool = False,
+    passthrough: bool = False,
     out: TextIO | None = None,
 ) -> int:
     out = out if out is not None else sys.stdout  # at call time: tests swap sys.stdout
@@ -47,6 +49,10 @@ def print_inventory(
         consumable_shares=consumable_shares,
         list_attributes=list_attributes,
     )
+    if passthrough and hardware.pci is not None:
+        devices += build_vfio_devices(
+            inventory, hardware.pci.gpus(), iommufd_enabled=hardware.pci.iommufd_enabled()
+        )
     slices = build_resource_slices(devices, driver=driver_name, node_name=node_name, layout=layout)
     for warning in inventory_warnings(inventory, dynamic_mig=dynamic_mig):
         print(f"warning: {warning}", file=sys.stderr)

@@ -276,6 +276,13 @@ def _inventory_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partitionable-layout", choices=("v1.34", "v1.35"), default="v1.35")
     _add_consumable_shares_flag(parser)
     _add_driver_gates_flag(parser)
+    parser.add_argument(
+        "--passthrough",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="include the VFIO passthrough devices, as the plugin publishes them with "
+        "--passthrough",
+    )
     _add_hardware_flags(parser)
     _add_driver_root_flags(parser)
 
@@ -303,6 +310,7 @@ def _run_inventory(args: argparse.Namespace) -> int:
         layout=args.partitionable_layout,
         consumable_shares=parse_consumable_shares(args.consumable_shares),
         list_attributes=parse_driver_gates(args.feature_gates).list_type_attributes,
+        passthrough=args.passthrough,
     )
 
 
@@ -442,6 +450,15 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
         help="write device metadata files (KEP-5304) per claim and request and mount them "
         "read-only into its containers through CDI",
     )
+    parser.add_argument(
+        "--passthrough",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="publish a gpu-vfio-<idx> device per GPU without MIG devices (DeviceClass "
+        "vfio.gpu.nvidia.com) and bind a claimed one to vfio-pci for a VM (KubeVirt); NVIDIA's "
+        "PassthroughSupport gate. Needs the IOMMU on and --no-device-health-checks; not with "
+        "--dynamic-mig",
+    )
 
 
 def _check_hardware_flags(args: argparse.Namespace) -> None:
@@ -480,6 +497,25 @@ def _dump_threads_on_demand() -> None:
     faulthandler.register(signal.SIGQUIT, stderr, all_threads=True)
 
 
+def _check_passthrough_flags(args: argparse.Namespace) -> None:
+    """The combinations NVIDIA's `ValidateFeatureGates` refuses with PassthroughSupport."""
+    from dra_driver.errors import ConfigError
+
+    if not args.passthrough:
+        return
+    if args.dynamic_mig:
+        raise ConfigError(
+            "--passthrough and --dynamic-mig cannot be combined (NVIDIA's driver refuses "
+            "PassthroughSupport with DynamicMIG too): a GPU handed to a VM cannot be partitioned"
+        )
+    if args.device_health_checks:
+        raise ConfigError(
+            "--passthrough needs --no-device-health-checks (NVIDIA's driver refuses "
+            "PassthroughSupport with NVMLDeviceHealthCheck too): the health monitor keeps every "
+            "GPU open through NVML, and the nvidia driver does not let go of a GPU that is open"
+        )
+
+
 def _run_plugin(args: argparse.Namespace) -> int:
     from dra_driver.hardware.simulated.latency import parse_latency
     from dra_driver.node.health import parse_xid_list
@@ -487,6 +523,7 @@ def _run_plugin(args: argparse.Namespace) -> int:
 
     _dump_threads_on_demand()
     _check_hardware_flags(args)  # the daemon checks the rest before it starts anything
+    _check_passthrough_flags(args)
     latency = parse_latency(args.sim_latency) if args.sim_latency else None
     return run(
         PluginOptions(
@@ -516,6 +553,7 @@ def _run_plugin(args: argparse.Namespace) -> int:
             usage_interval=args.usage_interval,
             idle_claim_after=args.idle_claim_after,
             device_metadata=args.device_metadata,
+            passthrough=args.passthrough,
         )
     )
 
@@ -822,6 +860,7 @@ def _scenario(args: argparse.Namespace) -> ScenarioOptions:
         feature_gates=args.feature_gates,
         consumable_shares=parse_consumable_shares(args.consumable_shares),
         recursive=args.recursive,
+        passthrough=args.passthrough,
     )
 
 
@@ -923,6 +962,12 @@ def _add_scenario_flags(parser: argparse.ArgumentParser, *, files_required: bool
         "as the plugin does with that gate",
     )
     _add_consumable_shares_flag(parser)
+    parser.add_argument(
+        "--passthrough",
+        action="store_true",
+        help="--nodes publish VFIO passthrough devices (gpu-vfio-<idx>, class "
+        "vfio.gpu.nvidia.com), as the kubelet plugin does with --passthrough",
+    )
 
 
 def _add_consumable_shares_flag(parser: argparse.ArgumentParser) -> None:

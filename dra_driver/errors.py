@@ -24,6 +24,7 @@ because the person reading them is an admin looking at a pending pod.
     ├── CelError               a CEL selector does not compile or fails at run time
     ├── AllocationError        a claim cannot be allocated for a reason that is not "does not fit"
     ├── MpsError               an MPS control daemon cannot be started, configured or stopped
+    ├── PassthroughError       a GPU cannot be moved between nvidia and vfio-pci (sysfs refused)
     ├── PluginError            the kubelet plugin cannot start or serve
     └── AdmissionError         a body sent to the admission webhook is not an AdmissionReview
 
@@ -151,6 +152,18 @@ class GpuSettingError(DraGpuError):
 
 class MpsError(DraGpuError):
     """An MPS control daemon could not be started, configured or stopped."""
+
+
+class PassthroughError(DraGpuError):
+    """A GPU could not be bound to (or back from) vfio-pci: a sysfs write was refused, its
+    VFIO node never appeared, or the GPU is not ours to move.
+
+    `errno_code` is the kernel's errno of a refused write (EBUSY, ENODEV), None otherwise.
+    """
+
+    def __init__(self, message: str, *, errno_code: int | None = None) -> None:
+        super().__init__(message)
+        self.errno_code = errno_code
 
 
 class PluginError(DraGpuError):

@@ -4,16 +4,18 @@ Prepare and Unprepare call `failpoints.hit("<name>")` between their side
 effects. In production nothing is set and the call is a dictionary lookup.
 When the environment variable `DRA_GPU_FAILPOINTS` names the point (a comma
 separated list), the process kills itself with SIGKILL right there, the way
-an OOM kill or a node crash would stop it. `DRA_GPU_FAILPOINTS_FILE` names a
-file whose lines arm points too, read at every hit, so that a test can arm a
-point in a plugin that already runs (a start costs the suite half a second).
-The crash tests arm each point in turn in the real plugin process and check
-that a restart recovers without leaking anything. `PREPARE_STEPS` and `UNPREPARE_STEPS` list every
-point of the claim transaction, `MIG_PREPARE_STEPS` and `MIG_UNPREPARE_STEPS`
-every point of dynamic MIG creation and destruction, `MPS_PREPARE_STEPS` and
+an OOM kill or a node crash would stop it; `fail:<name>` makes it raise
+`InjectedFailure` there instead (a failing step, for the rollback tests).
+`DRA_GPU_FAILPOINTS_FILE` names a file whose lines arm points too, read at
+every hit, so that a test can arm a point in a plugin that already runs (a
+start costs the suite half a second). The crash tests arm each point in turn
+in the real plugin process and check that a restart recovers without leaking
+anything. `PREPARE_STEPS` and `UNPREPARE_STEPS` list every point of the claim
+transaction, `MIG_PREPARE_STEPS` and `MIG_UNPREPARE_STEPS` every point of
+dynamic MIG creation and destruction, `MPS_PREPARE_STEPS` and
 `MPS_UNPREPARE_STEPS` every point of an MPS daemon's life, `SHARING_*_STEPS`
-those of time-slicing, so a new step cannot be
-added without the tests covering it.
+those of time-slicing, `VFIO_*_STEPS` those of VFIO passthrough, so a new
+step cannot be added without the tests covering it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import functools
 import os
 import signal
 from typing import Final
+
+from dra_driver.errors import DraGpuError
 
 ENV_VAR: Final = "DRA_GPU_FAILPOINTS"
 FILE_ENV_VAR: Final = "DRA_GPU_FAILPOINTS_FILE"
@@ -76,6 +80,25 @@ MPS_UNPREPARE_STEPS: Final[tuple[str, ...]] = (
 SHARING_PREPARE_STEPS: Final[tuple[str, ...]] = ("timeslice-after-set",)
 SHARING_UNPREPARE_STEPS: Final[tuple[str, ...]] = ("timeslice-after-reset",)
 
+# VFIO passthrough, per GPU, after the sharing steps of Prepare: the GPU is
+# recorded as taken, then NVIDIA's driver change (driver_override cleared, unbound
+# from nvidia, driver_override vfio-pci, bound to vfio-pci), then its VFIO node is
+# recorded ...
+VFIO_PREPARE_STEPS: Final[tuple[str, ...]] = (
+    "vfio-after-taken-recorded",
+    "vfio-after-override-cleared",
+    "vfio-after-unbound",
+    "vfio-after-override-set",
+    "vfio-after-bound",
+    "vfio-after-node-recorded",
+)
+# ... and on Unprepare (or a rollback), after the sharing steps: unbound from
+# vfio-pci, bound to nvidia again (driver_override cleared after).
+VFIO_UNPREPARE_STEPS: Final[tuple[str, ...]] = (
+    "vfio-after-release-unbound",
+    "vfio-after-release-bound",
+)
+
 
 @functools.cache
 def _from_environment() -> tuple[frozenset[str], str | None]:
@@ -87,11 +110,26 @@ def _from_environment() -> tuple[frozenset[str], str | None]:
     return armed, os.environ.get(FILE_ENV_VAR) or None
 
 
+FAIL_PREFIX: Final = "fail:"
+"""An armed `fail:<name>` makes the point raise `InjectedFailure` instead of killing the
+process: the step is done and the next one fails, as a refused write or a timeout would."""
+
+
+class InjectedFailure(DraGpuError):
+    """The error an armed `fail:<name>` failpoint raises."""
+
+
 def hit(name: str) -> None:
-    """Die with SIGKILL if the failpoint `name` is armed."""
+    """Die with SIGKILL if the failpoint `name` is armed; raise InjectedFailure if
+    `fail:<name>` is."""
     armed, armed_file = _from_environment()
-    if name in armed or (armed_file is not None and name in _read_armed_file(armed_file)):
+    if not armed and armed_file is None:
+        return
+    every = armed | (_read_armed_file(armed_file) if armed_file is not None else set())
+    if name in every:
         os.kill(os.getpid(), signal.SIGKILL)
+    if FAIL_PREFIX + name in every:
+        raise InjectedFailure(f"failpoint {name}: injected failure")
 
 
 def _read_armed_file(path: str) -> set[str]:

@@ -114,6 +114,7 @@ class GpuDriver:
         sharing: SharingFactory | None = None,
         claim_locks: ClaimLocks | None = None,
         cdi_hooks: cdi.CdiHooks | None = None,
+        on_claims_changed: Callable[[], None] | None = None,
     ) -> None:
         """`driver_edits` gives the mounts (and hooks) of the driver's user space
         for the current driver version (`DriverUserSpace.edits`, cached); None
@@ -124,7 +125,9 @@ class GpuDriver:
         `sharing` builds the sharing strategies, given this driver's checkpoint
         (`kubelet_plugin.sharing.sharing_strategies`); None: none can be applied,
         so claims asking for MPS or a time-slice fail clearly. `cdi_hooks` makes the
-        per-device hooks (DRM by-path links); None leaves them out."""
+        per-device hooks (DRM by-path links); None leaves them out. `on_claims_changed` is
+        called after each Prepare and Unprepare call (what is published may depend on what
+        is prepared: `dra_driver.node.vfio_devices.hidden_siblings`)."""
         self._driver_name = driver_name
         self._pool_name = pool_name
         self._cluster = cluster
@@ -141,6 +144,7 @@ class GpuDriver:
         self._state: Checkpoint | None = None
         self._generation = ""
         self._rebuild_sources = tuple(rebuild_sources)
+        self._on_claims_changed = on_claims_changed
         build = sharing or sharing_strategies(gpu_locks=gpu_locks)
         self._sharing: tuple[SharingStrategy, ...] = build(self)
 
@@ -386,15 +390,22 @@ class GpuDriver:
             strict=True,
         ):
             results[ref.uid] = result
+        self._claims_changed()
         return results
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, UnprepareResult]:
-        return {
+        results = {
             ref.uid: result
             for ref, result in zip(
                 claims, _in_parallel(self._unprepare_guarded, claims), strict=True
             )
         }
+        self._claims_changed()
+        return results
+
+    def _claims_changed(self) -> None:
+        if self._on_claims_changed is not None:
+            self._on_claims_changed()
 
     # -- Prepare of one claim -------------------------------------------------------
 

@@ -50,8 +50,10 @@ from dra_driver.errors import (
     DriverRootError,
     NotFoundError,
     NvmlError,
+    PluginError,
 )
 from dra_driver.hardware.machine import Hardware
+from dra_driver.hardware.pci_sysfs import VFIO_DRIVER, PciSysfs
 from dra_driver.kube.access import Cluster, open_cluster
 from dra_driver.kube.objects import Obj
 from dra_driver.node.consumable_shares import ConsumableShares
@@ -63,6 +65,7 @@ from dra_driver.node.health import (
     device_taints,
 )
 from dra_driver.node.inventory import discover
+from dra_driver.node.vfio_devices import build_vfio_devices, hidden_siblings
 from kubelet_plugin.claim_events import EventingService
 from kubelet_plugin.claim_locks import ClaimLocks
 from kubelet_plugin.claim_status import ClaimStatusService, ClaimStatusWriter
@@ -94,6 +97,7 @@ from kubelet_plugin.usage_sampler import (
     UsageLoop,
     UsageSampler,
 )
+from kubelet_plugin.vfio import with_passthrough
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +153,7 @@ class PluginOptions:
     usage_interval: float = DEFAULT_INTERVAL_SECONDS  # 0: off
     idle_claim_after: float | None = None  # seconds; None: no GPUIdle Events
     device_metadata: bool = False
+    passthrough: bool = False  # VFIO passthrough devices (NVIDIA's PassthroughSupport)
 
 
 __all__ = ["PluginOptions", "plugin_data_dir", "run"]
@@ -310,6 +315,18 @@ def _serve(
 
     mps = MpsHostClient(data_dir / MPS_DIR)  # the daemons run in the node's MPS host
     gpu_locks = GpuLocks(data_dir / "locks")
+    wake = threading.Event()  # set: publish now
+    pci = _passthrough_pci(options, hardware)
+    sharing = sharing_strategies(gpu_locks=gpu_locks, gpu_policy=hardware.gpu_policy, mps=mps)
+    if pci is not None:
+        sharing = with_passthrough(
+            sharing,
+            pci,
+            hardware.nvml,
+            gpu_locks,
+            on_change=wake.set,
+            release_nvml=hardware.release_nvml,
+        )
     driver = GpuDriver(
         driver_name=options.driver_name,
         pool_name=options.node_name,
@@ -334,8 +351,9 @@ def _serve(
             pool_name=options.node_name,
             devices=every_instance_as_dynamic,
         ),
-        sharing=sharing_strategies(gpu_locks=gpu_locks, gpu_policy=hardware.gpu_policy, mps=mps),
+        sharing=sharing,
         claim_locks=ClaimLocks(data_dir / "locks"),
+        on_claims_changed=wake.set if pci is not None else None,
     )
     metrics.track_prepared(driver.prepared_counts)
     metrics.track_mps_daemons(mps.running)
@@ -372,10 +390,11 @@ def _serve(
         consumable_shares=options.consumable_shares,
         list_attributes=options.list_attributes,
     )
+    if pci is not None:
+        devices += build_vfio_devices(inventory, pci.gpus(), iommufd_enabled=pci.iommufd_enabled())
     driver.set_devices(devices)
     layout = choose_layout(_server_version(cluster), options.partitionable_layout)
 
-    wake = threading.Event()  # set: publish now
     policy = HealthPolicy(ignored_xids=options.ignored_xids, taint_effect=options.taint_effect)
 
     def health_changed(faults: Mapping[str, Fault]) -> None:
@@ -390,7 +409,15 @@ def _serve(
         on_change=health_changed,
         poll_interval=options.health_poll_interval,
     )
-    slices = _SliceBuilder(options, devices, layout, monitor)
+
+    def hidden() -> frozenset[str]:
+        """Devices withdrawn while their GPU's other form is prepared (passthrough)."""
+        if pci is None:
+            return frozenset()
+        held = {prepared.device for _uid, prepared in driver.snapshot().held_devices()}
+        return frozenset(hidden_siblings(devices, held))
+
+    slices = _SliceBuilder(options, devices, layout, monitor, hidden)
     dynamic_mig = options.dynamic_mig
 
     def desired_slices() -> list[Obj]:
@@ -407,7 +434,7 @@ def _serve(
                 list_attributes=options.list_attributes,
             )
             driver.set_devices(devices)
-            slices = _SliceBuilder(options, devices, layout, monitor)
+            slices = _SliceBuilder(options, devices, layout, monitor, hidden)
         return slices()
 
     # All or nothing: both sockets serve before any device is advertised (a
@@ -697,26 +724,55 @@ class _SliceBuilder:
         devices: list[AllocatableDevice],
         layout: str,
         monitor: HealthMonitor,
+        hidden: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         self._options = options
         self._devices = devices
         self._layout = layout
         self._monitor = monitor
-        self._cache: tuple[int, list[Obj]] | None = None
+        self._hidden = hidden
+        self._cache: tuple[tuple[int, frozenset[str]], list[Obj]] | None = None
 
     def __call__(self) -> list[Obj]:
         version, faults, _ = self._monitor.snapshot()
-        if self._cache is None or self._cache[0] != version:
-            taints = device_taints(self._devices, faults, self._monitor.policy.taint_effect)
+        key = (version, self._hidden())
+        if self._cache is None or self._cache[0] != key:
+            shown = [device for device in self._devices if device.name not in key[1]]
+            taints = device_taints(shown, faults, self._monitor.policy.taint_effect)
             slices = build_resource_slices(
-                self._devices,
+                shown,
                 driver=self._options.driver_name,
                 node_name=self._options.node_name,
                 layout=self._layout,  # type: ignore[arg-type]
                 taints=taints,
             )
-            self._cache = (version, slices)
+            self._cache = (key, slices)
         return self._cache[1]
+
+
+def _passthrough_pci(options: PluginOptions, hardware: Hardware) -> PciSysfs | None:
+    """The PCI layer VFIO passthrough works through; None without `--passthrough`.
+
+    PluginError when the node cannot pass GPUs through: no IOMMU (NVIDIA's
+    plugin refuses to start then too).
+    """
+    if not options.passthrough:
+        return None
+    pci = hardware.pci
+    if pci is None or not pci.iommu_enabled():
+        where = "this hardware" if pci is None else str(pci.sys_root / "kernel/iommu_groups")
+        raise PluginError(
+            f"--passthrough: the kernel has no IOMMU ({where} lists no IOMMU group); turn it "
+            "on (intel_iommu=on or amd_iommu=on, and VT-d/AMD-Vi in the firmware) or run "
+            "without --passthrough"
+        )
+    if not (pci.sys_root / "bus/pci/drivers" / VFIO_DRIVER).is_dir():
+        raise PluginError(
+            f"--passthrough: the {VFIO_DRIVER} driver is not loaded "
+            f"({pci.sys_root / 'bus/pci/drivers' / VFIO_DRIVER} is missing); run "
+            "`modprobe vfio-pci` on the node (or list it in /etc/modules-load.d)"
+        )
+    return pci
 
 
 def _node_uid(cluster: Cluster, node_name: str) -> str | None:

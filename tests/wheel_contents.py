@@ -15,6 +15,7 @@ REQUIRED = (
     "dra_driver/data/deviceclasses.yaml",
     "dra_driver/data/compute-domain-deviceclasses.yaml",
     "dra_driver/data/computedomains-crd.yaml",
+    "dra_driver/data/deviceclass-vfio.yaml",
     "dra_driver/scheduling/cel/cel.lark",
     "dra_driver/py.typed",
 )

@@ -160,6 +160,28 @@ class MpsRecord(Record):
     pinned_memory_mib: int | None = json_key("pinnedMemoryMiB", default=None)
 
 
+@dataclass(frozen=True, kw_only=True)
+class VfioRecord(Record):
+    """A GPU a claim passes through to a VM (`kubelet_plugin.vfio`).
+
+    Saved before anything is touched with the GPU's PCI address and UUID and
+    the claim's IOMMU settings; `taken` is saved once the GPU was found on the
+    nvidia driver and before the first sysfs write, so a rollback never
+    rebinds a GPU someone else had bound to vfio-pci; `iommu_group` and
+    `iommufd_cdev` are saved once vfio-pci holds it and its node is there.
+    """
+
+    WHERE: ClassVar[str] = "vfio"
+
+    pci_bus_id: str = json_key("pciBusId")
+    gpu_uuid: str = json_key("gpuUuid")
+    prefer_iommufd: bool = json_key("preferIommuFD", default=False)
+    api_device: bool = json_key("enableAPIDevice", default=False)
+    taken: bool = json_key("taken", default=False)
+    iommu_group: int | None = json_key("iommuGroup", default=None)
+    iommufd_cdev: str | None = json_key("iommufdCdev", default=None)
+
+
 @dataclass(frozen=True)
 class TimeSliceRecord(Record):
     """The time-slice interval ("Default", "Short", "Medium", "Long") a claim wants on a GPU."""
@@ -200,6 +222,7 @@ class PreparedDevice(Record):
     )
     time_slice: TimeSliceRecord | None = json_key("timeSlice", default=None)
     mps: MpsRecord | None = json_key("mps", default=None)
+    vfio: VfioRecord | None = json_key("vfio", default=None)
 
 
 @dataclass(frozen=True)

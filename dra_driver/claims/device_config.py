@@ -1,11 +1,12 @@
 """NVIDIA's opaque device configs (`resource.nvidia.com/v1beta1`), decoded strictly.
 
-Claims written for NVIDIA's driver carry `GpuConfig` and `MigDeviceConfig`
-objects in `spec.devices.config[].opaque.parameters`. dra-gpu reads the same
-kinds with the same fields, rejects unknown fields and bad values with a
-message naming the claim, the config entry and the field (NVIDIA's driver
-does this only in an optional webhook), and resolves which config applies to
-which device the way NVIDIA does: class configs, then claim configs, the last
+Claims written for NVIDIA's driver carry `GpuConfig`, `MigDeviceConfig` and
+(for passthrough GPUs) `VfioDeviceConfig` objects in
+`spec.devices.config[].opaque.parameters`. dra-gpu reads the same kinds
+with the same fields, rejects unknown fields and bad values with a message
+naming the claim, the config entry and the field (NVIDIA's driver does this
+only in an optional webhook), and resolves which config applies to which
+device the way NVIDIA does: class configs, then claim configs, the last
 matching one wins; a config naming requests applies only to them and must fit
 the device type; an unnamed config applies to devices of its own type.
 
@@ -23,7 +24,7 @@ from enum import StrEnum
 from fractions import Fraction
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from dra_driver.claims.allocated import AllocatedClaim, DeviceResult, OpaqueConfig
 from dra_driver.errors import ClaimError, ConfigError
@@ -117,12 +118,46 @@ class MigDeviceConfig(OpaqueConfigModel):
     sharing: MigSharing | None = None
 
 
-DeviceConfig = GpuConfig | MigDeviceConfig
-_KINDS: Mapping[str, type[GpuConfig] | type[MigDeviceConfig]] = {
+class IommuBackendPolicy(StrEnum):
+    """NVIDIA's `IOMMUBackendPolicy`: the legacy VFIO group, or iommufd where the kernel has it."""
+
+    LEGACY_ONLY = "LegacyOnly"
+    PREFER_IOMMUFD = "PreferIommuFD"
+
+
+class IommuConfig(_Strict):
+    """NVIDIA's `IOMMUConfig`; an empty `backendPolicy` means LegacyOnly (its `Normalize`)."""
+
+    backend_policy: IommuBackendPolicy | Literal[""] = Field(
+        default=IommuBackendPolicy.LEGACY_ONLY, alias="backendPolicy"
+    )
+    enable_api_device: StrictBool = Field(default=False, alias="enableAPIDevice")
+
+    @property
+    def prefer_iommufd(self) -> bool:
+        return self.backend_policy == IommuBackendPolicy.PREFER_IOMMUFD
+
+
+class VfioDeviceConfig(OpaqueConfigModel):
+    """NVIDIA's `VfioDeviceConfig`: how a passthrough GPU's VFIO nodes reach the VM."""
+
+    api_version: Literal["resource.nvidia.com/v1beta1"] = Field(alias="apiVersion")
+    kind: Literal["VfioDeviceConfig"]
+    iommu: IommuConfig = Field(default_factory=IommuConfig)
+
+    @property
+    def sharing(self) -> None:
+        """A passthrough GPU is never shared."""
+        return None
+
+
+DeviceConfig = GpuConfig | MigDeviceConfig | VfioDeviceConfig
+_KINDS: Mapping[str, type[GpuConfig] | type[MigDeviceConfig] | type[VfioDeviceConfig]] = {
     "GpuConfig": GpuConfig,
     "MigDeviceConfig": MigDeviceConfig,
+    "VfioDeviceConfig": VfioDeviceConfig,
 }
-_KIND_OF_DEVICE = {"gpu": "GpuConfig", "mig": "MigDeviceConfig"}
+_KIND_OF_DEVICE = {"gpu": "GpuConfig", "mig": "MigDeviceConfig", "vfio": "VfioDeviceConfig"}
 
 
 ConfigT = TypeVar("ConfigT", bound="OpaqueConfigModel")
@@ -131,6 +166,11 @@ ConfigT = TypeVar("ConfigT", bound="OpaqueConfigModel")
 def decode(config: OpaqueConfig, where: str) -> DeviceConfig:
     """Decode one opaque config strictly; ClaimError names `where` and the field."""
     return decode_kind(config, where, _KINDS)
+
+
+def _in_words(names: Sequence[str]) -> str:
+    """'A', 'A and B', 'A, B and C'."""
+    return " and ".join(filter(None, (", ".join(names[:-1]), names[-1])))
 
 
 def decode_kind(
@@ -145,7 +185,7 @@ def decode_kind(
     if model is None:
         raise ClaimError(
             f"{where}: kind is {kind!r}; {reader} understands {API_VERSION} "
-            f"{' and '.join(sorted(kinds))}"
+            f"{_in_words(sorted(kinds))}"
         )
     try:
         return model.model_validate(dict(params))
@@ -162,7 +202,7 @@ def effective_configs(
 ) -> dict[str, DeviceConfig | None]:
     """The config that applies to each result (keyed by "request/device"), or None.
 
-    `kinds` maps device name to "gpu" or "mig". Raises ClaimError for a
+    `kinds` maps device name to "gpu", "mig" or "vfio". Raises ClaimError for a
     config that cannot be decoded, or one that names a request whose device
     has the other type ("cannot apply GpuConfig to MIG device ...").
     """
@@ -257,8 +297,10 @@ __all__ = [
     "DeviceConfig",
     "config_key",
     "GpuConfig",
+    "IommuConfig",
     "MigDeviceConfig",
     "OpaqueConfigModel",
+    "VfioDeviceConfig",
     "decode",
     "decode_kind",
     "effective_configs",

@@ -20,7 +20,8 @@ from dra_driver.node.devices import AllocatableDevice
 class DeviceIdentity:
     """The hardware behind one prepared device.
 
-    `uuid` is the GPU's (`GPU-...`) or the MIG device's (`MIG-...`); None only
+    `uuid` is the GPU's (`GPU-...`), the MIG device's (`MIG-...`) or, for a GPU
+    passed through to a VM, its vfio device's (a UUIDv5 of the PCI address); None only
     when neither the checkpoint nor the published device knows it (a dynamic
     MIG device whose creation did not finish). `parent_uuid`, `mig_profile`
     and the GI/CI ids are set for MIG devices.
@@ -75,6 +76,8 @@ def device_identity(prepared: PreparedDevice, device: AllocatableDevice | None) 
             mig_profile=device.dynamic.profile_name,
             memory_bytes=memory,
         )
+    if device.kind == "vfio":  # the PCI function's UUID, as the slice publishes it
+        return DeviceIdentity(uuid=str(device.attributes["uuid"].value), memory_bytes=memory)
     return DeviceIdentity(uuid=device.gpu.uuid, memory_bytes=memory)
 
 

@@ -161,7 +161,8 @@ class ClaimDeviceUsage:
 def usage_targets(
     checkpoint: Checkpoint, devices: Mapping[str, AllocatableDevice]
 ) -> list[UsageTarget]:
-    """One target per device of each completed claim that has a known NVML UUID."""
+    """One target per device of each completed claim that has a known NVML UUID (not the
+    GPUs passed through to VMs)."""
     holders: dict[str, set[str]] = {}
     for entry in checkpoint.claims.values():
         for prepared in entry.devices:
@@ -171,6 +172,8 @@ def usage_targets(
         started = _unix_seconds(entry.started_at)
         for prepared in entry.devices:
             device = devices.get(prepared.device)
+            if prepared.vfio is not None:
+                continue  # passed through to a VM: no NVML (nor nvidia driver) sees inside
             identity = device_identity(prepared, device)
             if identity.uuid is None:
                 continue

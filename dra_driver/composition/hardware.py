@@ -30,9 +30,11 @@ from dra_driver.container.driver_root import DriverRoot, DriverUserSpace
 from dra_driver.errors import ConfigError
 from dra_driver.hardware.gpu_policy import NvidiaSmi
 from dra_driver.hardware.machine import Hardware
+from dra_driver.hardware.pci_sysfs import PciSysfs, SysfsWriter
 from dra_driver.hardware.simulated.gpu_policy import SimGpuPolicy
 from dra_driver.hardware.simulated.hardware import SimHardware
 from dra_driver.hardware.simulated.node_files import (
+    sim_dev_root,
     sim_driver_root,
     sim_proc_root,
     sim_sys_root,
@@ -109,6 +111,8 @@ def open_real(driver_root: DriverRoot | None = None) -> Hardware:
         # chroot of the driver root, nodes under its /dev.
         modules=Modprobe(root.local_path),
         dev_root=root.local_path / "dev",
+        pci=PciSysfs(),
+        release_nvml=nvml.released,
     )
 
 
@@ -129,17 +133,36 @@ def open_simulated(
     shape = load_shape(shape_name)
     if sim_state is not None:
         proc_root = sim_proc_root(Path(sim_state))
+        sys_root, dev_root = sim_sys_root(Path(sim_state)), sim_dev_root(Path(sim_state))
         hw = SimHardware(
-            shape, node_name=node_name, state_path=sim_state, proc_root=proc_root, latency=latency
+            shape,
+            node_name=node_name,
+            state_path=sim_state,
+            proc_root=proc_root,
+            sys_root=sys_root,
+            dev_root=dev_root,
+            latency=latency,
         )
     else:
         proc_root = Path(tempfile.mkdtemp(prefix="dra-gpu-sim-proc-"))
+        sys_root, dev_root = sim_sys_root(proc_root), sim_dev_root(proc_root)
         try:
-            hw = SimHardware(shape, node_name=node_name, proc_root=proc_root, latency=latency)
+            hw = SimHardware(
+                shape,
+                node_name=node_name,
+                proc_root=proc_root,
+                sys_root=sys_root,
+                dev_root=dev_root,
+                latency=latency,
+            )
         except BaseException:
             shutil.rmtree(proc_root, ignore_errors=True)
+            shutil.rmtree(sys_root, ignore_errors=True)
+            shutil.rmtree(dev_root, ignore_errors=True)
             raise
         weakref.finalize(hw, shutil.rmtree, proc_root, ignore_errors=True)
+        weakref.finalize(hw, shutil.rmtree, sys_root, ignore_errors=True)
+        weakref.finalize(hw, shutil.rmtree, dev_root, ignore_errors=True)
     if driver_root is not None and driver_root.host_path is not None:
         user_space = DriverUserSpace(driver_root)
     else:
@@ -155,9 +178,6 @@ def open_simulated(
         )
         user_space = DriverUserSpace(root, setup=write_fake_root)
     sim_nvml = SimNvml(hw)
-    sys_root = sim_sys_root(Path(sim_state) if sim_state is not None else proc_root)
-    if sim_state is None:
-        weakref.finalize(hw, shutil.rmtree, sys_root, ignore_errors=True)
     materialize_sysfs(sys_root, [gpu.pci_bus_id for gpu in sim_nvml.gpus()])
     hardware = Hardware(
         nvml=sim_nvml,
@@ -166,6 +186,7 @@ def open_simulated(
         gpu_policy=SimGpuPolicy(hw),
         health=sim_nvml,
         modules=_SimModprobe(hw),
+        pci=PciSysfs(sys_root, dev_root, writer=_sim_writer(hw, sys_root)),
     )
     return SimulatedNode(hardware=hardware, sim=hw)
 
@@ -179,3 +200,12 @@ class _SimModprobe:
 
     def load(self, module: str) -> None:
         self._hw.load_module(module)
+
+
+def _sim_writer(hw: SimHardware, sys_root: Path) -> SysfsWriter:
+    """Sysfs writes of the plugin, handed to the simulated kernel (`simulated.pci_bus`)."""
+
+    def write(path: Path, text: str) -> None:
+        hw.write_sysfs(str(Path(path).relative_to(sys_root)), text)
+
+    return write

@@ -9,7 +9,8 @@ makes, so the slices are exactly the ones our publisher would publish.
 `mig="static"` (the default, as for the plugin) publishes the existing MIG
 devices only, and `mig="dynamic"` is the plugin run with `--dynamic-mig`,
 where every MIG placement is a partitionable device, with the slice layout
-the plugin picks for that Kubernetes release.
+the plugin picks for that Kubernetes release. `passthrough` is the plugin run
+with `--passthrough` (a `gpu-vfio-<idx>` device per GPU without MIG devices).
 
 It joins the simulated GPUs and the controller's slice building, which the
 rest of the code keeps apart, so it lives with the composition root: the CLI
@@ -51,6 +52,7 @@ from dra_driver.kube.objects import Obj
 from dra_driver.node.consumable_shares import ConsumableShares
 from dra_driver.node.devices import AllocatableDevice, build_devices
 from dra_driver.node.inventory import NodeInventory, discover
+from dra_driver.node.vfio_devices import build_vfio_devices, pci_view
 from dra_driver.scheduling.allocator import Node, Release
 from dra_driver.scheduling.whatif.nodes import (
     HOSTNAME_LABEL,
@@ -68,6 +70,7 @@ def build_simulated_nodes(
     release: Release = "1.35",
     consumable_shares: ConsumableShares | None = None,
     list_attributes: bool = False,
+    passthrough: bool = False,
 ) -> SimulatedNodes:
     """Simulated nodes and their slices, in request order (see the module docstring).
 
@@ -82,6 +85,7 @@ def build_simulated_nodes(
             mig=mig,
             consumable_shares=consumable_shares,
             list_attributes=list_attributes,
+            passthrough=passthrough,
         )
         published = (
             compute_domain_devices(_inventory(shape, f"{request.prefix}-0"))
@@ -100,6 +104,7 @@ def build_simulated_nodes(
                     release=release,
                     consumable_shares=consumable_shares,
                     list_attributes=list_attributes,
+                    passthrough=passthrough,
                 )
                 template = (name, slices)
             else:
@@ -126,12 +131,14 @@ class _ShapeDevices:
         mig: MigMode,
         consumable_shares: ConsumableShares | None,
         list_attributes: bool = False,
+        passthrough: bool = False,
     ) -> None:
         self._shape = shape
         self._template = template
         self._mig = mig
         self._shares = consumable_shares
         self._lists = list_attributes
+        self._passthrough = passthrough
         self._built: list[AllocatableDevice] | None = None
         self._template_uuids: tuple[str, ...] = ()
 
@@ -143,6 +150,7 @@ class _ShapeDevices:
                 mig=self._mig,
                 consumable_shares=self._shares,
                 list_attributes=self._lists,
+                passthrough=self._passthrough,
             )
             self._template_uuids = _uuids(self._shape, self._template)
         if node_name == self._template:
@@ -159,13 +167,15 @@ def node_devices(
     mig: MigMode = "static",
     consumable_shares: ConsumableShares | None = None,
     list_attributes: bool = False,
+    passthrough: bool = False,
 ) -> list[AllocatableDevice]:
     """The devices the kubelet plugin of a freshly booted node of `shape` publishes."""
-    return build_devices(
+    return _devices(
         _inventory(shape, node_name),
-        dynamic_mig=mig == "dynamic",
+        mig=mig,
         consumable_shares=consumable_shares,
         list_attributes=list_attributes,
+        passthrough=passthrough,
     )
 
 
@@ -178,13 +188,15 @@ def node_slices(
     release: Release = "1.35",
     consumable_shares: ConsumableShares | None = None,
     list_attributes: bool = False,
+    passthrough: bool = False,
 ) -> list[Obj]:
     """The ResourceSlices the kubelet plugin publishes for `inventory` on `node_name`."""
-    devices = build_devices(
+    devices = _devices(
         inventory,
-        dynamic_mig=mig == "dynamic",
+        mig=mig,
         consumable_shares=consumable_shares,
         list_attributes=list_attributes,
+        passthrough=passthrough,
     )
     return build_resource_slices(
         devices,
@@ -193,6 +205,27 @@ def node_slices(
         version=release,
         layout=choose_layout(_version_tuple(release)),
     )
+
+
+def _devices(
+    inventory: NodeInventory,
+    *,
+    mig: MigMode,
+    consumable_shares: ConsumableShares | None,
+    list_attributes: bool = False,
+    passthrough: bool = False,
+) -> list[AllocatableDevice]:
+    """The plugin's devices, with `--passthrough` its vfio devices too (a freshly booted
+    simulated node has iommufd and every GPU on the nvidia driver)."""
+    devices = build_devices(
+        inventory,
+        dynamic_mig=mig == "dynamic",
+        consumable_shares=consumable_shares,
+        list_attributes=list_attributes,
+    )
+    if passthrough:
+        devices += build_vfio_devices(inventory, pci_view(inventory), iommufd_enabled=True)
+    return devices
 
 
 def _version_tuple(release: Release) -> tuple[int, int]:

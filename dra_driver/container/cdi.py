@@ -171,8 +171,8 @@ class DeviceNode:
     """A device node the runtime creates in the container (`deviceNodes[]`)."""
 
     path: str
-    major: int
-    minor: int
+    major: int | None  # None (with minor): the runtime takes type and numbers from the host node
+    minor: int | None
     type: str = "c"
     file_mode: int | None = None  # permission bits, e.g. 0o444; None: the host node's mode
     permissions: str | None = None  # cgroup access, subset of "rwm"; None: "rwm"
@@ -182,7 +182,8 @@ class DeviceNode:
         out: dict[str, Any] = {"path": self.path}
         if self.host_path is not None:
             out["hostPath"] = self.host_path
-        out.update(type=self.type, major=self.major, minor=self.minor)
+        if self.major is not None and self.minor is not None:
+            out.update(type=self.type, major=self.major, minor=self.minor)
         if self.file_mode is not None:
             out["fileMode"] = self.file_mode
         if self.permissions is not None:

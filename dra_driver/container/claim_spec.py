@@ -6,7 +6,9 @@ by-path links; a MIG device its parent's node and its GPU- and
 compute-instance capability nodes (a dynamic one's ids as recorded when it
 was created), and the parent's DRM nodes for a `+gfx` profile; an MPS device
 also the daemon's pipe and shm directories and the claim's own limits
-(`dra_driver.claims.mps.container_edits`).
+(`dra_driver.claims.mps.container_edits`); a passthrough GPU its VFIO node
+(`dra_driver.container.vfio_cdi`: a claim of passthrough GPUs only gets none
+of the driver's files or control nodes).
 The spec-level edits are the control nodes and the driver's files.
 
 Pure but for the device numbers, which the caller reads from the host
@@ -15,6 +17,7 @@ Pure but for the device numbers, which the caller reads from the host
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,6 +25,7 @@ from typing import Any, Protocol
 from dra_driver.claims.checkpoint import ClaimEntry, PreparedDevice
 from dra_driver.claims.mps import DaemonPaths, container_edits
 from dra_driver.container import cdi
+from dra_driver.container.vfio_cdi import vfio_common_edits, vfio_device_edits
 from dra_driver.errors import CdiError
 from dra_driver.node.devices import AllocatableDevice
 from dra_driver.planning.plan import ClaimPlan, cdi_device
@@ -49,11 +53,16 @@ def build_claim_spec(
     is done (its MIG instances created, its MPS daemons known). `driver_edits` are the
     driver files' mounts and hooks (None: left out); `hooks` make the per-device hooks
     (the DRM by-path links; None: left out). Raises CdiError."""
+    if plan.devices and all(item.device.kind == "vfio" for item in plan.devices):
+        return _vfio_spec(plan, entry)  # a VM's GPUs: no driver files, no control nodes
     uvm_major = host.char_major("nvidia-uvm")
     devices: dict[str, cdi.CdiDevice] = {}
     for item, record in zip(plan.devices, entry.devices, strict=True):
         name = cdi_device(item.result)
         if name in devices:
+            continue
+        if record.vfio is not None:
+            devices[name] = cdi.CdiDevice(name=name, edits=vfio_device_edits(record.vfio))
             continue
         mig = _mig_ids(item.device, record)
         bus_id = item.device.gpu.pci_bus_id  # the GPU's (a MIG device's parent's) DRM nodes
@@ -80,7 +89,23 @@ def build_claim_spec(
     common = cdi.common_edits(uvm_major)
     if driver_edits is not None:
         common = common.merged(driver_edits)
+    vfio = [record.vfio for record in entry.devices if record.vfio is not None]
+    if vfio:
+        common = common.merged(dataclasses.replace(vfio_common_edits(vfio), env=()))
     return cdi.claim_spec(plan.claim.uid, list(devices.values()), common)
+
+
+def _vfio_spec(plan: ClaimPlan, entry: ClaimEntry) -> dict[str, Any]:
+    """The spec of a claim of passthrough GPUs only (`dra_driver.container.vfio_cdi`)."""
+    devices: dict[str, cdi.CdiDevice] = {}
+    records = []
+    for item, record in zip(plan.devices, entry.devices, strict=True):
+        if record.vfio is None:
+            raise CdiError(f"{item.device.name}: its passthrough was not recorded")
+        records.append(record.vfio)
+        name = cdi_device(item.result)
+        devices[name] = cdi.CdiDevice(name=name, edits=vfio_device_edits(record.vfio))
+    return cdi.claim_spec(plan.claim.uid, list(devices.values()), vfio_common_edits(records))
 
 
 def _gi_profile_name(device: AllocatableDevice) -> str:

@@ -20,22 +20,33 @@ from dra_driver.errors import ConfigError
 from dra_driver.kube import yaml_io
 
 RESOURCE: Final = "data/deviceclasses.yaml"
+VFIO_RESOURCE: Final = "data/deviceclass-vfio.yaml"
 _TYPE_SELECTOR: Final = re.compile(r"device\.attributes\['gpu\.nvidia\.com'\]\.type == '(\w+)'")
 
 
 def device_classes_text() -> str:
     """The packaged `deviceclasses.yaml`, as shipped."""
-    return resources.files("dra_driver").joinpath(RESOURCE).read_text(encoding="utf-8")
+    return _text(RESOURCE)
+
+
+def vfio_device_class_text() -> str:
+    """The packaged `vfio.gpu.nvidia.com` DeviceClass (deployed by the passthrough component,
+    `deploy/components/passthrough`, which keeps a byte-identical copy)."""
+    return _text(VFIO_RESOURCE)
 
 
 def default_device_classes() -> list[dict[str, Any]]:
-    """The DeviceClasses our deployment installs (`gpu.nvidia.com`, `mig.nvidia.com`)."""
-    try:
-        documents = list(yaml_io.load_all(device_classes_text()))
-    except (OSError, yaml_io.YAMLError) as exc:
-        raise ConfigError(
-            f"dra_driver/{RESOURCE}: cannot read the default DeviceClasses: {exc}"
-        ) from exc
+    """Every DeviceClass NVIDIA's chart installs: `gpu.nvidia.com`, `mig.nvidia.com` and
+    `vfio.gpu.nvidia.com` (the last matches only devices of a plugin run with
+    `--passthrough`)."""
+    documents: list[Any] = []
+    for resource in (RESOURCE, VFIO_RESOURCE):
+        try:
+            documents += yaml_io.load_all(_text(resource))
+        except (OSError, yaml_io.YAMLError) as exc:
+            raise ConfigError(
+                f"dra_driver/{resource}: cannot read the default DeviceClasses: {exc}"
+            ) from exc
     return [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") == "DeviceClass"]
 
 
@@ -54,3 +65,7 @@ def device_types_of_classes() -> Mapping[str, str]:
             if found:
                 types[device_class["metadata"]["name"]] = found.group(1)
     return types
+
+
+def _text(resource: str) -> str:
+    return resources.files("dra_driver").joinpath(resource).read_text(encoding="utf-8")

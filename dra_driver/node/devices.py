@@ -52,7 +52,7 @@ from dra_driver.node.dynamic_mig import (
 )
 from dra_driver.node.inventory import GpuInventory, NodeInventory
 
-DeviceKind = Literal["gpu", "mig"]
+DeviceKind = Literal["gpu", "mig", "vfio"]
 AttributeKind = Literal["int", "bool", "string", "version", "ints"]
 _ATTRIBUTE_KINDS: Final[tuple[AttributeKind, ...]] = ("int", "bool", "string", "version", "ints")
 

@@ -32,7 +32,8 @@ result. It checks, in this order:
 4. MPS: limits from `mpsConfig` and consumed capacity, MPS on one device per
    claim, the same `multiUser` as the claims already using that device (`mps`);
 5. time-slicing: one interval per GPU, the same as the claims already on it
-   (`time_slices`).
+   (`time_slices`);
+6. passthrough: each vfio device's GPU and IOMMU settings recorded (`vfio`).
 
 The plugin applies the plan through its `SharingStrategy` objects
 (`kubelet_plugin.sharing`), whose `plan` is these same planners.

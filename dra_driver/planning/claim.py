@@ -19,9 +19,15 @@ from dra_driver.planning.mps import MpsPlanner, plan_mps_limits
 from dra_driver.planning.plan import ClaimPlan, SharingPlanner, prepared_device
 from dra_driver.planning.shares import check_shares
 from dra_driver.planning.time_slices import plan_time_slicing
+from dra_driver.planning.vfio import plan_vfio
 
-SHARING_PLANNERS: tuple[SharingPlanner, ...] = (MpsPlanner(Path(MPS_DIR)), plan_time_slicing)
-"""The pure halves of the sharing mechanisms, in the order the plugin applies them. The
+SHARING_PLANNERS: tuple[SharingPlanner, ...] = (
+    MpsPlanner(Path(MPS_DIR)),
+    plan_time_slicing,
+    plan_vfio,
+)
+"""The pure halves of the sharing mechanisms (and of VFIO passthrough), in the order the
+plugin applies them. The
 plugin's own (`kubelet_plugin.sharing`) run the same planners with its MPS directory."""
 
 

@@ -2,8 +2,9 @@
 
 `plan_devices` checks that every result names a device this node publishes,
 in its pool, that no other placed claim holds it (a share of a shared
-device is `shares`' business) or overlaps it: a whole GPU and a MIG device on
-it, or two MIG placements sharing memory slices. The scheduler's counters
+device is `shares`' business) or overlaps it: a whole GPU (or its vfio
+device) and a MIG device, share or vfio device of it, or two MIG placements
+sharing memory slices. The scheduler's counters
 should have prevented an overlap, so the error names both devices and claims.
 """
 
@@ -139,6 +140,6 @@ def _footprint(device: AllocatableDevice) -> _Footprint | None:
     """A dynamic MIG device's slices or a whole GPU; None for existing MIG devices."""
     if device.dynamic is not None:
         return _Footprint(device.dynamic.parent_uuid, device.dynamic.placement)
-    if device.kind == "gpu":
+    if device.kind in ("gpu", "vfio"):  # a passthrough GPU is the whole GPU too
         return _Footprint(device.gpu.uuid, None)
     return None

@@ -85,3 +85,12 @@ def test_an_unknown_feature_gate_is_refused_naming_the_known_ones(
         f"dra-gpu {command}: --feature-gates 'Lists=1': expected NAME=true|false with NAME one "
         "of DRAListTypeAttributes"
     ]
+
+
+def test_passthrough_adds_a_vfio_device_per_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*ARGS, "--passthrough", "-o", "yaml"]) == 0
+    devices = [d for s in yaml.safe_load_all(capsys.readouterr().out) for d in s["spec"]["devices"]]
+    vfio = sorted(d["name"] for d in devices if d["attributes"]["type"] == {"string": "vfio"})
+    assert vfio == [f"gpu-vfio-{i}" for i in range(8)]
+    assert main(list(ARGS)) == 0
+    assert "gpu-vfio" not in capsys.readouterr().out

@@ -24,7 +24,7 @@ import yaml
 
 from dra_driver.cli import build_parser, main
 from dra_driver.hardware.simulated.models import MODELS
-from dra_driver.node.device_classes import device_classes_text
+from dra_driver.node.device_classes import device_classes_text, vfio_device_class_text
 from kubelet_plugin.main import CLEAN_STOP_S
 from tests.deploy.renders import (
     BASE,
@@ -287,6 +287,16 @@ def test_openshift_overlay_lets_the_plugin_use_the_privileged_scc() -> None:
 
 def test_deployed_deviceclasses_are_the_ones_the_cli_ships() -> None:
     assert (BASE / "deviceclasses.yaml").read_text() == device_classes_text()
+
+
+def test_the_passthrough_component_deploys_the_vfio_class_the_cli_ships() -> None:
+    component = ROOT / "deploy/components/passthrough/deviceclass-vfio.yaml"
+    assert component.read_text() == vfio_device_class_text()
+    (vfio,) = documents(vfio_device_class_text())
+    assert vfio["metadata"]["name"] == "vfio.gpu.nvidia.com"
+    assert vfio["spec"]["selectors"][0]["cel"]["expression"] == (
+        "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'vfio'"
+    )
 
 
 def test_default_deviceclasses_match_nvidia_names_and_selectors() -> None:

@@ -152,7 +152,8 @@ def test_an_unknown_kind_is_refused_with_the_plugins_words(parameters: dict[str,
     if isinstance(parameters.get("kind"), str):  # the plugin prints a missing kind as None
         assert plugin.endswith(f"kind is {words}")
     assert words.endswith(
-        "; dra-gpu understands resource.nvidia.com/v1beta1 GpuConfig and MigDeviceConfig"
+        "; dra-gpu understands resource.nvidia.com/v1beta1 GpuConfig, MigDeviceConfig and "
+        "VfioDeviceConfig"
     )
 
 

@@ -163,3 +163,22 @@ def test_webhook_flags_as_nvidias_a_bad_one_in_one_line(
         main(argv)
     assert exited.value.code == 2
     assert capsys.readouterr().err == f"dra-gpu webhook: {why} (see dra-gpu webhook --help)\n"
+
+
+def test_passthrough_and_dynamic_mig_are_refused_together(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(
+        ["kubelet-plugin", "--nvml", "sim:l4-node", "--node-name", "n", "--passthrough",
+         "--dynamic-mig"]
+    )  # fmt: skip
+    assert code != 0
+    err = capsys.readouterr().err
+    assert "--passthrough and --dynamic-mig cannot be combined" in err
+
+
+def test_passthrough_needs_the_nvml_health_checks_off(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["kubelet-plugin", "--nvml", "sim:l4-node", "--node-name", "n", "--passthrough"])
+    assert code != 0
+    err = capsys.readouterr().err
+    assert "--passthrough needs --no-device-health-checks" in err

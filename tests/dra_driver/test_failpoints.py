@@ -68,3 +68,10 @@ def test_a_point_armed_in_the_file_while_the_process_runs_is_a_sigkill_there(
         process.stdin.flush()
         assert process.wait(timeout=60) == -signal.SIGKILL
         assert process.stdout.read() == ""
+
+
+def test_a_point_armed_to_fail_raises_there_instead_of_killing() -> None:
+    done = _run({failpoints.ENV_VAR: "fail:prepare-after-cdi-written"})
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert "InjectedFailure: failpoint prepare-after-cdi-written: injected failure" in done.stderr

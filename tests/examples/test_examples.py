@@ -75,6 +75,7 @@ PLACEMENTS: dict[str, dict[str, str | None]] = {
         "memory-shares/inference-24": None,
     },
     "gpu-time-slicing.yaml": {f"timeslicing/ts-workers-{i}": "dgx-h100-0 gpu-0" for i in range(3)},
+    "vm-gpu-passthrough.yaml": {"vm/virt-launcher-rhel-gpu": "dgx-h100-0 gpu-vfio-0"},
     "simulate/b200-training.yaml": {"ml/pretrain-0": None, "ml/pretrain-1": None},
     "simulate/from-cluster.yaml": {
         "team-a/producer": "gpu-node-1 gpu-0",

@@ -40,10 +40,11 @@ Facts this module relies on (see the NVML notes, sections 1 and 4):
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -180,6 +181,7 @@ class RealNvml:
         self._open = True
         self._addressing_mode_missing_logged = False
         self._fabric_missing_logged = False
+        self._init_flags = init_flags
         try:
             self._lib.nvmlInitWithFlags(init_flags)
         except self._lib.NVMLError as exc:
@@ -201,6 +203,37 @@ class RealNvml:
                 self._lib.nvmlShutdown()
             except self._lib.NVMLError as exc:
                 self._raise(exc, "shut down NVML")
+
+    @contextlib.contextmanager
+    def released(self) -> Iterator[None]:
+        """NVML shut down for the block, so this process lets go of every GPU; initialized
+        again after it (the caches are rebuilt on demand).
+
+        The nvidia driver does not let go of a GPU that a process has open, and an
+        initialized NVML has them all open: a GPU can only move to vfio-pci (or back)
+        while NVML is released (NVIDIA's plugin initializes NVML around each operation
+        for this). Other calls wait for the block (the instance lock). NvmlError if
+        NVML cannot be shut down, or initialized again (then every later call fails too).
+        """
+        with self._lock:
+            if not self._open:
+                yield
+                return
+            self._handles.clear()
+            self._gi_profiles.clear()
+            self._ci_profiles.clear()
+            try:
+                self._lib.nvmlShutdown()
+            except self._lib.NVMLError as exc:
+                self._raise(exc, "shut down NVML to let go of the GPUs")
+            try:
+                yield
+            finally:
+                try:
+                    self._lib.nvmlInitWithFlags(self._init_flags)
+                except self._lib.NVMLError as exc:
+                    self._open = False
+                    self._raise(exc, f"initialize NVML again (flags {self._init_flags:#x})")
 
     def __enter__(self) -> RealNvml:
         return self

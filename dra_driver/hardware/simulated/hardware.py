@@ -73,6 +73,7 @@ ConfigError), and `node_name` only matters when the file is first created.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -81,11 +82,12 @@ from dra_driver.errors import ConfigError, KernelModuleError, NvmlError
 from dra_driver.hardware.nvml import codes
 from dra_driver.hardware.nvml.fabric import FabricInfo
 from dra_driver.hardware.nvml.interface import Placement
-from dra_driver.hardware.simulated import lookup, rules, views
+from dra_driver.hardware.simulated import lookup, pci_bus, rules, views
 from dra_driver.hardware.simulated.boot import booted_node_state
 from dra_driver.hardware.simulated.latency import LATENCY_KEYS, check_latency, parse_latency
 from dra_driver.hardware.simulated.lookup import GpuRef
 from dra_driver.hardware.simulated.models import CiProfileSpec, GiProfileSpec
+from dra_driver.hardware.simulated.pci_bus import PciTree
 from dra_driver.hardware.simulated.proctree import ProcTree
 from dra_driver.hardware.simulated.shapes import NodeShape
 from dra_driver.hardware.simulated.state import (
@@ -124,6 +126,8 @@ class SimHardware:
         node_name: str = "sim-node",
         state_path: Path | None = None,
         proc_root: Path | None = None,
+        sys_root: Path | None = None,
+        dev_root: Path | None = None,
         latency: Mapping[str, float] | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -131,7 +135,17 @@ class SimHardware:
         self.latency = check_latency(latency)
         self._sleep = sleep
         proc = ProcTree(self.proc_root) if self.proc_root is not None else None
-        self._store = StateStore(state_path, on_change=proc.sync if proc else None)
+        self._pci = (
+            PciTree(sys_root, dev_root) if sys_root is not None and dev_root is not None else None
+        )
+        self._pci_timer: threading.Timer | None = None
+
+        def on_change(state: NodeState) -> None:
+            if proc is not None:
+                proc.sync(state)
+            self._sync_pci(state)
+
+        self._store = StateStore(state_path, on_change=on_change)
         self.state_path = self._store.path
 
         def create() -> NodeState:
@@ -242,6 +256,50 @@ class SimHardware:
             for g in st.gpus:
                 g.busy = False
                 lookup.power_cycle(g)
+                # Boot binds every GPU to nvidia again; driver_override lives in memory only.
+                g.pci_driver, g.driver_override, g.vfio_cdev = pci_bus.NVIDIA_DRIVER, "", None
+
+    # -- the PCI side: kernel drivers, sysfs and /dev/vfio (`pci_bus`) ----------
+
+    def write_sysfs(self, rel_path: str, text: str) -> None:
+        """Write `text` to `<sys>/<rel_path>`; OSError with the kernel's errno (`pci_bus`)."""
+        with self._store.mutate() as st:
+            in_use = {g.index for g in st.gpus if g.busy or _workloads_of(st, g)}
+            pci_bus.write(
+                st,
+                rel_path,
+                text,
+                in_use=in_use,
+                now=time.time(),
+                node_delay=self.latency.get("vfio-node", pci_bus.DEFAULT_NODE_DELAY_S),
+            )
+
+    def pci_driver(self, gpu: GpuRef) -> str:
+        """The kernel driver bound to the GPU ("" for none)."""
+        with self._store.read() as st:
+            return lookup.find_gpu(st, gpu).pci_driver
+
+    def set_iommufd(self, enabled: bool) -> None:
+        """Give the node a kernel with (or without) iommufd (`/dev/iommu`)."""
+        with self._store.mutate() as st:
+            st.iommufd = enabled
+
+    def _sync_pci(self, state: NodeState) -> None:
+        """Materialize the PCI files; a device node udev has not made yet gets a timer."""
+        if self._pci is None:
+            return
+        due = self._pci.sync(state, time.time())
+        if due is not None and self._pci_timer is None:
+
+            def later() -> None:
+                self._pci_timer = None
+                with self._store.read() as st:
+                    self._sync_pci(st)
+
+            timer = threading.Timer(max(due - time.time(), 0.0) + 0.001, later)
+            timer.daemon = True
+            self._pci_timer = timer
+            timer.start()
 
     # -- compute mode and time-slicing (nvidia-smi, not NVML: see gpu-mig-nvml.md 6.1) --
 
@@ -562,6 +620,15 @@ class SimHardware:
             raise ConfigError(f"memory {memory_bytes}: must not be negative")
         with self._store.mutate() as st:
             capacity = _device_memory(st, device_uuid)
+            for g in st.gpus:
+                holds = g.uuid == device_uuid or any(
+                    ci.uuid == device_uuid for gi in g.gis for ci in gi.cis
+                )
+                if holds and g.pci_driver != pci_bus.NVIDIA_DRIVER:
+                    raise ConfigError(
+                        f"device {device_uuid}: its GPU is bound to {g.pci_driver or 'no driver'}, "
+                        "not nvidia: no CUDA process can run on it"
+                    )
             others = sum(
                 w.memory_bytes
                 for w in st.workloads

@@ -15,7 +15,8 @@ from types import MappingProxyType
 
 from dra_driver.errors import ConfigError
 
-LATENCY_KEYS = ("gi-create", "gi-destroy", "ci-create", "ci-destroy", "mig-mode")
+LATENCY_KEYS = ("gi-create", "gi-destroy", "ci-create", "ci-destroy", "mig-mode", "vfio-node")
+"""`vfio-node`: how long udev takes to make a GPU's /dev/vfio nodes after vfio-pci binds it."""
 
 
 def check_latency(latency: Mapping[str, float] | None) -> Mapping[str, float]:

@@ -23,3 +23,9 @@ def sim_sys_root(sim_state: Path) -> Path:
 def sim_driver_root(sim_state: Path) -> Path:
     """Where the fake driver root of a simulated node with state file `sim_state` lives."""
     return sim_state.with_name(sim_state.name + ".driver-root")
+
+
+def sim_dev_root(sim_state: Path) -> Path:
+    """Where the fake `/dev` (the VFIO nodes) of a simulated node with state file `sim_state`
+    lives."""
+    return sim_state.with_name(sim_state.name + ".dev")

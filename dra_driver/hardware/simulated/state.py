@@ -69,6 +69,19 @@ class GpuState:
     recovery_action: int = 0  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; 0 = none needed
     lost: bool = False  # fallen off the bus: NVML answers GPU_IS_LOST until a reset
     fabric: FabricInfo | None = None  # NVLink fabric answer; None: NOT_SUPPORTED (no fabric)
+    # The PCI side (`dra_driver.hardware.simulated.pci_bus`): the kernel driver bound to the
+    # GPU ("" for none), its sysfs driver_override ("" for none), and, while vfio-pci has it,
+    # its iommufd cdev number (vfio<N>) and when udev has made its /dev/vfio nodes (epoch s).
+    pci_driver: str = "nvidia"
+    driver_override: str = ""
+    vfio_cdev: int | None = None
+    vfio_nodes_at: float = 0.0
+
+    @property
+    def iommu_group(self) -> int:
+        """The GPU's IOMMU group: one per GPU, numbered in PCI order after the groups of the
+        node's other devices (`pci_bus.FIRST_GPU_IOMMU_GROUP`)."""
+        return FIRST_GPU_IOMMU_GROUP + self.index
 
     @property
     def model(self) -> GpuModel:
@@ -104,6 +117,9 @@ class WorkloadState:
     memory_bytes: int
 
 
+FIRST_GPU_IOMMU_GROUP = 16
+"""IOMMU group of the GPU at index 0; the lower groups belong to the node's other PCI devices."""
+
 FIRST_WORKLOAD_PID = 40001
 """Simulated workload pids start here, far from the plugin's real children."""
 
@@ -131,6 +147,7 @@ class NodeState:
     unloaded_modules: list[str] = field(default_factory=list)
     # What modprobe says when it cannot load one ("" = it can).
     modprobe_error: str = ""
+    iommufd: bool = True  # the kernel has iommufd (/dev/iommu, /dev/vfio/devices/vfio<N>)
 
 
 def gpu_uuid(node_name: str, index: int) -> str:
@@ -230,6 +247,7 @@ def _node(doc: Any) -> NodeState:
         next_pid=_get(doc, "next_pid", int) if "next_pid" in doc else FIRST_WORKLOAD_PID,
         unloaded_modules=[str(m) for m in _optional_list(doc, "unloaded_modules")],
         modprobe_error=_get(doc, "modprobe_error", str) if "modprobe_error" in doc else "",
+        iommufd=_get(doc, "iommufd", bool) if "iommufd" in doc else True,
     )
 
 
@@ -241,6 +259,20 @@ def _workload(doc: Any) -> WorkloadState:
         sm_percent=_get(doc, "sm_percent", int),
         memory_bytes=_get(doc, "memory_bytes", int),
     )
+
+
+def _optional_int(doc: Any, key: str) -> int | None:
+    value = doc.get(key) if isinstance(doc, dict) else None
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(f"{key} must be an integer, got {value!r}")
+    return value
+
+
+def _optional_seconds(doc: Any, key: str) -> float:
+    value = doc.get(key, 0.0) if isinstance(doc, dict) else 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{key} must be a number of seconds, got {value!r}")
+    return float(value)
 
 
 def _optional_list(doc: Any, key: str) -> list[Any]:
@@ -291,6 +323,10 @@ def _gpu(doc: Any) -> GpuState:
         recovery_action=_get(doc, "recovery_action", int) if "recovery_action" in doc else 0,
         lost=_get(doc, "lost", bool) if "lost" in doc else False,
         fabric=_fabric(doc["fabric"]) if doc.get("fabric") is not None else None,
+        pci_driver=_get(doc, "pci_driver", str) if "pci_driver" in doc else "nvidia",
+        driver_override=_get(doc, "driver_override", str) if "driver_override" in doc else "",
+        vfio_cdev=_optional_int(doc, "vfio_cdev"),
+        vfio_nodes_at=_optional_seconds(doc, "vfio_nodes_at"),
     )
     for gi in gpu.gis:
         if gpu.model.gi_profile_by_id(gi.profile_id) is None:

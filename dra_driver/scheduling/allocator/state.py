@@ -124,6 +124,14 @@ class AllocatedState:
                     total[name] = total.get(name, Fraction(0)) + to_quantity(raw, where).value
         self.version += 1
 
+    def withhold(self, device: DeviceID, holder: str) -> None:
+        """Count `device` as held by claim `holder` though no allocation names it: the
+        node's plugin withdrew it from its slices because of that claim (the other form of
+        a GPU passed through to a VM). Freed with `holder` (`remove`)."""
+        if device not in self.dedicated:
+            self.dedicated[device] = holder
+            self.version += 1
+
     def holder(self, device: DeviceID) -> str | None:
         """The claim holding a device exclusively or, failing that, its first share."""
         holder = self.dedicated.get(device)

@@ -127,7 +127,8 @@ class ScenarioOptions:
 
     `build_nodes` builds the `--nodes` and their slices (the CLI passes
     `dra_driver.composition.simulated_nodes.build_simulated_nodes`); `consumable_shares`
-    is the kubelet plugin's `--consumable-shares` those nodes run with.
+    is the kubelet plugin's `--consumable-shares` those nodes run with, `passthrough` its
+    `--passthrough`.
     """
 
     build_nodes: NodeBuilder
@@ -139,6 +140,7 @@ class ScenarioOptions:
     feature_gates: str = ""
     consumable_shares: ConsumableShares | None = None
     recursive: bool = False
+    passthrough: bool = False
 
 
 def load_scenario(options: ScenarioOptions, err: TextIO | None = None) -> Scenario:
@@ -174,6 +176,7 @@ def load_scenario(options: ScenarioOptions, err: TextIO | None = None) -> Scenar
             release=options.release,
             consumable_shares=options.consumable_shares,
             list_attributes=features.list_type_attributes,
+            passthrough=options.passthrough,
         )
         scenario.nodes, scenario.slices = built.nodes, built.slices
         scenario.node_checks = PluginChecks(built.devices)

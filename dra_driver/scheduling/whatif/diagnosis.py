@@ -657,7 +657,9 @@ def _shortage_of(
         position = failures.most_common(1)[0][0]
         expression = request.class_selectors[position]
         phrase = _selector_phrase(expression, examined, check)
-        return f"{label}: DeviceClass {request.class_name}: {phrase}"
+        return hints.missing_class_devices(
+            f"{label}: DeviceClass {request.class_name}: {phrase}", request.class_name
+        )
     matching = [device for s in stats for device in s.matching]
     if not matching:
         failures = Counter(position for s in stats for _, position in s.selector_false)

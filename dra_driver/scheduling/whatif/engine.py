@@ -207,6 +207,11 @@ class NodeChecks(Protocol):
         node from then on (later claims are checked against it)."""
         ...
 
+    def withdrawn(self, node: str) -> set[tuple[str, str, str]]:
+        """(driver, pool, device) of what `node`'s plugin no longer publishes because of
+        the claims prepared there (the other forms of a passed-through GPU)."""
+        ...
+
 
 def refusal_text(node: str, error: str) -> str:
     """A pod's reason when the plugin of the node it was allocated on refuses a claim."""
@@ -332,6 +337,8 @@ class Simulation:
             refused = self._refusal(item, keys, newly=set(pending))
             if refused is not None:
                 return refused
+            for device in sorted(self.node_checks.withdrawn(chosen.name)):
+                self.state.withhold(device, pending[0])
         return self._placed(item, keys, chosen.name, newly=set(pending))
 
     def _refusal(

@@ -6,6 +6,8 @@ mean `cudaComputeCapability`?" from the attribute names the devices publish.
 A claim asking for capacity `shares` finds no device that has it unless the
 kubelet plugin publishes shares (`--consumable-shares`, the deploy's sharing
 component); the reason says so instead of only "device has no capacity shares".
+Likewise a claim for `vfio.gpu.nvidia.com` finds nothing unless the plugin
+runs with `--passthrough`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ SHARES_HINT: Final = (
     "devices publish capacity shares only when the kubelet plugin runs with "
     "--consumable-shares (the sharing component of deploy/; simulate it with "
     "--consumable-shares N)"
+)
+VFIO_CLASS: Final = "vfio.gpu.nvidia.com"
+VFIO_HINT: Final = (
+    "the kubelet plugin publishes VFIO passthrough devices only with --passthrough (the "
+    "passthrough component of deploy/; simulate it with --passthrough)"
 )
 _NO_SUCH_KEY: Final = re.compile(r"no such key: ([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -50,4 +57,11 @@ def missing_capacity(text: str, capacities: Iterable[str]) -> str:
     """`text` (a missing-capacity reason) with how to get shares, when shares are missing."""
     if SHARES_CAPACITY in capacities:
         return f"{text}: {SHARES_HINT}"
+    return text
+
+
+def missing_class_devices(text: str, class_name: str) -> str:
+    """`text` (no device in the class) with how to get vfio devices, for their class."""
+    if class_name == VFIO_CLASS:
+        return f"{text}: {VFIO_HINT}"
     return text

@@ -10,6 +10,11 @@ plugin makes, not a copy of its rules) against the devices a simulated node
 publishes and the claims already placed on it, so `simulate` refuses what
 the node would, with the plugin's message.
 
+A GPU passed through to a VM withdraws its other forms from the node's
+slices (and the other way round): `withdrawn` names them, and the
+simulation counts them as held from then on, as the scheduler stops seeing
+them once the plugin republishes.
+
 Nodes whose devices are not known (nodes that only ResourceSlices from a
 file describe) are not checked: the plugin's rules need the devices as the
 plugin sees them (GPU UUIDs, MIG placements, capacities).
@@ -25,6 +30,7 @@ from dra_driver.claims.allocated import parse_allocated_claim
 from dra_driver.claims.checkpoint import Checkpoint
 from dra_driver.errors import DraGpuError
 from dra_driver.node.devices import AllocatableDevice
+from dra_driver.node.vfio_devices import hidden_siblings
 from dra_driver.planning import plan_claim
 
 DeviceSource = Callable[[], Sequence[AllocatableDevice]]
@@ -64,6 +70,17 @@ class PluginChecks:
         if commit:
             self._placed[node] = placed.start(plan.entry())
         return None
+
+    def withdrawn(self, node: str) -> set[tuple[str, str, str]]:
+        """(driver, pool, device) of the devices `node`'s plugin withdraws from its slices
+        while the claims placed there hold the other form of their GPU
+        (`dra_driver.node.vfio_devices`)."""
+        devices = self._devices.get(node)
+        placed = self._placed.get(node)
+        if devices is None or placed is None:
+            return set()
+        held = {prepared.device for _uid, prepared in placed.held_devices()}
+        return {(self._driver, node, name) for name in hidden_siblings(devices.values(), held)}
 
     def _node_devices(self, node: str) -> dict[str, AllocatableDevice] | None:
         devices = self._devices.get(node)

@@ -104,6 +104,7 @@ class NodeBuilder(Protocol):
         release: Release,
         consumable_shares: ConsumableShares | None = None,
         list_attributes: bool = False,
+        passthrough: bool = False,
     ) -> SimulatedNodes: ...
 
 

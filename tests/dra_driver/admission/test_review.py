@@ -112,7 +112,8 @@ def test_every_bad_config_is_named_in_one_message() -> None:
     )
     assert verdict.message == (
         "ResourceClaim ns/c: spec.devices.config[0]: kind is 'GpuConfigg'; dra-gpu understands "
-        "resource.nvidia.com/v1beta1 GpuConfig and MigDeviceConfig; ResourceClaim ns/c: "
+        "resource.nvidia.com/v1beta1 GpuConfig, MigDeviceConfig and VfioDeviceConfig; "
+        "ResourceClaim ns/c: "
         "spec.devices.config[2]: invalid GpuConfig: x: Extra inputs are not permitted"
     )
 

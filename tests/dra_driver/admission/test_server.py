@@ -242,7 +242,7 @@ BAD_CONFIGS: Final = {
     "misspelt kind": (
         {"apiVersion": API, "kind": "GpuConfigg"},
         "ResourceClaim ml/bad: spec.devices.config[0]: kind is 'GpuConfigg'; dra-gpu "
-        "understands resource.nvidia.com/v1beta1 GpuConfig and MigDeviceConfig",
+        "understands resource.nvidia.com/v1beta1 GpuConfig, MigDeviceConfig and VfioDeviceConfig",
     ),
     "wrong apiVersion": (
         {"apiVersion": "resource.nvidia.com/v1", "kind": "GpuConfig"},
@@ -410,7 +410,7 @@ def test_each_refusal_is_one_log_line_naming_the_object(webhook: Webhook) -> Non
         lines[0].split(" WARNING ")[0]
         + " WARNING dra_driver.admission.server: refused ResourceClaim ml/logged (uid uid-log): "
         "ResourceClaim ml/logged: spec.devices.config[0]: kind is 'GpuConfigg'; dra-gpu "
-        "understands resource.nvidia.com/v1beta1 GpuConfig and MigDeviceConfig"
+        "understands resource.nvidia.com/v1beta1 GpuConfig, MigDeviceConfig and VfioDeviceConfig"
     ]
     assert "Traceback" not in webhook.log.read_text()
 

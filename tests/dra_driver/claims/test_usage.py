@@ -14,6 +14,7 @@ from dra_driver.claims.checkpoint import (
     MigRecord,
     MpsRecord,
     PreparedDevice,
+    VfioRecord,
 )
 from dra_driver.claims.usage import (
     UNAVAILABLE_ERROR,
@@ -353,3 +354,12 @@ def test_idle_time_does_not_grow_while_nvml_cannot_measure() -> None:
         )
         assert usages[("a", "gpu-0")].sm_percent is None
         assert usages[("a", "gpu-0")].idle_seconds == 0
+
+
+def test_a_gpu_passed_through_to_a_vm_is_not_sampled() -> None:
+    devices = _devices()
+    vm = _device(
+        "gpu-1", vfio=VfioRecord(pci_bus_id=devices["gpu-1"].gpu.pci_bus_id, gpu_uuid="GPU-1")
+    )
+    targets = usage_targets(_checkpoint(_entry("a", _device("gpu-0"), vm)), devices)
+    assert [t.device for t in targets] == ["gpu-0"]

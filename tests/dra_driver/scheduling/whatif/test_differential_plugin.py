@@ -3,7 +3,9 @@
 A seeded corpus of claims and opaque configs, valid and invalid (misspelt
 strategies, fields and intervals, wrong kinds and apiVersions, MPS on two
 GPUs, a GpuConfig on a MIG device, time-slice intervals and MPS modes that
-clash with a claim already on a shared GPU, out-of-range limits, ...), is
+clash with a claim already on a shared GPU, out-of-range limits, VFIO
+passthrough claims (KubeVirt's example among them) with good and bad
+`VfioDeviceConfig`s, next to whole-GPU claims that may land on the same GPU), is
 simulated on a simulated node. Every claim the scheduler could allocate is
 then handed, with the allocation the simulation computed (placed, or refused
 by the node), to the real kubelet plugin serving the same simulated node
@@ -74,6 +76,9 @@ NODES: Final = {
         {"mig": "dynamic", "feature_gates": "DRAPartitionableDevices=true"},
     ),
     "static": NodeConfig("static", str(ROOT / "examples/shapes/dgx-a100-40gb-balanced.yaml")),
+    "vfio": NodeConfig(
+        "vfio", "dgx-h100", ("--passthrough", "--no-device-health-checks"), {"passthrough": True}
+    ),
 }
 
 
@@ -139,6 +144,45 @@ INVALID_MIG: Final = [
     _mps("MigDeviceConfig", defaultActiveThreadPercentage=-1),
     _gpu_config("MigDeviceConfig", sharing={"strategy": "TimeSlicing", "mpsConfig": "x"}),
 ]
+
+
+def _vfio(policy: str | None = None, api_device: Any = None, **fields: Any) -> dict[str, Any]:
+    iommu: dict[str, Any] = {}
+    if policy is not None:
+        iommu["backendPolicy"] = policy
+    if api_device is not None:
+        iommu["enableAPIDevice"] = api_device
+    return _gpu_config("VfioDeviceConfig", **({"iommu": iommu} if iommu else {}), **fields)
+
+
+VALID_VFIO: Final = [
+    None,
+    _vfio(),
+    _vfio("LegacyOnly", True),
+    _vfio("PreferIommuFD"),
+    _vfio("PreferIommuFD", True),
+    _vfio("", False),
+]
+INVALID_VFIO: Final = [
+    _vfio("IommuFDOnly"),
+    _vfio("LegacyOnly", "yes"),
+    _gpu_config("VfioDeviceConfig", iommu={"backend": "LegacyOnly"}),
+    _vfio(sharing={"strategy": "TimeSlicing"}),
+    _ts("Long"),  # a GpuConfig naming a vfio device's request
+    {**_vfio(), "apiVersion": "resource.nvidia.com/v1"},
+]
+
+
+def _kubevirt_claim() -> dict[str, Any]:
+    """KubeVirt's example claim (examples/vm-gpu-passthrough.yaml) as a ResourceClaim."""
+    docs = yaml.safe_load_all((ROOT / "examples/vm-gpu-passthrough.yaml").read_text())
+    (template,) = [d for d in docs if d and d["kind"] == "ResourceClaimTemplate"]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": "default", "name": "x"},
+        "spec": copy.deepcopy(template["spec"]["spec"]),
+    }
 
 
 def _claim(
@@ -244,6 +288,27 @@ def corpus(seed: int = SEED, size: int = CASES) -> list[Case]:
         "MPS then time-slicing on one shared GPU",
         _claim("x", "gpu.nvidia.com", capacity={"shares": "2"}, config=_mps()),
         _claim("y", "gpu.nvidia.com", capacity={"shares": "2"}, config=_ts("Long")),
+    )
+    add("vfio", "KubeVirt's example claim", _kubevirt_claim())
+    for config in VALID_VFIO + INVALID_VFIO:
+        add(
+            "vfio",
+            f"passthrough GPU, config {config}",
+            _claim("x", "vfio.gpu.nvidia.com", config=config),
+        )
+    add("vfio", "two passthrough GPUs", _claim("x", "vfio.gpu.nvidia.com", count=2))
+    for first, second in [("vfio", "gpu"), ("gpu", "vfio")]:  # the scheduler may pick one GPU
+        add(
+            "vfio",
+            f"a {first} claim then a {second} claim",
+            _claim("x", f"{first}.gpu.nvidia.com" if first == "vfio" else "gpu.nvidia.com"),
+            _claim("y", f"{second}.gpu.nvidia.com" if second == "vfio" else "gpu.nvidia.com"),
+        )
+    add(
+        "vfio",
+        "a passthrough GPU next to four whole GPUs",
+        _claim("x", "gpu.nvidia.com", count=4),
+        _claim("y", "vfio.gpu.nvidia.com", config=_vfio("PreferIommuFD", True)),
     )
     while len(cases) < size:  # random mixes: a few claims, any configs, any node
         node = rng.choice(["whole", "shares", "dynamic", "static"])
