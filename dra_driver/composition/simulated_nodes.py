@@ -103,18 +103,19 @@ class _ShapeDevices:
         self._shares = consumable_shares
         self._built: list[AllocatableDevice] | None = None
         self._template_uuids: tuple[str, ...] = ()
+        self._renaming: _Renaming | None = None
 
     def of(self, node_name: str) -> list[AllocatableDevice]:
-        if self._built is None:
+        if self._built is None or self._renaming is None:
             self._built = node_devices(
                 self._shape, self._template, mig=self._mig, consumable_shares=self._shares
             )
             self._template_uuids = _uuids(self._shape, self._template)
+            self._renaming = _Renaming(self._built, frozenset(self._template_uuids))
         if node_name == self._template:
             return self._built
         mapping = dict(zip(self._template_uuids, _uuids(self._shape, node_name), strict=True))
-        memo: dict[int, Any] = {}
-        return [_replace_in(device, mapping, memo) for device in self._built]
+        return self._renaming.apply(mapping)
 
 
 def node_devices(
@@ -193,38 +194,95 @@ def _uuids(shape: NodeShape, node_name: str) -> tuple[str, ...]:
     return tuple(uuids)
 
 
-def _replace_in(value: Any, mapping: Mapping[str, str], memo: dict[int, Any]) -> Any:
-    """`value` (a frozen device record, its attributes, ...) with the strings of `mapping`
-    replaced, rebuilt only where something changed; `memo` maps the ids of the records
-    already done (the devices of one GPU share its records, GPUs of a model their profiles)."""
-    if isinstance(value, str):
+_Step = tuple[Any, ...]
+"""How to rebuild one value of the template node for another node (see `_Renaming`)."""
+
+
+class _Renaming:
+    """The template node's devices with another node's UUIDs, rebuilt where a UUID is.
+
+    Every node of a shape has its UUIDs in the same places, so where they are
+    is found once, walking the template's device records (frozen dataclasses,
+    tuples, mappings); each other node then rebuilds only those paths, and
+    shares every other part with the template. A record used in several
+    places (the devices of one GPU share its `GpuInfo`) is rebuilt once per
+    node and stays shared.
+    """
+
+    def __init__(self, devices: Sequence[AllocatableDevice], uuids: frozenset[str]) -> None:
+        self._devices = list(devices)
+        self._uuids = uuids
+        self._found: dict[int, _Step | None] = {}
+        self._keep: list[Any] = []  # the walked values, so their ids stay theirs
+        self._steps = [self._step(device) for device in self._devices]
+
+    def apply(self, mapping: Mapping[str, str]) -> list[AllocatableDevice]:
+        done: dict[int, Any] = {}
+        return [
+            device if step is None else _rebuild(device, step, mapping, done)
+            for device, step in zip(self._devices, self._steps, strict=True)
+        ]
+
+    def _step(self, value: Any) -> _Step | None:
+        """None where `value` holds no UUID, else how to rebuild it."""
+        if isinstance(value, str):
+            return ("str",) if value in self._uuids else None
+        if isinstance(value, int | float | bool) or value is None:
+            return None
+        key = id(value)
+        if key in self._found:
+            return self._found[key]
+        self._keep.append(value)
+        step: _Step | None = None
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            parts = [
+                (item.name, sub)
+                for item in dataclasses.fields(value)
+                if (sub := self._step(getattr(value, item.name))) is not None
+            ]
+            step = ("record", key, tuple(parts)) if parts else None
+        elif isinstance(value, tuple):
+            items = [(i, sub) for i, item in enumerate(value) if (sub := self._step(item))]
+            step = ("tuple", key, tuple(items)) if items else None
+        elif isinstance(value, Mapping):
+            entries = [(k, sub) for k, item in value.items() if (sub := self._step(item))]
+            step = ("mapping", key, tuple(entries)) if entries else None
+        self._found[key] = step
+        return step
+
+
+def _rebuild(value: Any, step: _Step, mapping: Mapping[str, str], done: dict[int, Any]) -> Any:
+    kind = step[0]
+    if kind == "str":
         return mapping.get(value, value)
-    if isinstance(value, int | float | bool) or value is None:
-        return value
-    done = memo.get(id(value))
-    if done is not None:
-        return done[1]
-    new: Any = value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {}
-        for item in dataclasses.fields(value):
-            old = getattr(value, item.name)
-            replaced = _replace_in(old, mapping, memo)
-            if replaced is not old:
-                changes[item.name] = replaced
-        new = dataclasses.replace(value, **changes) if changes else value
-    elif isinstance(value, tuple):
-        items = tuple(_replace_in(item, mapping, memo) for item in value)
-        new = value if all(a is b for a, b in zip(items, value, strict=True)) else items
-    elif isinstance(value, Mapping):
-        replaced_items = {key: _replace_in(item, mapping, memo) for key, item in value.items()}
-        if any(replaced_items[key] is not item for key, item in value.items()):
-            new = (
-                MappingProxyType(replaced_items)
-                if isinstance(value, MappingProxyType)
-                else replaced_items
-            )
-    memo[id(value)] = (value, new)  # the original is kept alive so its id stays unique
+    key = step[1]
+    if key in done:
+        return done[key]
+    parts = step[2]
+    new: Any
+    if kind == "record" and hasattr(value, "__dict__"):
+        # A copy of the record's fields with UUIDs replaced by UUIDs: the same values
+        # `dataclasses.replace` gives, without re-running `__init__`'s checks, which
+        # took 40 % of deriving a node.
+        fields = dict(vars(value))
+        for name, sub in parts:
+            fields[name] = _rebuild(fields[name], sub, mapping, done)
+        new = object.__new__(type(value))
+        vars(new).update(fields)
+    elif kind == "record":  # a dataclass with __slots__
+        changes = {name: _rebuild(getattr(value, name), sub, mapping, done) for name, sub in parts}
+        new = dataclasses.replace(value, **changes)
+    elif kind == "tuple":
+        items = list(value)
+        for index, sub in parts:
+            items[index] = _rebuild(items[index], sub, mapping, done)
+        new = tuple(items)
+    else:
+        entries = dict(value)
+        for name, sub in parts:
+            entries[name] = _rebuild(entries[name], sub, mapping, done)
+        new = MappingProxyType(entries) if isinstance(value, MappingProxyType) else entries
+    done[key] = new
     return new
 
 
