@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping, Sequence
+import pickle
+from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -62,7 +63,7 @@ def build_simulated_nodes(
     for request in requests:
         shape = load_shape(request.shape)
         uuids = _ShapeUuids(shape)
-        template: tuple[str, list[Obj]] | None = None
+        template: _SliceTemplate | None = None
         devices = _ShapeDevices(
             shape, f"{request.prefix}-0", uuids, mig=mig, consumable_shares=consumable_shares
         )
@@ -77,9 +78,9 @@ def build_simulated_nodes(
                     release=release,
                     consumable_shares=consumable_shares,
                 )
-                template = (name, slices)
+                template = _SliceTemplate(name, slices, uuids, driver)
             else:
-                slices = _renamed(template, name, uuids, driver)
+                slices = template.renamed(name)
             built.nodes.append(Node(name, {HOSTNAME_LABEL: name}))
             built.slices.extend(slices)
             built.devices[name] = functools.partial(devices.of, name)
@@ -169,22 +170,51 @@ def _inventory(shape: NodeShape, node_name: str) -> NodeInventory:
     return discover(SimNvml(SimHardware(shape, node_name=node_name)))
 
 
-def _renamed(
-    template: tuple[str, list[Obj]], name: str, uuids: _ShapeUuids, driver: str
-) -> list[Obj]:
-    """The template node's slices with this node's name and UUIDs.
+class _SliceTemplate:
+    """The template node's slices, renamed for each other node of its shape.
 
-    A node's UUIDs are those of its simulated hardware as first booted
+    A node's slices are the template's with the node's name, slice names and
+    UUIDs: those of its simulated hardware as first booted
     (`booted_node_state`), so the two nodes' states pair them up in order.
+    Where those strings are is found once; each node gets a copy (unpickled,
+    which copies in C what a recursive copy did in Python) with them replaced.
     """
-    template_name, slices = template
-    mapping: dict[str, str] = {template_name: name}
-    for index in range(len(slices)):
-        mapping[resource_slice_name(template_name, driver, index)] = resource_slice_name(
-            name, driver, index
-        )
-    mapping.update(zip(uuids(template_name), uuids(name), strict=True))
-    return [_replace_strings(s, mapping) for s in slices]
+
+    def __init__(self, name: str, slices: Sequence[Obj], uuids: _ShapeUuids, driver: str) -> None:
+        self._name = name
+        self._count = len(slices)
+        self._uuids = uuids
+        self._driver = driver
+        self._pickled = pickle.dumps(list(slices), protocol=pickle.HIGHEST_PROTOCOL)
+        self._places = list(_string_places(list(slices), set(self._mapping(name))))
+
+    def renamed(self, name: str) -> list[Obj]:
+        mapping = dict(zip(self._mapping(self._name), self._mapping(name), strict=True))
+        slices: list[Obj] = pickle.loads(self._pickled)
+        for path, old in self._places:
+            parent: Any = slices
+            for step in path[:-1]:
+                parent = parent[step]
+            parent[path[-1]] = mapping[old]
+        return slices
+
+    def _mapping(self, name: str) -> list[str]:
+        """The strings that are this node's own: its name, its slices' names, its UUIDs."""
+        names = [resource_slice_name(name, self._driver, i) for i in range(self._count)]
+        return [name, *names, *self._uuids(name)]
+
+
+def _string_places(
+    value: Any, strings: set[str], path: tuple[Any, ...] = ()
+) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """(path, string) for every value in `value` that is one of `strings` (keys excluded)."""
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        if isinstance(item, str):
+            if item in strings:
+                yield (*path, key), item
+        elif isinstance(item, dict | list):
+            yield from _string_places(item, strings, (*path, key))
 
 
 class _ShapeUuids:
@@ -300,13 +330,3 @@ def _rebuild(value: Any, step: _Step, mapping: Mapping[str, str], done: dict[int
         new = MappingProxyType(entries) if isinstance(value, MappingProxyType) else entries
     done[key] = new
     return new
-
-
-def _replace_strings(value: Any, mapping: Mapping[str, str]) -> Any:
-    if isinstance(value, str):
-        return mapping.get(value, value)
-    if isinstance(value, dict):
-        return {key: _replace_strings(item, mapping) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_replace_strings(item, mapping) for item in value]
-    return value

@@ -55,3 +55,51 @@ def test_errors_carry_the_position() -> None:
     mark = getattr(info.value, "problem_mark", None)
     assert mark is not None
     assert mark.line >= 2
+
+
+@given(st.lists(_VALUES, min_size=1, max_size=3))
+def test_strict_loading_gives_what_pyyaml_gives(documents: list[Any]) -> None:
+    text = yaml.dump_all(documents, Dumper=yaml_io.SafeDumper)
+
+    loaded = [document for document, _line in yaml_io.load_all_strict(text)]
+
+    assert loaded == list(yaml.load_all(text, Loader=yaml_io.SafeLoader))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: 010\nb: 0x1F\nc: 1_000\nd: +5\ne: -0\nf: 190:20:30\ng: 1.5e3\nh: .inf\n",
+        "a: yes\nb: Off\nc: ~\nd: null\ne: ''\nf: !!str 12\ng: !!int '12'\nh: !!float 1\n",
+        "when: 2026-11-28T12:00:00Z\nday: 2026-11-28\nblob: !!binary aGk=\n",
+        "base: &base {driver: gpu.nvidia.com, count: 1}\nmerged: {<<: *base, count: 2}\n",
+        "list: &l [1, 2]\nagain: *l\nset: !!set {a, b}\npairs: !!omap [{a: 1}, {b: 2}]\n",
+        "1: one\n2.5: two\nnull: three\ntrue: four\n",
+        "- [a, b]\n- {x: {y: [{z: 1}]}}\n",
+    ],
+)
+def test_strict_loading_of_other_tags_aliases_and_merge_keys(text: str) -> None:
+    (document, line), *_ = yaml_io.load_all_strict(text)
+
+    assert line == 1
+    assert document == yaml.load(text, Loader=yaml_io.SafeLoader)
+
+
+def test_an_alias_is_the_same_value_as_its_anchor() -> None:
+    (document, _line), *_ = yaml_io.load_all_strict("a: &x {k: [1]}\nb: *x\n")
+
+    assert document["a"] is document["b"]
+
+
+def test_duplicate_keys_are_found_in_merged_and_plain_mappings() -> None:
+    text = "a: 1\nb: {c: 1, c: 2}\nm: {<<: {x: 1}, y: 1, y: 2}\na: 3\n"
+
+    with pytest.raises(yaml_io.DuplicateKeysError) as info:
+        list(yaml_io.load_all_strict(text))
+
+    assert info.value.duplicates == [(2, "c", 2), (3, "y", 3), (4, "a", 1)]
+
+
+def test_a_list_as_a_key_is_refused_as_pyyaml_refuses_it() -> None:
+    with pytest.raises(yaml.constructor.ConstructorError, match="unhashable key"):
+        list(yaml_io.load_all_strict("{? [x, y] : z}\n"))
