@@ -76,7 +76,7 @@ def test_both_validators_agree_on_damaged_objects(data: st.DataObject) -> None:
         if isinstance(parent, dict) and data.draw(st.booleans()):
             parent[data.draw(st.sampled_from(["cout", "nmae", "x-extra"]))] = 1
         else:
-            parent[path[-1]] = data.draw(_ODD_VALUES)
+            parent[path[-1]] = copy.deepcopy(data.draw(_ODD_VALUES))  # not shared by examples
     release = data.draw(st.sampled_from(RELEASES))
 
     verdicts = _verdicts(obj, release)
