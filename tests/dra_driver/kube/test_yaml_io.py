@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dra_driver.kube import yaml_io
@@ -103,3 +103,63 @@ def test_duplicate_keys_are_found_in_merged_and_plain_mappings() -> None:
 def test_a_list_as_a_key_is_refused_as_pyyaml_refuses_it() -> None:
     with pytest.raises(yaml.constructor.ConstructorError, match="unhashable key"):
         list(yaml_io.load_all_strict("{? [x, y] : z}\n"))
+
+
+_NAMES = st.text(alphabet="abcz019_./-", min_size=1, max_size=10)
+_API_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    _NAMES,
+    st.sampled_from(["", "...x", "a: b", "x #y", "0/3 nodes: no fit", "é", "1.5", "on", "=", "~"]),
+)
+_API_VALUES = st.recursive(
+    _API_SCALARS,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.dictionaries(st.one_of(_NAMES, st.integers(), st.booleans()), children, max_size=4),
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(_API_VALUES, min_size=1, max_size=3),
+    st.booleans(),
+    st.sampled_from([None, 40, 1000]),
+)
+def test_the_text_writer_writes_what_pyyaml_writes(
+    documents: list[Any], sort_keys: bool, width: int | None
+) -> None:
+    """Names and numbers as API objects have them, nested: the shapes `_BlockWriter` writes
+    itself instead of leaving them to PyYAML."""
+    options: dict[str, Any] = {"sort_keys": sort_keys}
+    if width:
+        options["width"] = width
+    expected = yaml.dump_all(
+        documents, Dumper=yaml_io.SafeDumper, default_flow_style=False, **options
+    )
+
+    assert yaml_io.dump_all(documents, **options) == expected
+
+
+def test_placements_are_written_by_the_text_writer_as_pyyaml_would() -> None:
+    records = [
+        {
+            "pod": f"bench/infer-{index}",
+            "placed": index != 1,
+            "node": None if index == 1 else "a100x10-0",
+            "reason": "0/500 nodes: no device fits" if index == 1 else "",
+            "claims": [{"claim": "bench/x", "results": [{"device": "gpu-0"}], "config": []}],
+        }
+        for index in range(3)
+    ]
+    expected = yaml.dump(records, Dumper=yaml_io.SafeDumper, sort_keys=False, width=1000)
+
+    assert (
+        yaml_io._BlockWriter.write(
+            [records], {"default_flow_style": False, "width": 1000, "sort_keys": False}
+        )
+        == expected
+    )
