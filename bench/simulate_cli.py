@@ -15,18 +15,19 @@ with a CEL selector), written two ways:
   from YAML and checked against the API schemas), with `-o yaml`;
 
 and each again at 4x the size (2,000 nodes, 20,000 pods), to show how the
-cost per claim grows (`growth`: the 4x run's seconds per claim over the 1x
-run's, both in this run).
+cost per claim grows (`growth`: the 4x run's wall and CPU seconds per claim
+over the 1x run's, both in this run; the cases run round by round, so a
+busy spell on a shared machine slows them alike).
 
 Bytecode is compiled and the CEL parser's tables cached by a warm-up run
 first, as an installed package and a user's second run have them (the
 cache directory is a fresh one under the run's temporary directory).
 Reported: the median wall time and CPU time (user + system of the child) of
-`runs` runs of each case, claims per second over the wall time, and the
+`runs` rounds of the cases, claims per second over the wall time, and the
 placement loop alone measured in this process in the same run. Medians,
 because the machine may be shared.
 
-Run: `python -m bench simulate [--cycles N]` (N runs per case, default 3).
+Run: `python -m bench simulate [--cycles N]` (N rounds, default 3).
 """
 
 from __future__ import annotations
@@ -157,22 +158,27 @@ def measure(*, quick: bool = False, runs: int = RUNS) -> dict[str, Any]:
         warm_up = Path(work) / "warm-up.yaml"
         warm_up.write_text(yaml_io.dump_all(_gpu_objects(1), sort_keys=False))
         _timed(_command(warm_up, shape, 1, "yaml"), Path(work) / "warm-up.out", env)
+        commands = []
         for case in CASES:
             count = claims * case.scale
             workload = Path(work) / f"{case.name}-{count}.yaml"
             if not workload.exists():
                 workload.write_text(yaml_io.dump_all(case.objects(count), sort_keys=False))
-            command = _command(workload, shape, nodes * case.scale, case.output)
-            out = Path(work) / f"out.{case.output}"
-            samples = [_timed(command, out, env) for _ in range(runs)]
-            wall = statistics.median(sample[0] for sample in samples)
+            commands.append(_command(workload, shape, nodes * case.scale, case.output))
+        samples: list[list[tuple[float, float]]] = [[] for _ in CASES]
+        for _ in range(runs):  # round by round, so a busy spell slows every case alike
+            for index, (case, command) in enumerate(zip(CASES, commands, strict=True)):
+                samples[index].append(_timed(command, Path(work) / f"out.{case.output}", env))
+        for case, command, timings in zip(CASES, commands, samples, strict=True):
+            count = claims * case.scale
+            wall = statistics.median(sample[0] for sample in timings)
             results["cases"].append(
                 {
                     "case": f"{case.name} -o {case.output}",
                     "nodes": nodes * case.scale,
                     "claims": count,
                     "wall_s": round(wall, 2),
-                    "cpu_s": round(statistics.median(sample[1] for sample in samples), 2),
+                    "cpu_s": round(statistics.median(sample[1] for sample in timings), 2),
                     "claims_per_s": round(count / wall, 1),
                     "command": " ".join(["dra-gpu", *command[3:]]),
                 }
@@ -186,26 +192,30 @@ def measure(*, quick: bool = False, runs: int = RUNS) -> dict[str, Any]:
 
 
 def _add_growth(cases: list[dict[str, Any]]) -> None:
-    """Each larger case's seconds per claim over those of the same case at 1x."""
-    base: dict[str, float] = {}
+    """Each larger case's wall and CPU seconds per claim over those of the same case at 1x."""
+    base: dict[str, dict[str, Any]] = {}
     for case in cases:
-        per_claim = case["wall_s"] / case["claims"]
-        if case["case"] in base:
-            case["growth"] = round(per_claim / base[case["case"]], 2)
-        else:
-            base[case["case"]] = per_claim
+        first = base.setdefault(case["case"], case)
+        if first is not case:
+            for key in ("wall_s", "cpu_s"):
+                ratio = (case[key] / case["claims"]) / (first[key] / first["claims"])
+                case[f"growth_{key[:-2]}"] = round(ratio, 2)
 
 
 def format_table(results: dict[str, Any]) -> str:
     lines = [
         f"{'case':<24}{'nodes':>7}{'claims':>8}{'wall s':>8}{'cpu s':>8}{'claims/s':>10}"
-        f"{'growth':>8}"
+        f"{'growth wall/cpu':>17}"
     ]
     for data in results["cases"]:
-        growth = f"{data['growth']:.2f}x" if "growth" in data else ""
+        growth = (
+            f"{data['growth_wall']:.2f}x / {data['growth_cpu']:.2f}x"
+            if "growth_wall" in data
+            else ""
+        )
         lines.append(
             f"{data['case']:<24}{data['nodes']:>7}{data['claims']:>8}{data['wall_s']:>8.2f}"
-            f"{data['cpu_s']:>8.2f}{data['claims_per_s']:>10.1f}{growth:>8}"
+            f"{data['cpu_s']:>8.2f}{data['claims_per_s']:>10.1f}{growth:>17}"
         )
     engine = results["engine"]
     lines.append(
@@ -214,7 +224,8 @@ def format_table(results: dict[str, Any]) -> str:
     )
     lines.append("")
     lines.append(
-        f"medians of {results['runs']} runs; growth: seconds per claim over the 1x case's; "
+        f"medians of {results['runs']} rounds of every case; growth: wall and CPU seconds per "
+        "claim over the 1x case's; "
         f"command: {results['cases'][0]['command']}"
     )
     return "\n".join(lines)
