@@ -184,37 +184,56 @@ class _StrictLoader(SafeLoader):
             self._built.clear()
 
     def _build(self, node: Node) -> Any:
+        kind = type(node)
+        tag = node.tag
+        if kind is ScalarNode:
+            text = node.value
+            if tag == _STR:
+                return text
+            if tag == _INT and text.isdigit() and text.isascii():
+                if text[0] != "0" or text == "0":  # 0-prefixed is octal in YAML 1.1
+                    return int(text)
+            elif tag == _BOOL:
+                return self.bool_values[text.lower()]
+            elif tag == _NULL:
+                return None
+            return self._constructed(node)
         built = self._built.get(id(node), _NOT_BUILT)
         if built is not _NOT_BUILT:
             return built  # an alias: the same value, as PyYAML's constructor gives
-        tag = node.tag
         value: Any
-        if tag == _MAP and type(node) is MappingNode and self._plain_keys(node):
-            value = {}
-            self._built[id(node)] = value
-            self._note_duplicates(node)
+        if isinstance(node, MappingNode) and tag == _MAP and self._plain_keys(node):
+            value = self._built[id(node)] = {}
+            build = self._build
             for key_node, value_node in node.value:
-                value[self._build(key_node)] = self._build(value_node)
+                key = key_node.value if key_node.tag == _STR else build(key_node)
+                if key in value:
+                    self._note_duplicate(node, key_node)
+                value[key] = build(value_node)
             return value
-        if tag == _SEQ and type(node) is SequenceNode:
-            value = []
-            self._built[id(node)] = value
-            value.extend(self._build(item) for item in node.value)
+        if isinstance(node, SequenceNode) and tag == _SEQ:
+            value = self._built[id(node)] = []
+            value.extend(map(self._build, node.value))
             return value
-        if tag == _STR:
-            return node.value
-        if tag == _INT and node.value.isdigit() and node.value.isascii():
-            text = node.value
-            if text[0] != "0" or text == "0":  # 0-prefixed is octal in YAML 1.1
-                return int(text)
-        elif tag == _BOOL:
-            return self.bool_values[node.value.lower()]
-        elif tag == _NULL:
-            return None
-        # Timestamps, floats, binary, sets, ordered maps, merge keys: PyYAML's way.
-        value = self.construct_document(node)
-        self._built[id(node)] = value
-        return value
+        return self._constructed(node)
+
+    def _constructed(self, node: Node) -> Any:
+        """Timestamps, floats, binary, sets, ordered maps, merge keys: PyYAML's way."""
+        built = self._built.get(id(node), _NOT_BUILT)
+        if built is _NOT_BUILT:
+            built = self._built[id(node)] = self.construct_document(node)
+        return built
+
+    def _note_duplicate(self, node: MappingNode, repeated: Node) -> None:
+        """`repeated` gives a key already in the mapping: a duplicate if an earlier key has
+        its tag and text (`1` and `01` both read as 1, and are not)."""
+        for key_node, _value in node.value:
+            if key_node is repeated:
+                return
+            if key_node.tag == repeated.tag and key_node.value == repeated.value:
+                line, first = repeated.start_mark.line + 1, key_node.start_mark.line + 1
+                self.duplicates.append((line, repeated.value, first))
+                return
 
     @staticmethod
     def _plain_keys(node: MappingNode) -> bool:

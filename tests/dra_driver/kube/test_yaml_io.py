@@ -163,3 +163,15 @@ def test_placements_are_written_by_the_text_writer_as_pyyaml_would() -> None:
         )
         == expected
     )
+
+
+def test_keys_read_alike_but_written_differently_are_no_duplicates() -> None:
+    """As before: `1` and `01` (octal) are both 1, the later one wins, no refusal."""
+    (document, _line), *_ = yaml_io.load_all_strict("a: {1: x, 01: y}\n")
+
+    assert document == {"a": {1: "y"}}
+
+
+def test_a_string_tag_on_a_mapping_is_refused_as_pyyaml_refuses_it() -> None:
+    with pytest.raises(yaml.constructor.ConstructorError, match="expected a scalar node"):
+        list(yaml_io.load_all_strict("a: !!str {b: c}\n"))
