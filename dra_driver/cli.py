@@ -786,9 +786,12 @@ def _scenario(args: argparse.Namespace) -> ScenarioOptions:
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
-    from dra_driver.scheduling.whatif.command import run_simulate
+    from dra_driver import cycle_collector
 
-    return run_simulate(_scenario(args), output=args.output)
+    with cycle_collector.paused():  # the imports too
+        from dra_driver.scheduling.whatif.command import run_simulate
+
+        return run_simulate(_scenario(args), output=args.output)
 
 
 def _explain_flags(parser: argparse.ArgumentParser) -> None:
@@ -810,17 +813,20 @@ def _explain_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_explain(args: argparse.Namespace) -> int:
-    from dra_driver.scheduling.whatif.command import run_explain
+    from dra_driver import cycle_collector
 
-    return run_explain(
-        _scenario(args),
-        cluster=args.cluster,
-        kubeconfig=args.kubeconfig,
-        claim=args.claim,
-        pod=args.pod,
-        node=args.node,
-        verbose=args.details,
-    )
+    with cycle_collector.paused():  # the imports too
+        from dra_driver.scheduling.whatif.command import run_explain
+
+        return run_explain(
+            _scenario(args),
+            cluster=args.cluster,
+            kubeconfig=args.kubeconfig,
+            claim=args.claim,
+            pod=args.pod,
+            node=args.node,
+            verbose=args.details,
+        )
 
 
 def _add_scenario_flags(parser: argparse.ArgumentParser, *, files_required: bool) -> None:
