@@ -22,7 +22,7 @@ def user_cache_dir() -> Path | None:
     base = Path(os.environ.get("XDG_CACHE_HOME") or "")
     if not base.is_absolute():  # unset, or relative (the specification ignores those)
         home = Path(os.path.expanduser("~"))
-        if not home.is_absolute():  # no HOME and no passwd entry
+        if not home.is_absolute() or not home.is_dir():  # no home to keep a cache in
             return None
         base = home / ".cache"
     directory = base / APP_DIR

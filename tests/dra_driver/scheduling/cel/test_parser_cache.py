@@ -74,3 +74,15 @@ def test_a_damaged_cache_file_is_rebuilt_and_replaced(
     assert _fresh_parse() == expected
     assert _fresh_parse() == expected
     assert len(builds) == 2  # the first run, and the one that found the damage
+
+
+def test_a_missing_home_directory_is_not_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, builds: list[int]
+) -> None:
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "gone"))
+
+    _fresh_parse()
+
+    assert not (tmp_path / "gone").exists()
+    assert len(builds) == 1
