@@ -111,6 +111,8 @@ def _pod_objects(claims: int) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Case:
+    """One command line of the benchmark: a workload, an output format and a size."""
+
     name: str
     objects: Callable[[int], list[dict[str, Any]]]
     output: str
