@@ -24,6 +24,7 @@ BENCHMARKS: dict[str, str] = {
     "placement": "bench.placement",
     "allocator": "bench.allocator",
     "simulate": "bench.simulate_cli",
+    "cli-startup": "bench.cli_startup",
     "mig-parallel": "bench.mig_parallel",
     "republish": "bench.republish",
     "health-streams": "bench.health_streams",

@@ -79,6 +79,24 @@ def _version() -> str:
         return "unknown"
 
 
+class _VersionAction(argparse.Action):
+    """`--version`: the installed package's version, looked up only when asked (reading
+    the installed packages' metadata is a tenth of a small command's start-up)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str) -> None:
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help="show program's version number and exit",
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object) -> NoReturn:
+        print(f"dra-gpu {_version()}")  # on stdout, as argparse's own version action
+        parser.exit()
+
+
 @dataclass(frozen=True)
 class Command:
     """One sub-command: its name and help, how to add its flags, and how to run it."""
@@ -865,9 +883,12 @@ def _scenario(args: argparse.Namespace) -> ScenarioOptions:
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
-    from dra_driver.scheduling.whatif.command import run_simulate
+    from dra_driver import cycle_collector
 
-    return run_simulate(_scenario(args), output=args.output)
+    with cycle_collector.paused():  # the imports too
+        from dra_driver.scheduling.whatif.command import run_simulate
+
+        return run_simulate(_scenario(args), output=args.output)
 
 
 def _explain_flags(parser: argparse.ArgumentParser) -> None:
@@ -889,17 +910,20 @@ def _explain_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_explain(args: argparse.Namespace) -> int:
-    from dra_driver.scheduling.whatif.command import run_explain
+    from dra_driver import cycle_collector
 
-    return run_explain(
-        _scenario(args),
-        cluster=args.cluster,
-        kubeconfig=args.kubeconfig,
-        claim=args.claim,
-        pod=args.pod,
-        node=args.node,
-        verbose=args.details,
-    )
+    with cycle_collector.paused():  # the imports too
+        from dra_driver.scheduling.whatif.command import run_explain
+
+        return run_explain(
+            _scenario(args),
+            cluster=args.cluster,
+            kubeconfig=args.kubeconfig,
+            claim=args.claim,
+            pod=args.pod,
+            node=args.node,
+            verbose=args.details,
+        )
 
 
 def _add_scenario_flags(parser: argparse.ArgumentParser, *, files_required: bool) -> None:
@@ -1108,7 +1132,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="DRA driver for NVIDIA GPUs: node plugin and tools",
         formatter_class=_HelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"dra-gpu {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument(
         "--log-format",
@@ -1140,6 +1164,7 @@ def _show_defaults(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command `argv` names (None: this process's arguments, and it exits next)."""
     args = build_parser().parse_args(argv)
     _configure_logging(verbose=args.verbose, json_format=args.log_format == "json")
     try:
@@ -1147,7 +1172,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DraGpuError as exc:
         print(f"dra-gpu {args.command}: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if argv is None:
+            _before_exit()
     return code
+
+
+def _before_exit() -> None:
+    """Spare the exiting interpreter its cycle collection over everything still alive.
+
+    After a 5,000-pod `simulate` the caches hold 300,000 objects, and the
+    interpreter's shutdown took 0.6 s of CPU collecting them, a fifth of the
+    whole run. Moved to the permanent generation (`gc.freeze`), they are not
+    scanned; nothing there has a finalizer the command's output depends on.
+    """
+    import gc
+
+    gc.freeze()
 
 
 def _configure_logging(*, verbose: bool, json_format: bool) -> None:

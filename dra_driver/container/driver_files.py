@@ -56,10 +56,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO, Final, Literal, Protocol
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.dynamic import DynamicSection
-from elftools.elf.elffile import ELFFile
-
 from dra_driver.errors import DriverRootError
 
 FileKind = Literal["file", "dir", "socket", "other"]
@@ -201,6 +197,12 @@ class ElfInfo:
 
 def read_elf(fs: FsView, path: str) -> ElfInfo | None:
     """The ELF class and SONAME of `path`; None when it is no readable ELF file."""
+    # pyelftools is imported here, on the first library read: importing it costs every
+    # command that only needs this module's names (simulate, explain) 25 ms.
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
     stream = fs.open_binary(path)
     if stream is None:
         return None

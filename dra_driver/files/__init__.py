@@ -1,1 +1,2 @@
-"""Files the plugin must not lose: atomic writes (`atomic`) and inter-process locks (`flock`)."""
+"""Files: atomic writes (`atomic`), inter-process locks (`flock`), the user's cache
+directory (`user_cache`, for what a command would otherwise redo on every run)."""

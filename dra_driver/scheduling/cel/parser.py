@@ -14,13 +14,15 @@ interpreter stay far from Python's recursion limit.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import lark
 
+from dra_driver.files.user_cache import user_cache_dir
 from dra_driver.scheduling.cel.ast import (
     Bind,
     Call,
@@ -128,21 +130,43 @@ def _literal_keywords(token: lark.Token) -> lark.Token:
 
 
 def _lark() -> lark.Lark:
-    """The CEL grammar (`cel.lark`), loaded into a Lark LALR parser once per process."""
+    """The CEL grammar (`cel.lark`), loaded into a Lark LALR parser once per process.
+
+    Building the LALR tables takes a quarter of a second, more than a small
+    `dra-gpu explain` spends on everything else, so they are built once per
+    user and grammar: Lark's own cache (`cache=`), in a file of the user's
+    cache directory named by the grammar's hash and Lark's version. Lark
+    checks the file's hash (grammar, options, Lark and Python versions) before
+    using it and rebuilds, rewriting the file, when it does not match or does
+    not load (a file half written by a run beside this one does not unpickle).
+    The hash covers the file's own path, so the file cannot be written under a
+    temporary name and renamed. Without a writable cache directory the tables
+    are built in every process, as before.
+    """
     global _parser  # noqa: PLW0603 - built on first use, then shared
     if _parser is None:
         grammar = (Path(__file__).parent / "cel.lark").read_text(encoding="utf-8")
-        _parser = lark.Lark(
-            grammar,
-            parser="lalr",
-            start="expr",
-            g_regex_flags=re.M,
-            lexer_callbacks={"IDENT": _literal_keywords},
-            propagate_positions=True,
-            maybe_placeholders=False,
-            priority="invert",
-        )
+        options: dict[str, Any] = {
+            "parser": "lalr",
+            "start": "expr",
+            "g_regex_flags": re.M,
+            "lexer_callbacks": {"IDENT": _literal_keywords},
+            "propagate_positions": True,
+            "maybe_placeholders": False,
+            "priority": "invert",
+        }
+        cached = _cache_file(grammar)
+        _parser = lark.Lark(grammar, cache=str(cached) if cached else False, **options)
     return _parser
+
+
+def _cache_file(grammar: str) -> Path | None:
+    """Where this grammar's parser tables are kept for this Lark version (None: nowhere)."""
+    directory = user_cache_dir()
+    if directory is None:
+        return None
+    digest = hashlib.sha256(grammar.encode("utf-8")).hexdigest()[:16]
+    return directory / f"cel-lalr-{digest}-lark-{lark.__version__}.cache"
 
 
 def parse(text: str) -> Node:

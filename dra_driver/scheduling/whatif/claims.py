@@ -16,14 +16,13 @@ here it is the reason the pod is not placed.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from dra_driver.kube.objects import Obj
+from dra_driver.kube.objects import Obj, deep_copy
 
 POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
 _MAX_BASE_LENGTH: Final = 57  # controller: room for a hyphen and 5 random characters in 63
@@ -127,7 +126,7 @@ def claim_from_template(
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": claim_meta,
-        "spec": copy.deepcopy((template.get("spec") or {}).get("spec") or {}),
+        "spec": deep_copy((template.get("spec") or {}).get("spec") or {}),
     }
 
 
