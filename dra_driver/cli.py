@@ -31,7 +31,7 @@ from dra_driver.errors import ConfigError, DraGpuError
 from dra_driver.log_safety import SafeLogFilter
 from dra_driver.node.consumable_shares import FLAG_HELP, parse_consumable_shares
 from dra_driver.node.feature_gates import FLAG_HELP as DRIVER_GATES_HELP
-from dra_driver.node.feature_gates import parse_driver_gates
+from dra_driver.node.feature_gates import PASSTHROUGH_SUPPORT, parse_driver_gates
 
 if TYPE_CHECKING:
     from dra_driver.container.driver_root import DriverRoot
@@ -299,7 +299,7 @@ def _inventory_flags(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=False,
         help="include the VFIO passthrough devices, as the plugin publishes them with "
-        "--passthrough",
+        "--passthrough (or --feature-gates PassthroughSupport=true)",
     )
     _add_hardware_flags(parser)
     _add_driver_root_flags(parser)
@@ -328,12 +328,24 @@ def _run_inventory(args: argparse.Namespace) -> int:
         layout=args.partitionable_layout,
         consumable_shares=parse_consumable_shares(args.consumable_shares),
         list_attributes=parse_driver_gates(args.feature_gates).list_type_attributes,
-        passthrough=args.passthrough,
+        passthrough=_passthrough(args),
     )
 
 
 def _add_driver_gates_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--feature-gates", default="", metavar="GATES", help=DRIVER_GATES_HELP)
+
+
+def _passthrough(args: argparse.Namespace) -> bool:
+    """VFIO passthrough is on: `--passthrough`, or NVIDIA's spelling of it,
+    `--feature-gates PassthroughSupport=true`; the two saying opposite things is refused."""
+    gate = parse_driver_gates(args.feature_gates).passthrough
+    if args.passthrough and gate is False:
+        raise ConfigError(
+            f"--passthrough and --feature-gates {PASSTHROUGH_SUPPORT}=false contradict each "
+            f"other: {PASSTHROUGH_SUPPORT} is NVIDIA's name for --passthrough; give one"
+        )
+    return bool(args.passthrough or gate)
 
 
 # ---------------------------------------------------------------- kubelet-plugin
@@ -474,8 +486,8 @@ def _plugin_flags(parser: argparse.ArgumentParser) -> None:
         default=False,
         help="publish a gpu-vfio-<idx> device per GPU without MIG devices (DeviceClass "
         "vfio.gpu.nvidia.com) and bind a claimed one to vfio-pci for a VM (KubeVirt); NVIDIA's "
-        "PassthroughSupport gate. Needs the IOMMU on and --no-device-health-checks; not with "
-        "--dynamic-mig",
+        "PassthroughSupport gate (--feature-gates PassthroughSupport=true is the same). Needs "
+        "the IOMMU on and --no-device-health-checks; not with --dynamic-mig",
     )
 
 
@@ -515,20 +527,22 @@ def _dump_threads_on_demand() -> None:
     faulthandler.register(signal.SIGQUIT, stderr, all_threads=True)
 
 
-def _check_passthrough_flags(args: argparse.Namespace) -> None:
-    """The combinations NVIDIA's `ValidateFeatureGates` refuses with PassthroughSupport."""
+def _check_passthrough_flags(args: argparse.Namespace, passthrough: bool) -> None:
+    """The combinations NVIDIA's `ValidateFeatureGates` refuses with PassthroughSupport
+    (`passthrough`: `_passthrough(args)`, the flag or the gate)."""
     from dra_driver.errors import ConfigError
 
-    if not args.passthrough:
+    if not passthrough:
         return
+    given = "--passthrough" if args.passthrough else f"{PASSTHROUGH_SUPPORT}=true"
     if args.dynamic_mig:
         raise ConfigError(
-            "--passthrough and --dynamic-mig cannot be combined (NVIDIA's driver refuses "
+            f"{given} and --dynamic-mig cannot be combined (NVIDIA's driver refuses "
             "PassthroughSupport with DynamicMIG too): a GPU handed to a VM cannot be partitioned"
         )
     if args.device_health_checks:
         raise ConfigError(
-            "--passthrough needs --no-device-health-checks (NVIDIA's driver refuses "
+            f"{given} needs --no-device-health-checks (NVIDIA's driver refuses "
             "PassthroughSupport with NVMLDeviceHealthCheck too): the health monitor keeps every "
             "GPU open through NVML, and the nvidia driver does not let go of a GPU that is open"
         )
@@ -541,7 +555,8 @@ def _run_plugin(args: argparse.Namespace) -> int:
 
     _dump_threads_on_demand()
     _check_hardware_flags(args)  # the daemon checks the rest before it starts anything
-    _check_passthrough_flags(args)
+    passthrough = _passthrough(args)
+    _check_passthrough_flags(args, passthrough)
     latency = parse_latency(args.sim_latency) if args.sim_latency else None
     return run(
         PluginOptions(
@@ -571,7 +586,7 @@ def _run_plugin(args: argparse.Namespace) -> int:
             usage_interval=args.usage_interval,
             idle_claim_after=args.idle_claim_after,
             device_metadata=args.device_metadata,
-            passthrough=args.passthrough,
+            passthrough=passthrough,
         )
     )
 

@@ -83,7 +83,7 @@ def test_an_unknown_feature_gate_is_refused_naming_the_known_ones(
     err = capsys.readouterr().err
     assert err.splitlines() == [
         f"dra-gpu {command}: --feature-gates 'Lists=1': expected NAME=true|false with NAME one "
-        "of DRAListTypeAttributes"
+        "of DRAListTypeAttributes, PassthroughSupport"
     ]
 
 
@@ -94,3 +94,26 @@ def test_passthrough_adds_a_vfio_device_per_gpu(capsys: pytest.CaptureFixture[st
     assert vfio == [f"gpu-vfio-{i}" for i in range(8)]
     assert main(list(ARGS)) == 0
     assert "gpu-vfio" not in capsys.readouterr().out
+
+
+def test_nvidias_passthrough_support_gate_is_the_passthrough_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main([*ARGS, "--passthrough", "-o", "yaml"]) == 0
+    flagged = capsys.readouterr().out
+    assert main([*ARGS, "--feature-gates", "PassthroughSupport=true", "-o", "yaml"]) == 0
+    gated = capsys.readouterr().out
+    assert "gpu-vfio-7" in gated
+    assert gated == flagged
+    assert main([*ARGS, "--feature-gates", "PassthroughSupport=false"]) == 0
+    assert "gpu-vfio" not in capsys.readouterr().out
+
+
+def test_the_passthrough_flag_and_the_gate_turned_off_are_refused_together(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main([*ARGS, "--passthrough", "--feature-gates", "PassthroughSupport=false"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "dra-gpu inventory: --passthrough and --feature-gates PassthroughSupport=false "
+        "contradict each other: PassthroughSupport is NVIDIA's name for --passthrough; give one"
+    ]

@@ -6,7 +6,7 @@ lists `deploy/helm/dra-gpu` once per values set under an alias (c0, c1, ...),
 each with `nameOverride: dra-gpu` so the objects keep the names a release
 `dra-gpu` gets, and the output is split by its `# Source: all/charts/cN/`
 lines. Each alias is validated against values.schema.json and rendered as a
-release of its own would be; 64 values sets take one process instead of 64.
+release of its own would be; dozens of values sets take one process, not dozens.
 
 `comparable` is how "the chart renders the same objects as Kustomize" is
 judged: Helm's own bookkeeping labels are dropped, and the lists the API
@@ -56,6 +56,8 @@ COMPONENT_VALUES: Mapping[str, Mapping[str, Any]] = {
     },
     "openshift": {"openshift": True},
     "webhook": {"webhook": {"enabled": True}},
+    # NVIDIA's value, as a values file written for NVIDIA's chart turns VFIO on.
+    "passthrough": {"featureGates": {"PassthroughSupport": True}},
 }
 COMPONENTS = tuple(COMPONENT_VALUES)
 # The chart leaves the namespace to `helm install --create-namespace` unless asked.

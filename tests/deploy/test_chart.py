@@ -32,6 +32,7 @@ from tests.deploy.renders import (
     KUBERNETES,
     NAMESPACE,
     VERSION,
+    by_identity,
     helm,
     lint_chart,
     merge,
@@ -59,6 +60,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
             "containers": {"gpus": {"healthcheckPort": 0}},
         },
     },
+    # VFIO as NVIDIA's users turn it on, with NVIDIA's default health-check gate spelt out.
+    "passthrough-gate": {
+        "featureGates": {"PassthroughSupport": True, "NVMLDeviceHealthCheck": False}
+    },
+    "passthrough-switch": {"passthrough": True},
+    "passthrough-classes-owned-elsewhere": {"passthrough": True, "deviceClasses": False},
     "switches": {
         "dynamicMig": True,
         "deviceMetadata": True,
@@ -136,7 +143,9 @@ def test_every_rendered_object_is_valid_for_1_35_and_1_37(name: str) -> None:
             validate(doc, version)
 
 
-@pytest.mark.parametrize("name", [p.name for p in CI] + ["defaults", "switches"])
+@pytest.mark.parametrize(
+    "name", [p.name for p in CI] + ["defaults", "switches", "passthrough-gate"]
+)
 def test_a_values_file_installs_a_plugin_configured_as_it_asks(name: str) -> None:
     values = _values(name)
     namespace = values["namespaceOverride"] or NAMESPACE
@@ -169,7 +178,11 @@ def test_a_values_file_installs_a_plugin_configured_as_it_asks(name: str) -> Non
     assert args.nvml == "real"
     assert args.dynamic_mig == (values["dynamicMig"] or gates.get("DynamicMIG", False))
     assert args.device_metadata == (values["deviceMetadata"] or gates.get("DeviceMetadata", False))
-    assert args.device_health_checks == gates.get("NVMLDeviceHealthCheck", True)
+    passthrough = values["passthrough"] or gates.get("PassthroughSupport", False)
+    assert args.passthrough == passthrough
+    assert args.device_health_checks == (
+        gates.get("NVMLDeviceHealthCheck", True) and not passthrough
+    )
     assert (args.consumable_shares or "") == str(values["consumableShares"])
     assert args.verbose == (int(values["logVerbosity"]) >= 6)
     assert args.log_format == values["logFormat"]
@@ -185,6 +198,8 @@ def test_a_values_file_installs_a_plugin_configured_as_it_asks(name: str) -> Non
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["plugins"] == kubelet["kubeletPluginsDirectoryPath"]
     assert mounts["plugins-registry"] == kubelet["kubeletRegistrarDirectoryPath"]
+    # VFIO: the host's /dev/vfio, where the group nodes made after a bind appear.
+    assert ("/dev/vfio" in mounts.values()) == passthrough
     host_args = build_parser().parse_args(_container(host)["command"][1:])
     assert host_args.kubelet_root == args.kubelet_root
     # Probes and metrics on the ports the values name.
@@ -197,7 +212,8 @@ def test_a_values_file_installs_a_plugin_configured_as_it_asks(name: str) -> Non
         assert extra in container["env"]
     # The DeviceClasses NVIDIA's chart installs, and the extended resource of the GPU class.
     classes = {d["metadata"]["name"]: d for d in _objects(name, "DeviceClass")}
-    assert set(classes) == {"gpu.nvidia.com", "mig.nvidia.com"}
+    vfio = {"vfio.gpu.nvidia.com"} if passthrough else set()
+    assert set(classes) == {"gpu.nvidia.com", "mig.nvidia.com", *vfio}
     assert classes["gpu.nvidia.com"]["spec"]["extendedResourceName"] == "nvidia.com/gpu"
 
 
@@ -218,6 +234,23 @@ def test_deviceclasses_are_present_or_absent_as_asked() -> None:
         == "nvidia.com/" + name.removesuffix(".nvidia.com")
         for name in mig
     )
+
+
+def test_our_passthrough_switch_installs_what_nvidias_gate_installs() -> None:
+    gate, switch = _renders()["passthrough-gate"], _renders()["passthrough-switch"]
+    assert by_identity(switch) == by_identity(gate)
+    (vfio,) = [
+        d
+        for d in _objects("passthrough-gate", "DeviceClass")
+        if d["metadata"]["name"] == "vfio.gpu.nvidia.com"
+    ]
+    assert vfio["spec"]["selectors"][0]["cel"]["expression"] == (
+        "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'vfio'"
+    )
+    # While NVIDIA's release still owns the DeviceClasses, it owns vfio.gpu.nvidia.com too.
+    assert _objects("passthrough-classes-owned-elsewhere", "DeviceClass") == []
+    plugin = _one("passthrough-classes-owned-elsewhere", "DaemonSet", "-kubelet-plugin")
+    assert build_parser().parse_args(_container(plugin)["command"][1:]).passthrough
 
 
 def test_switches_of_our_own_turn_off_what_they_name() -> None:
@@ -353,7 +386,21 @@ def test_helm_refuses_a_misspelt_key_or_a_bad_value_naming_it(flags: list[str], 
 @pytest.mark.parametrize(
     ("flags", "error"),
     [
-        (["--set", "featureGates.PassthroughSupport=true"], "VFIO passthrough"),
+        (
+            ["--set", "featureGates.PassthroughSupport=true,featureGates.DynamicMIG=true"],
+            "passthrough (featureGates.PassthroughSupport) and dynamicMig",
+        ),
+        (
+            ["--set", "passthrough=true,dynamicMig=true"],
+            "passthrough (featureGates.PassthroughSupport) and dynamicMig",
+        ),
+        (
+            [
+                "--set",
+                "featureGates.PassthroughSupport=true,featureGates.NVMLDeviceHealthCheck=true",
+            ],
+            "and featureGates.NVMLDeviceHealthCheck=true cannot be combined",
+        ),
         (
             ["--set", "kubeletPlugin.kubeletPluginsDirectoryPath=/var/lib/k0s/kubelet/plugins"],
             "must be ROOT/plugins and ROOT/plugins_registry",
@@ -386,6 +433,9 @@ def test_notes_say_which_nvidia_values_do_nothing_here() -> None:
     told = notes("--set", "resources.computeDomains.enabled=true,gpuResourcesEnabledOverride=true")
     assert "ComputeDomains (IMEX, compute-domain.nvidia.com) are not\nimplemented" in told
     assert "gpuResourcesEnabledOverride is not needed" in told
+    assert "VFIO passthrough" not in quiet
+    vfio = notes("--set", "featureGates.PassthroughSupport=true")
+    assert "(intel_iommu=on or amd_iommu=on) and vfio-pci loaded (modprobe vfio-pci)" in vfio
 
 
 def test_migrating_md_says_what_becomes_of_every_nvidia_value() -> None:

@@ -1,30 +1,46 @@
-"""Every combination of Kustomize Components, and the Helm chart with the values that mean it.
+"""Combinations of Kustomize Components, and the Helm chart with the values that mean them.
 
 The Kustomize tree (deploy/base and deploy/components) and the chart
 (deploy/helm/dra-gpu) are two ways to install the same thing; neither is
-generated from the other, so this is what keeps them from drifting: for the
-base alone and for each of the 63 sets of the six components, a user's
-kustomization over the base is rendered with kubectl 1.35, the chart with
-Helm 4.1.4 and the values of `renders.COMPONENT_VALUES`, both are validated
-against the 1.35 and 1.37 strict schemas, each component's effect is checked
-where it shows, and the two must install the same objects (`renders.comparable`).
-All 64 chart renders come from one `helm template` process, and one
-`helm lint --strict` lints them all.
+generated from the other, so this is what keeps them from drifting: for each
+set of components below, a user's kustomization over the base is rendered
+with kubectl 1.35, the chart with Helm 4.1.4 and the values of
+`renders.COMPONENT_VALUES`, both are validated against the 1.35 and 1.37
+strict schemas, each component's effect is checked where it shows, and the
+two must install the same objects (`renders.comparable`). All chart renders
+come from one `helm template` process, and one `helm lint --strict` lints them.
+
+Which sets: not all 2^7 = 128 of the seven components, but the base, every
+component alone, every pair, and the largest sets the plugin accepts (30
+renders). A component's effect is a patch or objects of its own, so what can
+go wrong when two are listed is a clash of those two (the same list entry, the
+same flag, an object both touch), which every pair shows; the largest sets
+show that the patches of all of them still apply together, in whatever order.
+`dynamic-mig` and `passthrough` are refused together (NVIDIA's driver refuses
+DynamicMIG with PassthroughSupport): instead of the full set, each is left out
+of it once, and the pair itself is checked to be refused by the chart and by
+the plugin the Kustomize tree installs.
 """
 
 from __future__ import annotations
 
 import itertools
+import tempfile
 from functools import cache
 from typing import Any
 
 import pytest
+import yaml
 
-from dra_driver.cli import build_parser
+from dra_driver.cli import build_parser, main
 from tests.deploy.renders import (
+    CHART,
     COMPONENTS,
     KUBERNETES,
+    NAMESPACE,
+    RELEASE,
     by_identity,
+    helm,
     lint_chart,
     render_chart,
     render_users_kustomization,
@@ -32,10 +48,19 @@ from tests.deploy.renders import (
     values_for,
 )
 
+# The plugin refuses --passthrough with --dynamic-mig (dra_driver.cli).
+REFUSED_TOGETHER = ("dynamic-mig", "passthrough")
+
+
+def _accepted(combo: tuple[str, ...]) -> bool:
+    return not set(REFUSED_TOGETHER) <= set(combo)
+
+
 COMBINATIONS = [
-    combo
-    for size in range(len(COMPONENTS) + 1)
-    for combo in itertools.combinations(COMPONENTS, size)
+    (),
+    *((component,) for component in COMPONENTS),
+    *filter(_accepted, itertools.combinations(COMPONENTS, 2)),
+    *(tuple(c for c in COMPONENTS if c != left_out) for left_out in REFUSED_TOGETHER),
 ]
 
 
@@ -72,6 +97,12 @@ def test_kustomize_and_the_chart_install_the_same_valid_objects(
     env = {e["name"]: e.get("value") for e in container["env"]}
     host_env = {e["name"]: e.get("value") for e in host_container["env"]}
     assert args.dynamic_mig == ("dynamic-mig" in components)
+    assert args.passthrough == ("passthrough" in components)
+    assert args.device_health_checks == ("passthrough" not in components)  # NVIDIA's rule
+    vfio_class = [d for d in kustomized if d["metadata"]["name"] == "vfio.gpu.nvidia.com"]
+    assert bool(vfio_class) == ("passthrough" in components)
+    dev_vfio = [m for m in container["volumeMounts"] if m["mountPath"] == "/dev/vfio"]
+    assert bool(dev_vfio) == ("passthrough" in components)
     assert (str(args.consumable_shares) == "4") == ("sharing" in components)
     mig_classes = [d for d in kustomized if d["metadata"]["name"].startswith("mig-")]
     assert bool(mig_classes) == ("extended-resources" in components)
@@ -92,3 +123,33 @@ def test_kustomize_and_the_chart_install_the_same_valid_objects(
 def test_helm_lint_passes_for_every_combination() -> None:
     done = lint_chart({_key(combo): values_for(combo) for combo in COMBINATIONS})
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_component_is_rendered_beside_every_other_it_can_be_listed_with() -> None:
+    together = {
+        frozenset(pair) for combo in COMBINATIONS for pair in itertools.combinations(combo, 2)
+    }
+    pairs = {frozenset(pair) for pair in itertools.combinations(COMPONENTS, 2)}
+    assert pairs - together == {frozenset(REFUSED_TOGETHER)}
+    assert len(COMBINATIONS) == len(set(COMBINATIONS)) == 1 + 7 + 20 + 2
+
+
+def test_dynamic_mig_with_passthrough_is_refused_by_the_chart_and_the_plugin(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as values:
+        yaml.safe_dump(values_for(REFUSED_TOGETHER), values)
+        values.flush()
+        done = helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, "-f", values.name)
+    assert done.returncode != 0
+    assert "passthrough (featureGates.PassthroughSupport) and dynamicMig" in done.stderr
+    kustomized = render_users_kustomization(REFUSED_TOGETHER)
+    (container,) = _one(kustomized, "DaemonSet", "dra-gpu-kubelet-plugin")["spec"]["template"][
+        "spec"
+    ]["containers"]
+    # The plugin as the Kustomize tree starts it, on a simulated node instead of NVML's.
+    argv = [
+        "--nvml=sim:l4-node" if arg == "--nvml=real" else arg for arg in container["command"][1:]
+    ]
+    assert main(argv) == 2
+    assert "--passthrough and --dynamic-mig cannot be combined" in capsys.readouterr().err

@@ -130,6 +130,7 @@ def test_wheel_contents_rejects_test_code_and_missing_package_data() -> None:
     good = [
         "dra_driver/__init__.py",
         "dra_driver/data/deviceclasses.yaml",
+        "dra_driver/data/deviceclass-vfio.yaml",
         "dra_driver/data/compute-domain-deviceclasses.yaml",
         "dra_driver/data/computedomains-crd.yaml",
         "dra_driver/scheduling/cel/cel.lark",

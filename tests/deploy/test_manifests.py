@@ -4,8 +4,8 @@
 platform is a Kustomize Component in `deploy/components/` that any
 kustomization may list over the base, and `deploy/overlays/` holds ready sets
 of them. The tests render them with `kubectl kustomize` (as `kubectl apply -k`
-would; test_combinations renders every combination of components, and the
-chart beside it) and check what an admin
+would; test_combinations renders the components alone, in pairs and in the
+largest accepted sets, and the chart beside them) and check what an admin
 relies on: strict schema validity, the DaemonSet's flags are ones the plugin
 accepts, its mounts, requests, probes and rolling update, the namespace's Pod
 Security level, an admission policy that follows a namespace override, the

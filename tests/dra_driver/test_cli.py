@@ -182,3 +182,49 @@ def test_passthrough_needs_the_nvml_health_checks_off(capsys: pytest.CaptureFixt
     assert code != 0
     err = capsys.readouterr().err
     assert "--passthrough needs --no-device-health-checks" in err
+
+
+PLUGIN = ["kubelet-plugin", "--nvml", "sim:l4-node", "--node-name", "n"]
+GATE = ["--feature-gates", "PassthroughSupport=true"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "why"),
+    [
+        ([*GATE, "--dynamic-mig"], "PassthroughSupport=true and --dynamic-mig cannot be combined"),
+        (GATE, "PassthroughSupport=true needs --no-device-health-checks"),
+        (["--passthrough", "--feature-gates", "PassthroughSupport=false"], "contradict each other"),
+    ],
+)
+def test_nvidias_passthrough_gate_is_refused_where_the_flag_is(
+    argv: list[str], why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*PLUGIN, *argv]) == 2
+    assert why in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "passthrough"),
+    [
+        ([*GATE, "--no-device-health-checks"], True),
+        (["--passthrough", "--no-device-health-checks"], True),
+        (["--feature-gates", "PassthroughSupport=false"], False),
+        ([], False),
+    ],
+)
+def test_nvidias_passthrough_gate_turns_passthrough_on_in_the_plugin(
+    argv: list[str], passthrough: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the plugin daemon is started with (kubelet_plugin.main.run, not run here)."""
+    import kubelet_plugin.main
+
+    started: list[kubelet_plugin.main.PluginOptions] = []
+
+    def run(options: kubelet_plugin.main.PluginOptions) -> int:
+        started.append(options)
+        return 0
+
+    monkeypatch.setattr(kubelet_plugin.main, "run", run)
+    assert main([*PLUGIN, *argv]) == 0
+    (options,) = started
+    assert options.passthrough is passthrough

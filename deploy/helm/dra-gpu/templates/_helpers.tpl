@@ -71,6 +71,11 @@ app.kubernetes.io/name: {{ include "dra-gpu.fullname" .context }}-{{ .component 
 {{- if or .Values.dynamicMig (eq (include "dra-gpu.gate" (dict "context" . "name" "DynamicMIG")) "true") }}true{{ end }}
 {{- end }}
 
+{{/* VFIO passthrough: passthrough, or NVIDIA's PassthroughSupport gate. */}}
+{{- define "dra-gpu.passthrough" -}}
+{{- if or .Values.passthrough (eq (include "dra-gpu.gate" (dict "context" . "name" "PassthroughSupport")) "true") }}true{{ end }}
+{{- end }}
+
 {{- define "dra-gpu.deviceMetadata" -}}
 {{- if or .Values.deviceMetadata (eq (include "dra-gpu.gate" (dict "context" . "name" "DeviceMetadata")) "true") }}true{{ end }}
 {{- end }}
