@@ -13,7 +13,9 @@ finished or rolled back later:
                -> apply each sharing strategy (MPS: the device's control
                daemon; time-slicing: the GPU's interval)
                -> write the CDI spec (`dra_driver.container.claim_spec`, from
-               the plan) -> checkpoint PrepareCompleted -> answer
+               the plan: the devices' own edits) -> checkpoint
+               PrepareCompleted -> answer (each device's CDI ids: the node's
+               base spec first, then its own)
     Unprepare: remove the CDI spec -> release each sharing strategy (stop an
                MPS daemon no other claim uses, restore a time-slice no other
                claim wants) -> destroy the MIG devices we created
@@ -40,6 +42,15 @@ Overlap guard: a dynamic MIG device whose memory slices overlap another
 prepared (or half-prepared) claim's, or a whole GPU and a MIG device of it,
 are refused before anything is touched (`dra_driver.planning.devices`).
 
+Base specs: what every claim's containers get (control nodes, environment,
+the driver's files and hooks) is one spec per node and driver
+(`dra_driver.container.base_spec`), written at start-up and again when the
+driver root or the device numbers change; it is checked under the
+checkpoint lock by every Prepare that hands out its id (rewritten if someone
+removed it). A base spec no checkpointed claim names and that is not the
+current one is removed at start-up, and after a change at the next
+Unprepare, under the same lock, so it never goes while a claim uses it.
+
 Sharing: each share of a multi-allocatable device (a result with a
 `shareID`) gets its own CDI device, `<claimUID>-<device>-<shareID>`, and
 the kubelet learns its `share_id`; `dra_driver.planning.shares` refuses
@@ -53,7 +64,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dra_driver import failpoints
 from dra_driver.claims.allocated import AllocatedClaim, parse_allocated_claim
@@ -66,7 +77,7 @@ from dra_driver.claims.checkpoint import (
     to_spec_record,
 )
 from dra_driver.claims.checkpoint_store import CheckpointStore, LoadOutcome
-from dra_driver.container import cdi
+from dra_driver.container import base_spec, cdi
 from dra_driver.container.cdi_store import CdiStore
 from dra_driver.container.claim_spec import build_claim_spec
 from dra_driver.errors import CheckpointError, ClaimError, DraGpuError, NotFoundError
@@ -136,6 +147,9 @@ class GpuDriver:
         self._gpu_locks = gpu_locks
         self._driver_edits = driver_edits
         self._cdi_hooks = cdi_hooks
+        # (driver edits object, uvm major) -> the base spec's device name and document
+        self._base: tuple[object, int, str, dict[str, Any]] | None = None
+        self._collect_bases = False  # an older base spec may wait for its last claim
         self._thread_lock = threading.Lock()
         self._claim_locks = claim_locks or ClaimLocks(None)
         self._state: Checkpoint | None = None
@@ -217,6 +231,7 @@ class GpuDriver:
                     report.unprepare_finished.append(entry.uid)
 
         def remove_orphans(checkpoint: Checkpoint) -> Checkpoint:
+            self._start_base(checkpoint)
             for temp in self._cdi.remove_temp_files():
                 log.warning("removed %s, left by an interrupted CDI spec write", temp)
                 report.temp_files_removed.append(str(temp))
@@ -242,6 +257,65 @@ class GpuDriver:
         for strategy in self._sharing:
             strategy.recover(self.current(), report)
         return report
+
+    def _start_base(self, checkpoint: Checkpoint) -> None:
+        """Under the checkpoint lock at start-up: (re)write the current base spec and
+        remove those no claim of `checkpoint` names. A driver root that cannot be read
+        now is logged and removes nothing (its first Prepare writes the base spec)."""
+        try:
+            name, doc = self._current_base()
+            self._cdi.write_base(name, doc)
+        except DraGpuError as exc:
+            log.error("cannot write the node's base CDI spec: %s", exc)
+            return
+        for removed in self._remove_unused_bases(checkpoint):
+            log.info("removed base CDI spec %s: no prepared claim names it", removed)
+
+    def _current_base(self) -> tuple[str, dict[str, Any]]:
+        """The device name and document of the base spec for the driver as it is now
+        (built again only when the driver's edits or the uvm major changed)."""
+        edits = None if self._driver_edits is None else self._driver_edits()
+        uvm_major = self._host.char_major("nvidia-uvm")
+        cached = self._base
+        if cached is not None and cached[0] is edits and cached[1] == uvm_major:
+            return cached[2], cached[3]
+        common = cdi.common_edits(uvm_major)
+        if edits is not None:
+            common = common.merged(edits)
+        name, doc = base_spec.base_spec(common, owner=self._cdi.owner)
+        if cached is not None and cached[2] != name:
+            log.info("the node's base CDI spec is now %s (was %s)", name, cached[2])
+            self._collect_bases = True
+        self._base = (edits, uvm_major, name, doc)
+        return name, doc
+
+    def _ensure_base(self, name: str, doc: dict[str, Any]) -> None:
+        """Under the checkpoint lock: the base spec `name` exists (written if it does not)."""
+        if not self._cdi.base_path(name).exists():
+            self._cdi.write_base(name, doc)
+
+    def _remove_unused_bases(self, checkpoint: Checkpoint) -> list[str]:
+        """Under the checkpoint lock: remove each base spec of ours that is not the current
+        one and that no claim of `checkpoint` names; the removed names."""
+        used = {
+            name
+            for entry in checkpoint.claims.values()
+            for device in entry.devices
+            for cdi_id in device.cdi_device_ids
+            if (name := base_spec.name_of_id(cdi_id)) is not None
+        }
+        current = self._base[2] if self._base is not None else None
+        removed: list[str] = []
+        waiting = False
+        for name in sorted(self._cdi.base_names()):
+            if name == current:
+                continue
+            if name in used:
+                waiting = True
+            elif self._cdi.remove_base(name):
+                removed.append(name)
+        self._collect_bases = waiting
+        return removed
 
     def _settle_rebuilt(self, report: RecoveryReport) -> None:
         """Roll back the rebuilt claims the API says no longer exist.
@@ -470,18 +544,17 @@ class GpuDriver:
         try:
             self._create_mig_devices(claim.uid, plan)
             for strategy in self._sharing:
-                strategy.apply(plan, self.current().claims[claim.uid])
+                # this process's view is the claim's truth: it holds the claim's lock
+                strategy.apply(plan, self.snapshot().claims[claim.uid])
             spec = build_claim_spec(
-                plan,
-                self.snapshot().claims[claim.uid],
-                host=self._host,
-                driver_edits=None if self._driver_edits is None else self._driver_edits(),
-                hooks=self._cdi_hooks,
+                plan, self.snapshot().claims[claim.uid], host=self._host, hooks=self._cdi_hooks
             )
+            base_name, base_doc = self._current_base()
 
             def complete(checkpoint: Checkpoint) -> Checkpoint:
                 entry = checkpoint.claims[claim.uid]
-                done = checkpoint.complete(claim.uid, entry.devices)
+                self._ensure_base(base_name, base_doc)
+                done = checkpoint.complete(claim.uid, _with_base(entry.devices, base_name))
                 record = to_spec_record(self._checkpoints.boot_id, done.claims[claim.uid])
                 self._cdi.write(claim.uid, spec, record=record)
                 failpoints.hit("prepare-after-cdi-written")
@@ -627,7 +700,14 @@ class GpuDriver:
         for strategy in self._sharing:
             strategy.release(entry)
         self._destroy_mig_devices(entry)
-        self.update(lambda checkpoint: checkpoint.remove(uid))
+
+        def forget(checkpoint: Checkpoint) -> Checkpoint:
+            checkpoint = checkpoint.remove(uid)
+            if self._collect_bases:
+                self._remove_unused_bases(checkpoint)
+            return checkpoint
+
+        self.update(forget)
         failpoints.hit("unprepare-after-checkpoint-removed")
         log.info("unprepared %s", entry.ref)
 
@@ -688,9 +768,10 @@ class GpuDriver:
             old = self._current_locked()
             new = mutate(old)
             if new is not old:
-                self._checkpoints.commit(old, new, sync=durable)
+                token = self._checkpoints.commit(old, new, sync=durable)
                 self._state = new
-                self._generation = self._checkpoints.generation()
+                if token is not None:
+                    self._generation = token
             return new
 
     def current(self) -> Checkpoint:
@@ -818,6 +899,21 @@ def _describe(device: PreparedDevice) -> str:
     if mig is None or not mig.created_by_us:
         return device.device
     return f"{device.device} (GI {mig.gi_id}, CI {mig.ci_id} on {mig.parent_uuid})"
+
+
+def _with_base(devices: Sequence[PreparedDevice], base: str) -> list[PreparedDevice]:
+    """`devices` with the base spec's id first in each one's CDI ids (replacing another)."""
+    first = base_spec.qualified_id(base)
+    return [
+        dataclasses.replace(
+            device,
+            cdi_device_ids=(
+                first,
+                *(i for i in device.cdi_device_ids if base_spec.name_of_id(i) is None),
+            ),
+        )
+        for device in devices
+    ]
 
 
 def _result_devices(devices: Sequence[PreparedDevice]) -> tuple[ResultDevice, ...]:

@@ -97,6 +97,8 @@ class MpsSharing:
     def release(self, entry: ClaimEntry) -> None:
         """Drop the claim from its daemons: stopped when it was the last user, re-limited
         to the remaining users' most generous limits otherwise."""
+        if not any(device.mps is not None for device in entry.devices):
+            return  # only this claim's Prepare, which holds its lock too, adds MPS records
         current = self._book.current().claims.get(entry.uid)
         if current is None:
             return
