@@ -595,7 +595,9 @@ class GpuDriver:
             for result in claim.results
             if (device := self._devices.get(result.device)) is not None
         }
-        for entry in self.current().releasing():
+        # This call's `current()` has just refreshed the snapshot; a rollback another
+        # instance failed is finished there (or at its start-up).
+        for entry in self.snapshot().releasing():
             if entry.uid == claim.uid or not gpus & _gpus_of(entry):
                 continue
             with self._claim_locks.try_hold(entry.uid) as held:

@@ -385,8 +385,6 @@ class CheckpointStore:
     def _bump_generation(self) -> str:
         token = secrets.token_hex(_GENERATION_BYTES // 2)
         try:
-            if not self.directory.is_dir():  # "missing" would mean damaged
-                self.directory.mkdir(parents=True, exist_ok=True)
             if self._held and self._lock_file is not None:
                 os.pwrite(self._lock_file[0], token.encode("ascii"), 0)
             else:

@@ -45,6 +45,7 @@ def file_lock(
     stop: threading.Event | None = None,
     on_wait: Callable[[], None] | None = None,
     poll_s: float = POLL_S,
+    make_parent: bool = False,
 ) -> Iterator[bool]:
     """Hold an exclusive `flock` on `path` (created if missing) for the `with` block.
 
@@ -54,11 +55,18 @@ def file_lock(
     the lock is busy at the first try. With `stop`, the wait ends early when
     the event is set, and the block runs with `False` (lock not held);
     otherwise it runs with `True`. A lock file that cannot be opened raises
-    `error` naming it.
+    `error` naming it. `make_parent` creates its directory when it is missing
+    (only then: no `mkdir` per lock).
     """
     name = what or str(path)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:
+            if not make_parent:
+                raise
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         raise error(f"{name}: cannot open lock file {path}: {exc.strerror or exc}") from exc
     try:

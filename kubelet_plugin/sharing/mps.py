@@ -34,11 +34,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from dra_driver import failpoints
 from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry, MpsRecord
 from dra_driver.claims.mps import MpsLimits, daemon_ceiling
-from dra_driver.claims.mps_intent import DaemonState, DaemonStatus
+from dra_driver.claims.mps_intent import DaemonState
 from dra_driver.errors import ClaimError, DraGpuError
 from dra_driver.planning.mps import MpsPlanner, mps_intent, refuse_mode_conflict
 from dra_driver.planning.plan import ClaimPlan
@@ -46,6 +47,9 @@ from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mps_intents import MpsHostClient
 from kubelet_plugin.recovery_report import RecoveryReport
 from kubelet_plugin.sharing.strategy import ClaimBook
+
+if TYPE_CHECKING:
+    from dra_driver.claims.mps_intent_records import DaemonStatus
 
 log = logging.getLogger(__name__)
 
