@@ -507,24 +507,17 @@ class GpuDriver:
         )
 
     def _prepare_one(self, claim: AllocatedClaim) -> tuple[ResultDevice, ...]:
-        existing = self.current().claims.get(claim.uid)
-        if (
-            existing is not None
-            and existing.state is ClaimState.PrepareCompleted
-            and (not existing.releasing)
-        ):
-            return _result_devices(existing.devices)
-        if existing is not None:
-            log.info("%s was left half-prepared; rolling back first", existing.ref)
-            self._roll_back(existing)
         self._finish_releases(claim)
-
         plans: list[ClaimPlan] = []
+        found: list[ClaimEntry] = []
 
         def start(checkpoint: Checkpoint) -> Checkpoint:
+            """Plan and record the claim, in one look at the checkpoint; an entry it already
+            has is left for the caller (a repeated Prepare, or one left half-done)."""
             entry = checkpoint.claims.get(claim.uid)
             if entry is not None:
-                raise ClaimError(f"{entry.ref} is being prepared by another call; retry")
+                found.append(entry)
+                return checkpoint
             plans.append(
                 plan_claim(
                     claim,
@@ -537,7 +530,17 @@ class GpuDriver:
             return checkpoint.start(plans[0].entry())
 
         # fsync'd only if something must be undone after a crash (see `_undo_needs_record`).
-        self.update(start, durable=_undo_needs_record(claim, self._devices))
+        durable = _undo_needs_record(claim, self._devices)
+        self.update(start, durable=durable)
+        if found:
+            existing = found.pop()
+            if existing.state is ClaimState.PrepareCompleted and not existing.releasing:
+                return _result_devices(existing.devices)
+            log.info("%s was left half-prepared; rolling back first", existing.ref)
+            self._roll_back(existing)
+            self.update(start, durable=durable)
+            if found:  # only another call could have started it since: it holds the claim
+                raise ClaimError(f"{found[0].ref} is being prepared by another call; retry")
         (plan,) = plans
         failpoints.hit("prepare-after-checkpoint-started")
 
@@ -595,8 +598,8 @@ class GpuDriver:
             for result in claim.results
             if (device := self._devices.get(result.device)) is not None
         }
-        # This call's `current()` has just refreshed the snapshot; a rollback another
-        # instance failed is finished there (or at its start-up).
+        # This process's last look at the checkpoint (every lock taken refreshes it): a
+        # rollback another instance failed is finished there, or at its start-up.
         for entry in self.snapshot().releasing():
             if entry.uid == claim.uid or not gpus & _gpus_of(entry):
                 continue
