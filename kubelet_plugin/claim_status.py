@@ -8,6 +8,10 @@ before, and for each claim the answer's outcome is queued for
 for the API server, and a failed write is retried with back-off, then
 logged; it never turns into a Prepare error.
 
+- An outcome is applied `SETTLE_S` after the answer, not at once: the
+  writer's work (an apply is a JSON encode and an HTTP round trip) then does
+  not take the CPU from the calls the kubelet makes next, and an outcome
+  replaced or unprepared in the meantime is never written.
 - A prepared claim's entries are built from the checkpoint right after
   Prepare (live MIG UUIDs, share ids, MPS limits). A failed claim's are
   built from the claim's allocation, read in the background.
@@ -45,6 +49,8 @@ from kubelet_plugin.usage_sampler import ClaimPods
 
 log = logging.getLogger(__name__)
 
+SETTLE_S: Final = 0.1
+"""How long an outcome waits before it is applied (see the module docstring)."""
 MAX_ATTEMPTS: Final = 6
 """Applies of one outcome before it is given up (back-off 1 s, 2 s, ... up to 30 s)."""
 
@@ -74,8 +80,10 @@ class ClaimStatusWriter:
         claim_pods: ClaimPods | None = None,
         metrics: PluginMetrics | None = None,
         clock: Callable[[], str] = _now,
+        settle_s: float = SETTLE_S,
     ) -> None:
         self._cluster = cluster
+        self._settle_s = settle_s
         self._driver = driver_name
         self._pool = pool_name
         self._claim_pods = claim_pods
@@ -101,6 +109,7 @@ class ClaimStatusWriter:
         self._queue(_Task(ref, None, error))
 
     def _queue(self, task: _Task) -> None:
+        task.not_before = time.monotonic() + self._settle_s
         with self._changed:
             self._pending[task.ref.uid] = task
             self._changed.notify_all()
