@@ -749,7 +749,7 @@ class GpuDriver:
     # -- helpers ------------------------------------------------------------------
 
     def update(
-        self, mutate: Callable[[Checkpoint], Checkpoint], *, durable: bool = True
+        self, mutate: Callable[[Checkpoint], Checkpoint], *, durable: bool = False
     ) -> Checkpoint:
         """Apply `mutate` to the checkpoint and persist the result; the only path that changes it.
 
@@ -764,10 +764,16 @@ class GpuDriver:
         are written, so the cost does not depend on how many claims the node
         holds.
 
-        `durable=False` writes the change without fsync: other processes see
-        it at once (a peer must see a reservation), a power loss may lose it.
-        Prepare uses it to reserve a claim's devices when nothing will need
-        undoing after a crash.
+        The change is written without fsync (`durable=True` flushes it): other
+        processes see it at once (a peer must see a reservation), a crash of
+        the process loses nothing (the page cache keeps it), and only a crash
+        of the machine could lose it. That is a reboot, after which every
+        record of the earlier boot is discarded unread (its boot id; devices,
+        MIG instances, MPS daemons and CDI specs under /var/run are gone
+        too), so a flushed record would never be used. NVIDIA's plugin
+        fsyncs its checkpoint three times per Prepare and Unprepare; ours
+        none, for a whole GPU (`_undo_needs_record` still flushes the
+        PrepareStarted of a claim with hardware side effects, as before).
         """
         with self._thread_lock, self._checkpoints.lock():
             old = self._current_locked()

@@ -10,7 +10,8 @@ and migrations of that module apply to every file unchanged.
 Why a file per claim: a node may hold hundreds of shared claims. With one
 file for the node, every Prepare rewrote (and fsync'd) every claim twice, so
 Prepare got slower with every claim held. Now a transition writes only the
-file of the claim it changes (temp file, fsync, rename, directory fsync), so
+file of the claim it changes (temp file, rename; fsync'd and the directory
+too when the caller asks: the plugin does not, see `GpuDriver.update`), so
 its cost does not depend on how many claims the node holds, and every file
 is still replaced atomically: a crash leaves each claim's old or new record,
 never a mix. Claims are independent records; nothing needs two files to
@@ -285,7 +286,7 @@ class CheckpointStore:
         for uid in sorted(candidates):
             entry = new.claims.get(uid)
             if entry is None:
-                if uid in old.claims and self._remove(self.path_for(uid)):
+                if uid in old.claims and self._remove(self.path_for(uid), sync=sync):
                     wrote = True
             elif old.claims.get(uid) is not entry:
                 self._write(uid, entry, sync=sync)
@@ -325,9 +326,9 @@ class CheckpointStore:
         except OSError as exc:
             raise CheckpointError(f"{path}: cannot write: {exc.strerror or exc}") from exc
 
-    def _remove(self, path: Path) -> bool:
+    def _remove(self, path: Path, *, sync: bool = True) -> bool:
         try:
-            return fsutil.remove_file(path)
+            return fsutil.remove_file(path, sync=sync)
         except OSError as exc:
             raise CheckpointError(f"{path}: cannot remove: {exc.strerror or exc}") from exc
 
