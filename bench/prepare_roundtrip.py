@@ -20,7 +20,7 @@ binaries, GSP firmware, every nvcdi hook), read through
 node's base spec, written once; a claim's cost must not grow with them.
 
 The baseline is `bench.minimal_plugin`, a separate process that does only
-the file work (claim read, CDI spec write, checkpoint write, each fsync'd)
+the file work (claim read, CDI spec write, checkpoint write and fsync)
 behind a gRPC server on a Unix socket, reading the same claim and writing
 the same claim spec content. Cycles of the two alternate, so both see the
 same machine load; the headline is the ratio of their p50 round trips. Each
@@ -49,7 +49,7 @@ from tests.fakes import PluginProcess, make_allocated_claim
 NAME = "prepare"
 DESCRIPTION = (
     "NodePrepareResources + NodeUnprepareResources round trips over the v1 socket, "
-    "against a minimal plugin doing the same file work"
+    "against a minimal plugin (claim read, one CDI spec, a fsync'd checkpoint)"
 )
 GOAL_RATIO = 1.2
 GOAL_RATIO_HOST_ROOT = 1.3
