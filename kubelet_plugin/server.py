@@ -235,8 +235,7 @@ class _ServiceCaller:
         make_error: Callable[[str], _R],
     ) -> dict[str, _R]:
         started = time.monotonic()
-        named = ", ".join(map(str, claims)) or "(no claims)"
-        log.debug("request %d: %s %s", rid, method, named)  # the end's line names them too
+        log.info("request %d: %s %s", rid, method, ", ".join(map(str, claims)) or "(no claims)")
         checked = check_claims(claims)
         results: dict[str, _R] = {uid: make_error(text) for uid, text in checked.errors.items()}
         if checked.valid:
@@ -259,10 +258,9 @@ class _ServiceCaller:
                 extra=claim_fields(ref.namespace, ref.name, uid),
             )
         log.info(
-            "request %d: %s %s done in %.1f ms: %d ok, %d failed",
+            "request %d: %s done in %.1f ms: %d ok, %d failed",
             rid,
             method,
-            named,
             (time.monotonic() - started) * 1000,
             len(results) - len(failed),
             len(failed),
