@@ -495,10 +495,3 @@ class CheckpointStore:
             raise CheckpointError(f"{self.lock_path}: cannot open: {exc.strerror or exc}") from exc
         info = os.fstat(fd)
         return fd, (info.st_dev, info.st_ino)
-
-    def close(self) -> None:
-        """Close the kept lock file (a store dropped for good; `lock` opens it again)."""
-        with self._threads:
-            if self._lock_file is not None:
-                os.close(self._lock_file[0])
-                self._lock_file = None
