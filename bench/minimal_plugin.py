@@ -5,13 +5,16 @@ thread pool, like the real one) on a real Unix socket, serving
 NodePrepareResources and NodeUnprepareResources of DRA v1. Per claim,
 Prepare reads the ResourceClaim from the same local cluster directory the
 real plugin reads (the same `LocalCluster` code, so YAML parsing costs the
-same); writes a CDI spec with the same content as the real plugin's (the
-benchmark hands it a spec the real plugin wrote as a template: device
-nodes, driver mounts, hooks; only the device names change) as YAML with the
-same emitter, atomically (temp file, fsync, rename, directory fsync); then
-writes its checkpoint (JSON of the prepared claims, fsync'd and renamed the
-same way); and answers with one CDI device per allocated device. Unprepare
-removes the spec and writes the checkpoint. It validates nothing, plans
+same); writes a CDI spec with the same content as the real plugin's claim
+spec (the benchmark hands it one the real plugin wrote as a template: the
+device's nodes and hooks, and whatever spec-level edits it has; only the
+device names change) as YAML with libyaml's emitter, atomically (temp file,
+rename; no fsync, as NVIDIA's plugin and ours write specs); then writes its
+checkpoint (JSON of the prepared claims: temp file, fsync, rename, directory
+fsync); and answers with one CDI device per allocated device. Unprepare
+removes the spec (no fsync) and writes the checkpoint the same way (two
+fsyncs). So a cycle is one claim read, one spec write and removal, and two
+durable checkpoint writes (four fsyncs). It validates nothing, plans
 nothing, has no crash safety beyond atomic files and no locks: the real
 plugin's time above this is its overhead.
 
@@ -70,7 +73,7 @@ class MinimalPlugin(pb2_grpc.DRAPluginServicer):
                 "devices": [{"name": n, "containerEdits": self._device_edits} for n in names],
             }
             data = yaml.dump(spec, Dumper=yaml.CSafeDumper, sort_keys=False).encode()
-            fsutil.atomic_write(self._spec_path(claim.uid), data)
+            fsutil.atomic_write(self._spec_path(claim.uid), data, sync=False)
             with self._lock:
                 self._prepared[claim.uid] = names
                 self._save()
@@ -89,7 +92,7 @@ class MinimalPlugin(pb2_grpc.DRAPluginServicer):
     ) -> pb2.NodeUnprepareResourcesResponse:
         response = pb2.NodeUnprepareResourcesResponse()
         for claim in request.claims:
-            fsutil.remove_file(self._spec_path(claim.uid))
+            fsutil.remove_file(self._spec_path(claim.uid), sync=False)
             with self._lock:
                 self._prepared.pop(claim.uid, None)
                 self._save()

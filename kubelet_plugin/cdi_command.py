@@ -3,7 +3,8 @@
 An admin whose pods start without `nvidia-smi` or `libcuda.so.1` checks here
 what the plugin would mount: it runs the plugin's own discovery (NVML's
 driver version, the files under `--nvidia-driver-root`) and prints the
-spec-level `containerEdits` a claim's CDI spec carries: the driver's files
+`containerEdits` every claim's containers get, which the node's base CDI
+spec carries (`dra_driver.container.base_spec`): the driver's files
 as read-only bind mounts (hostPaths under the host's driver root), the
 config files, the control device nodes, the environment, and nvcdi's hooks
 (`--nvidia-cdi-hook-path`, less those `--disable-cdi-hook` names), followed

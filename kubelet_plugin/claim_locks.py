@@ -58,6 +58,7 @@ class ClaimLocks:
                 held.enter_context(
                     file_lock(
                         self._stripe(uid),
+                        make_parent=True,
                         timeout_s=self._timeout_s,
                         error=PluginError,
                         timeout_message=f"claim {uid[:256]}: another plugin instance has been "
@@ -78,6 +79,8 @@ class ClaimLocks:
             if self._directory is None:
                 yield True
                 return
+            assert self._directory is not None
+            self._directory.mkdir(parents=True, exist_ok=True)
             fd = os.open(self._stripe(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             held.callback(os.close, fd)  # closing it releases the flock
             try:
@@ -89,6 +92,5 @@ class ClaimLocks:
 
     def _stripe(self, uid: str) -> Path:
         assert self._directory is not None
-        self._directory.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256(uid.encode(errors="replace")).digest()
         return self._directory / f"claim-{int.from_bytes(digest[:4], 'big') % STRIPES:04d}.lock"

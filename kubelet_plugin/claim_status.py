@@ -10,6 +10,10 @@ logged; it never turns into a Prepare error. A write the store refuses as it
 stands (`InvalidObjectError`: a claim nested too deep to copy) is logged in one
 line and not retried.
 
+- An outcome is applied `SETTLE_S` after the answer, not at once: the
+  writer's work (an apply is a JSON encode and an HTTP round trip) then does
+  not take the CPU from the calls the kubelet makes next, and an outcome
+  replaced or unprepared in the meantime is never written.
 - A prepared claim's entries are built from the checkpoint right after
   Prepare (live MIG UUIDs, share ids, MPS limits). A failed claim's are
   built from the claim's allocation, read in the background.
@@ -47,6 +51,8 @@ from kubelet_plugin.usage_sampler import ClaimPods
 
 log = logging.getLogger(__name__)
 
+SETTLE_S: Final = 0.1
+"""How long an outcome waits before it is applied (see the module docstring)."""
 MAX_ATTEMPTS: Final = 6
 """Applies of one outcome before it is given up (back-off 1 s, 2 s, ... up to 30 s)."""
 
@@ -76,8 +82,10 @@ class ClaimStatusWriter:
         claim_pods: ClaimPods | None = None,
         metrics: PluginMetrics | None = None,
         clock: Callable[[], str] = _now,
+        settle_s: float = SETTLE_S,
     ) -> None:
         self._cluster = cluster
+        self._settle_s = settle_s
         self._driver = driver_name
         self._pool = pool_name
         self._claim_pods = claim_pods
@@ -103,6 +111,7 @@ class ClaimStatusWriter:
         self._queue(_Task(ref, None, error))
 
     def _queue(self, task: _Task) -> None:
+        task.not_before = time.monotonic() + self._settle_s
         with self._changed:
             self._pending[task.ref.uid] = task
             self._changed.notify_all()

@@ -13,7 +13,9 @@ finished or rolled back later:
                -> apply each sharing strategy (MPS: the device's control
                daemon; time-slicing: the GPU's interval)
                -> write the CDI spec (`dra_driver.container.claim_spec`, from
-               the plan) -> checkpoint PrepareCompleted -> answer
+               the plan: the devices' own edits) -> checkpoint
+               PrepareCompleted -> answer (each device's CDI ids: the node's
+               base spec first, then its own)
     Unprepare: remove the CDI spec -> release each sharing strategy (stop an
                MPS daemon no other claim uses, restore a time-slice no other
                claim wants) -> destroy the MIG devices we created
@@ -40,6 +42,15 @@ Overlap guard: a dynamic MIG device whose memory slices overlap another
 prepared (or half-prepared) claim's, or a whole GPU and a MIG device of it,
 are refused before anything is touched (`dra_driver.planning.devices`).
 
+Base specs: what every claim's containers get (control nodes, environment,
+the driver's files and hooks) is one spec per node and driver
+(`dra_driver.container.base_spec`), written at start-up and again when the
+driver root or the device numbers change; it is checked under the
+checkpoint lock by every Prepare that hands out its id (rewritten if someone
+removed it). A base spec no checkpointed claim names and that is not the
+current one is removed at start-up, and after a change at the next
+Unprepare, under the same lock, so it never goes while a claim uses it.
+
 Sharing: each share of a multi-allocatable device (a result with a
 `shareID`) gets its own CDI device, `<claimUID>-<device>-<shareID>`, and
 the kubelet learns its `share_id`; `dra_driver.planning.shares` refuses
@@ -53,7 +64,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dra_driver import failpoints
 from dra_driver.claims.allocated import AllocatedClaim, parse_allocated_claim
@@ -66,7 +77,7 @@ from dra_driver.claims.checkpoint import (
     to_spec_record,
 )
 from dra_driver.claims.checkpoint_store import CheckpointStore, LoadOutcome
-from dra_driver.container import cdi
+from dra_driver.container import base_spec, cdi
 from dra_driver.container.cdi_store import CdiStore
 from dra_driver.container.claim_spec import build_claim_spec
 from dra_driver.errors import CheckpointError, ClaimError, DraGpuError, NotFoundError
@@ -139,6 +150,9 @@ class GpuDriver:
         self._gpu_locks = gpu_locks
         self._driver_edits = driver_edits
         self._cdi_hooks = cdi_hooks
+        # (driver edits object, uvm major) -> the base spec's device name and document
+        self._base: tuple[object, int, str, dict[str, Any]] | None = None
+        self._collect_bases = False  # an older base spec may wait for its last claim
         self._thread_lock = threading.Lock()
         self._claim_locks = claim_locks or ClaimLocks(None)
         self._state: Checkpoint | None = None
@@ -221,6 +235,7 @@ class GpuDriver:
                     report.unprepare_finished.append(entry.uid)
 
         def remove_orphans(checkpoint: Checkpoint) -> Checkpoint:
+            self._start_base(checkpoint)
             for temp in self._cdi.remove_temp_files():
                 log.warning("removed %s, left by an interrupted CDI spec write", temp)
                 report.temp_files_removed.append(str(temp))
@@ -246,6 +261,65 @@ class GpuDriver:
         for strategy in self._sharing:
             strategy.recover(self.current(), report)
         return report
+
+    def _start_base(self, checkpoint: Checkpoint) -> None:
+        """Under the checkpoint lock at start-up: (re)write the current base spec and
+        remove those no claim of `checkpoint` names. A driver root that cannot be read
+        now is logged and removes nothing (its first Prepare writes the base spec)."""
+        try:
+            name, doc = self._current_base()
+            self._cdi.write_base(name, doc)
+        except DraGpuError as exc:
+            log.error("cannot write the node's base CDI spec: %s", exc)
+            return
+        for removed in self._remove_unused_bases(checkpoint):
+            log.info("removed base CDI spec %s: no prepared claim names it", removed)
+
+    def _current_base(self) -> tuple[str, dict[str, Any]]:
+        """The device name and document of the base spec for the driver as it is now
+        (built again only when the driver's edits or the uvm major changed)."""
+        edits = None if self._driver_edits is None else self._driver_edits()
+        uvm_major = self._host.char_major("nvidia-uvm")
+        cached = self._base
+        if cached is not None and cached[0] is edits and cached[1] == uvm_major:
+            return cached[2], cached[3]
+        common = cdi.common_edits(uvm_major)
+        if edits is not None:
+            common = common.merged(edits)
+        name, doc = base_spec.base_spec(common, owner=self._cdi.owner)
+        if cached is not None and cached[2] != name:
+            log.info("the node's base CDI spec is now %s (was %s)", name, cached[2])
+            self._collect_bases = True
+        self._base = (edits, uvm_major, name, doc)
+        return name, doc
+
+    def _ensure_base(self, name: str, doc: dict[str, Any]) -> None:
+        """Under the checkpoint lock: the base spec `name` exists (written if it does not)."""
+        if not self._cdi.base_path(name).exists():
+            self._cdi.write_base(name, doc)
+
+    def _remove_unused_bases(self, checkpoint: Checkpoint) -> list[str]:
+        """Under the checkpoint lock: remove each base spec of ours that is not the current
+        one and that no claim of `checkpoint` names; the removed names."""
+        used = {
+            name
+            for entry in checkpoint.claims.values()
+            for device in entry.devices
+            for cdi_id in device.cdi_device_ids
+            if (name := base_spec.name_of_id(cdi_id)) is not None
+        }
+        current = self._base[2] if self._base is not None else None
+        removed: list[str] = []
+        waiting = False
+        for name in sorted(self._cdi.base_names()):
+            if name == current:
+                continue
+            if name in used:
+                waiting = True
+            elif self._cdi.remove_base(name):
+                removed.append(name)
+        self._collect_bases = waiting
+        return removed
 
     def _settle_rebuilt(self, report: RecoveryReport) -> None:
         """Roll back the rebuilt claims the API says no longer exist.
@@ -444,24 +518,17 @@ class GpuDriver:
         )
 
     def _prepare_one(self, claim: AllocatedClaim) -> tuple[ResultDevice, ...]:
-        existing = self.current().claims.get(claim.uid)
-        if (
-            existing is not None
-            and existing.state is ClaimState.PrepareCompleted
-            and (not existing.releasing)
-        ):
-            return _result_devices(existing.devices)
-        if existing is not None:
-            log.info("%s was left half-prepared; rolling back first", existing.ref)
-            self._roll_back(existing)
         self._finish_releases(claim)
-
         plans: list[ClaimPlan] = []
+        found: list[ClaimEntry] = []
 
         def start(checkpoint: Checkpoint) -> Checkpoint:
+            """Plan and record the claim, in one look at the checkpoint; an entry it already
+            has is left for the caller (a repeated Prepare, or one left half-done)."""
             entry = checkpoint.claims.get(claim.uid)
             if entry is not None:
-                raise ClaimError(f"{entry.ref} is being prepared by another call; retry")
+                found.append(entry)
+                return checkpoint
             plans.append(
                 plan_claim(
                     claim,
@@ -474,25 +541,41 @@ class GpuDriver:
             return checkpoint.start(plans[0].entry())
 
         # fsync'd only if something must be undone after a crash (see `_undo_needs_record`).
-        self.update(start, durable=_undo_needs_record(claim, self._devices))
+        durable = _undo_needs_record(claim, self._devices)
+        self.update(start, durable=durable)
+        if found:
+            existing = found.pop()
+            if existing.state is ClaimState.PrepareCompleted and not existing.releasing:
+                return _result_devices(existing.devices)
+            log.info("%s was left half-prepared; rolling back first", existing.ref)
+            self._roll_back(existing)
+            self.update(start, durable=durable)
+            if found:  # only another call could have started it since: it holds the claim
+                raise ClaimError(f"{found[0].ref} is being prepared by another call; retry")
         (plan,) = plans
         failpoints.hit("prepare-after-checkpoint-started")
 
         try:
             self._create_mig_devices(claim.uid, plan)
             for strategy in self._sharing:
-                strategy.apply(plan, self.current().claims[claim.uid])
+                # this process's view is the claim's truth: it holds the claim's lock
+                strategy.apply(plan, self.snapshot().claims[claim.uid])
             spec = build_claim_spec(
-                plan,
-                self.snapshot().claims[claim.uid],
-                host=self._host,
-                driver_edits=None if self._driver_edits is None else self._driver_edits(),
-                hooks=self._cdi_hooks,
+                plan, self.snapshot().claims[claim.uid], host=self._host, hooks=self._cdi_hooks
             )
+            passthrough_only = all(
+                device.vfio is not None for device in self.snapshot().claims[claim.uid].devices
+            )
+            # A VM's GPUs alone need no base spec (nor a loaded nvidia-uvm for it).
+            base = None if passthrough_only else self._current_base()
 
             def complete(checkpoint: Checkpoint) -> Checkpoint:
                 entry = checkpoint.claims[claim.uid]
-                done = checkpoint.complete(claim.uid, entry.devices)
+                devices = list(entry.devices)
+                if base is not None:
+                    self._ensure_base(*base)
+                    devices = _with_base(devices, base[0])
+                done = checkpoint.complete(claim.uid, devices)
                 record = to_spec_record(self._checkpoints.boot_id, done.claims[claim.uid])
                 self._cdi.write(claim.uid, spec, record=record)
                 failpoints.hit("prepare-after-cdi-written")
@@ -533,7 +616,9 @@ class GpuDriver:
             for result in claim.results
             if (device := self._devices.get(result.device)) is not None
         }
-        for entry in self.current().releasing():
+        # This process's last look at the checkpoint (every lock taken refreshes it): a
+        # rollback another instance failed is finished there, or at its start-up.
+        for entry in self.snapshot().releasing():
             if entry.uid == claim.uid or not gpus & _gpus_of(entry):
                 continue
             with self._claim_locks.try_hold(entry.uid) as held:
@@ -638,7 +723,14 @@ class GpuDriver:
         for strategy in self._sharing:
             strategy.release(entry)
         self._destroy_mig_devices(entry)
-        self.update(lambda checkpoint: checkpoint.remove(uid))
+
+        def forget(checkpoint: Checkpoint) -> Checkpoint:
+            checkpoint = checkpoint.remove(uid)
+            if self._collect_bases:
+                self._remove_unused_bases(checkpoint)
+            return checkpoint
+
+        self.update(forget)
         failpoints.hit("unprepare-after-checkpoint-removed")
         log.info("unprepared %s", entry.ref)
 
@@ -675,7 +767,7 @@ class GpuDriver:
     # -- helpers ------------------------------------------------------------------
 
     def update(
-        self, mutate: Callable[[Checkpoint], Checkpoint], *, durable: bool = True
+        self, mutate: Callable[[Checkpoint], Checkpoint], *, durable: bool = False
     ) -> Checkpoint:
         """Apply `mutate` to the checkpoint and persist the result; the only path that changes it.
 
@@ -690,18 +782,25 @@ class GpuDriver:
         are written, so the cost does not depend on how many claims the node
         holds.
 
-        `durable=False` writes the change without fsync: other processes see
-        it at once (a peer must see a reservation), a power loss may lose it.
-        Prepare uses it to reserve a claim's devices when nothing will need
-        undoing after a crash.
+        The change is written without fsync (`durable=True` flushes it): other
+        processes see it at once (a peer must see a reservation), a crash of
+        the process loses nothing (the page cache keeps it), and only a crash
+        of the machine could lose it. That is a reboot, after which every
+        record of the earlier boot is discarded unread (its boot id; devices,
+        MIG instances, MPS daemons and CDI specs under /var/run are gone
+        too), so a flushed record would never be used. NVIDIA's plugin
+        fsyncs its checkpoint three times per Prepare and Unprepare; ours
+        none, for a whole GPU (`_undo_needs_record` still flushes the
+        PrepareStarted of a claim with hardware side effects, as before).
         """
         with self._thread_lock, self._checkpoints.lock():
             old = self._current_locked()
             new = mutate(old)
             if new is not old:
-                self._checkpoints.commit(old, new, sync=durable)
+                token = self._checkpoints.commit(old, new, sync=durable)
                 self._state = new
-                self._generation = self._checkpoints.generation()
+                if token is not None:
+                    self._generation = token
             return new
 
     def current(self) -> Checkpoint:
@@ -829,6 +928,24 @@ def _describe(device: PreparedDevice) -> str:
     if mig is None or not mig.created_by_us:
         return device.device
     return f"{device.device} (GI {mig.gi_id}, CI {mig.ci_id} on {mig.parent_uuid})"
+
+
+def _with_base(devices: Sequence[PreparedDevice], base: str) -> list[PreparedDevice]:
+    """`devices` with the base spec's id first in each one's CDI ids (replacing another);
+    a GPU passed through to a VM gets none of the driver's files, so no base id."""
+    first = base_spec.qualified_id(base)
+    return [
+        device
+        if device.vfio is not None
+        else dataclasses.replace(
+            device,
+            cdi_device_ids=(
+                first,
+                *(i for i in device.cdi_device_ids if base_spec.name_of_id(i) is None),
+            ),
+        )
+        for device in devices
+    ]
 
 
 def _result_devices(devices: Sequence[PreparedDevice]) -> tuple[ResultDevice, ...]:

@@ -48,9 +48,9 @@ class GpuLocks:
                 raise PluginError(
                     f"GPU {uuid}: another operation held its lock for {self._timeout_s:.0f} s"
                 ) from None
-            self._directory.mkdir(parents=True, exist_ok=True)
             with file_lock(
                 self._directory / f"{uuid}.lock",
+                make_parent=True,
                 timeout_s=self._timeout_s,
                 error=PluginError,
                 what=f"GPU {uuid}",

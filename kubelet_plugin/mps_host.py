@@ -63,9 +63,7 @@ from dra_driver.claims.mps_intent import (
     INTENT_SUFFIX,
     MAX_FILE_BYTES,
     STATUS_SUFFIX,
-    DaemonIntent,
     DaemonState,
-    DaemonStatus,
     decode_intent,
     decode_status,
     device_uuid_of,
@@ -73,6 +71,7 @@ from dra_driver.claims.mps_intent import (
     intent_file_name,
     status_file_name,
 )
+from dra_driver.claims.mps_intent_records import DaemonIntent, DaemonStatus
 from dra_driver.errors import MpsError, PluginError
 from dra_driver.files import atomic
 from dra_driver.files.flock import file_lock

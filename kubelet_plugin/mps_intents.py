@@ -24,15 +24,13 @@ import secrets
 import time
 from collections.abc import Collection
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from dra_driver.claims.mps import DaemonPaths, MpsLimits
 from dra_driver.claims.mps_intent import (
     HOST_LOCK_FILE,
     MAX_FILE_BYTES,
-    DaemonIntent,
     DaemonState,
-    DaemonStatus,
     decode_intent,
     decode_status,
     device_uuid_of,
@@ -44,7 +42,9 @@ from dra_driver.claims.mps_intent import (
 )
 from dra_driver.errors import MpsError
 from dra_driver.files import atomic
-from kubelet_plugin.mps_host import wake
+
+if TYPE_CHECKING:
+    from dra_driver.claims.mps_intent_records import DaemonIntent, DaemonStatus
 
 REQUEST_TIMEOUT_S: Final = 40.0
 """Longest wait for the host's answer: a start (10 s) and a command (10 s) with room to
@@ -173,7 +173,7 @@ class MpsHostClient:
             atomic.atomic_write(path, encode_intent(intent), mode=0o644)
         except OSError as exc:
             raise MpsError(f"{path}: cannot write the MPS intent: {exc.strerror or exc}") from exc
-        if not wake(self.root) and not (wanted and need_daemon):
+        if not _wake(self.root) and not (wanted and need_daemon):
             return None  # no host: the intent waits for the next one
         status = self._wait(intent)
         if status.state is DaemonState.FAILED:
@@ -208,8 +208,16 @@ class MpsHostClient:
                         f"MPS for {intent.device_uuid}: the MPS host stopped before it "
                         f"answered; {NO_HOST_HINT}"
                     )
-                wake(self.root)
+                _wake(self.root)
             time.sleep(_POLL_S)
+
+
+def _wake(root: Path) -> bool:
+    """`mps_host.wake`, imported on first use: the host's module loads pydantic, which a
+    plugin without MPS claims never needs."""
+    from kubelet_plugin.mps_host import wake
+
+    return wake(root)
 
 
 def _read_bounded(path: Path) -> bytes:

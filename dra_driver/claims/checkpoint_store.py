@@ -10,7 +10,8 @@ and migrations of that module apply to every file unchanged.
 Why a file per claim: a node may hold hundreds of shared claims. With one
 file for the node, every Prepare rewrote (and fsync'd) every claim twice, so
 Prepare got slower with every claim held. Now a transition writes only the
-file of the claim it changes (temp file, fsync, rename, directory fsync), so
+file of the claim it changes (temp file, rename; fsync'd and the directory
+too when the caller asks: the plugin does not, see `GpuDriver.update`), so
 its cost does not depend on how many claims the node holds, and every file
 is still replaced atomically: a crash leaves each claim's old or new record,
 never a mix. Claims are independent records; nothing needs two files to
@@ -52,9 +53,12 @@ forgetting them. `save()` moves such a path aside and recreates the directory.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import stat
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -63,8 +67,8 @@ from pathlib import Path
 from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry, decode, encode
 from dra_driver.errors import CheckpointError
 from dra_driver.files import atomic as fsutil
-from dra_driver.files.flock import file_lock
 from dra_driver.files.regular import read_regular
+from dra_driver.files.flock import acquire
 from dra_driver.kube.names import is_uid
 
 DEFAULT_LOCK_TIMEOUT_S = 10.0
@@ -132,6 +136,10 @@ class CheckpointStore:
         self.legacy_file = None if legacy_file is None else Path(legacy_file)
         self.lock_path = self.directory.with_name(self.directory.name + ".lock")
         self.last_load: LoadOutcome | None = None
+        # The lock file stays open between locks (see `lock`): (descriptor, (dev, inode)).
+        self._lock_file: tuple[int, tuple[int, int]] | None = None
+        self._threads = threading.Lock()
+        self._held = False
 
     def path_for(self, claim_uid: str) -> Path:
         """The file of `claim_uid` (whether or not it exists)."""
@@ -260,7 +268,7 @@ class CheckpointStore:
 
     # -- writing ------------------------------------------------------------------
 
-    def commit(self, old: Checkpoint, new: Checkpoint, *, sync: bool = True) -> None:
+    def commit(self, old: Checkpoint, new: Checkpoint, *, sync: bool = True) -> str | None:
         """Make the files go from `old` (what is on disk) to `new`.
 
         Writes the file of each claim whose entry changed and removes the
@@ -269,7 +277,8 @@ class CheckpointStore:
         `sync=False` skips the fsyncs: the change is visible to every other
         process at once (a rolling-upgrade peer must see a reservation), only
         not guaranteed to survive a power loss, which voids the boot's
-        claims anyway.
+        claims anyway. Returns the new generation token (None: nothing
+        changed on disk).
         """
         self._check_boot(new)
         changed = new.changed_since(old)
@@ -278,13 +287,14 @@ class CheckpointStore:
         for uid in sorted(candidates):
             entry = new.claims.get(uid)
             if entry is None:
-                if uid in old.claims and self._remove(self.path_for(uid)):
+                if uid in old.claims and self._remove(self.path_for(uid), sync=sync):
                     wrote = True
             elif old.claims.get(uid) is not entry:
                 self._write(uid, entry, sync=sync)
                 wrote = True
         if wrote:
-            self._bump_generation()
+            return self._bump_generation()
+        return None
 
     def save(self, checkpoint: Checkpoint) -> None:
         """Make the directory hold exactly `checkpoint` (start-up: migrate, discard, rebuild).
@@ -307,20 +317,19 @@ class CheckpointStore:
 
     def _write(self, uid: str, entry: ClaimEntry, *, sync: bool = True) -> None:
         path = self.path_for(uid)
+        data = encode(Checkpoint(boot_id=self.boot_id, claims={uid: entry}))
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fsutil.atomic_write(
-                path,
-                encode(Checkpoint(boot_id=self.boot_id, claims={uid: entry})),
-                mode=0o600,
-                sync=sync,
-            )
+            try:
+                fsutil.atomic_write(path, data, mode=0o600, sync=sync)
+            except FileNotFoundError:  # the first claim file
+                self.directory.mkdir(parents=True, exist_ok=True)
+                fsutil.atomic_write(path, data, mode=0o600, sync=sync)
         except OSError as exc:
             raise CheckpointError(f"{path}: cannot write: {exc.strerror or exc}") from exc
 
-    def _remove(self, path: Path) -> bool:
+    def _remove(self, path: Path, *, sync: bool = True) -> bool:
         try:
-            return fsutil.remove_file(path)
+            return fsutil.remove_file(path, sync=sync)
         except OSError as exc:
             raise CheckpointError(f"{path}: cannot remove: {exc.strerror or exc}") from exc
 
@@ -376,22 +385,28 @@ class CheckpointStore:
         under `lock()`: a different value than last time means another process changed
         the checkpoint (reload it)."""
         try:
-            with open(self.lock_path, "rb") as f:
-                return f.read(_GENERATION_BYTES).decode("ascii", errors="replace").strip("\0 ")
+            if self._held and self._lock_file is not None:
+                data = os.pread(self._lock_file[0], _GENERATION_BYTES, 0)
+            else:
+                with open(self.lock_path, "rb") as f:
+                    data = f.read(_GENERATION_BYTES)
         except FileNotFoundError:
             return ""
         except OSError as exc:
             raise CheckpointError(f"{self.lock_path}: cannot read: {exc.strerror or exc}") from exc
+        return data.decode("ascii", errors="replace").strip("\0 ")
 
     def _bump_generation(self) -> str:
         token = secrets.token_hex(_GENERATION_BYTES // 2)
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)  # "missing" would mean damaged
-            fd = os.open(self.lock_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                os.pwrite(fd, token.encode("ascii"), 0)
-            finally:
-                os.close(fd)
+            if self._held and self._lock_file is not None:
+                os.pwrite(self._lock_file[0], token.encode("ascii"), 0)
+            else:
+                fd = os.open(self.lock_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                try:
+                    os.pwrite(fd, token.encode("ascii"), 0)
+                finally:
+                    os.close(fd)
         except OSError as exc:
             raise CheckpointError(f"{self.lock_path}: cannot write: {exc.strerror or exc}") from exc
         return token
@@ -434,10 +449,62 @@ class CheckpointStore:
         `flock` on `<directory>.lock`; waits up to `timeout_s` and then raises
         `CheckpointError`. Not re-entrant: a second `lock()` in the same
         process while one is held waits like any other process would.
+
+        The lock file is opened once and kept open (a Prepare takes this lock
+        several times; opening, creating the directory and closing each time
+        was most of its file operations), with a thread lock for this
+        process's threads. Once the lock is held, the path must still name
+        the open file: one deleted or replaced since (its directory was
+        removed) is opened again, so two processes never lock two files.
         """
+        deadline = time.monotonic() + timeout_s
+        if not self._threads.acquire(timeout=timeout_s):
+            raise CheckpointError(
+                f"{self.lock_path}: still locked by another thread after {timeout_s:g} s"
+            )
+        try:
+            fd = self._locked_descriptor(deadline)
+            self._held = True
+            try:
+                yield
+            finally:
+                self._held = False
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            self._threads.release()
+
+    def _locked_descriptor(self, deadline: float) -> int:
+        """Under the thread lock: flock the lock file, (re)opening it as needed."""
+        while True:
+            if self._lock_file is None:
+                self._lock_file = self._open_lock_file()
+            fd, identity = self._lock_file
+            acquire(
+                fd,
+                timeout_s=max(deadline - time.monotonic(), 0.0),
+                error=CheckpointError,
+                what=str(self.lock_path),
+            )
+            try:
+                info = os.stat(self.lock_path)
+            except FileNotFoundError:
+                info = None
+            except OSError as exc:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                raise CheckpointError(
+                    f"{self.lock_path}: cannot examine: {exc.strerror or exc}"
+                ) from exc
+            if info is not None and (info.st_dev, info.st_ino) == identity:
+                return fd
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            self._lock_file = None
+
+    def _open_lock_file(self) -> tuple[int, tuple[int, int]]:
         try:
             self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise CheckpointError(f"{self.lock_path}: cannot open: {exc.strerror or exc}") from exc
-        with file_lock(self.lock_path, timeout_s=timeout_s, error=CheckpointError):
-            yield
+        info = os.fstat(fd)
+        return fd, (info.st_dev, info.st_ino)

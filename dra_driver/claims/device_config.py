@@ -15,26 +15,33 @@ Sharing is decoded and validated here and applied by the node plugin: MPS
 (`kubelet_plugin.sharing`). `unsupported_sharing` is where a strategy the
 plugin cannot apply would be turned into a clear per-claim error instead of
 a silently unshared device; today every strategy is applied.
+
+The pydantic models live in `device_config_models`, imported only when a
+claim carries a config (they are also reachable here, by name, on first use).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from fractions import Fraction
-from typing import Annotated, Literal, TypeVar
-
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+from typing import TYPE_CHECKING, TypeVar
 
 from dra_driver.claims.allocated import AllocatedClaim, DeviceResult, OpaqueConfig
-from dra_driver.errors import ClaimError, ConfigError
-from dra_driver.kube.quantity import parse_quantity
+from dra_driver.errors import ClaimError
+
+if TYPE_CHECKING:
+    from dra_driver.claims.device_config_models import (
+        DeviceConfig,
+        GpuConfig,
+        IommuBackendPolicy,
+        IommuConfig,
+        MigDeviceConfig,
+        MpsConfig,
+        OpaqueConfigModel,
+        VfioDeviceConfig,
+    )
 
 API_VERSION = "resource.nvidia.com/v1beta1"
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 class SharingStrategy(StrEnum):
@@ -49,115 +56,29 @@ class TimeSliceInterval(StrEnum):
     LONG = "Long"
 
 
-class TimeSlicingConfig(_Strict):
-    interval: TimeSliceInterval = TimeSliceInterval.DEFAULT
-
-
-class MpsConfig(_Strict):
-    default_active_thread_percentage: Annotated[int, Field(ge=0, le=100)] | None = Field(
-        default=None, alias="defaultActiveThreadPercentage"
-    )
-    default_pinned_device_memory_limit: str | None = Field(
-        default=None, alias="defaultPinnedDeviceMemoryLimit"
-    )
-    default_per_device_pinned_memory_limit: dict[str, str] | None = Field(
-        default=None, alias="defaultPerDevicePinnedMemoryLimit"
-    )
-    multi_user: bool = Field(default=False, alias="multiUser")
-
-    @field_validator("default_pinned_device_memory_limit")
-    @classmethod
-    def _limit(cls, value: str | None) -> str | None:
-        if value is not None and _bytes(value) < 2**20:
-            raise ValueError("must be at least 1Mi")
-        return value
-
-    @field_validator("default_per_device_pinned_memory_limit")
-    @classmethod
-    def _limits(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        for device, limit in (value or {}).items():
-            if _bytes(limit) < 2**20:
-                raise ValueError(f"limit of {device!r} must be at least 1Mi")
-        return value
-
-
-def _bytes(text: str) -> Fraction:
-    """A quantity; a malformed one is a ValueError, so pydantic names the field with it."""
-    try:
-        return parse_quantity(text).value
-    except ConfigError as exc:
-        raise ValueError(str(exc)) from exc
-
-
-class GpuSharing(_Strict):
-    strategy: SharingStrategy
-    time_slicing_config: TimeSlicingConfig | None = Field(default=None, alias="timeSlicingConfig")
-    mps_config: MpsConfig | None = Field(default=None, alias="mpsConfig")
-
-
-class MigSharing(_Strict):
-    strategy: SharingStrategy
-    mps_config: MpsConfig | None = Field(default=None, alias="mpsConfig")
-
-
-class OpaqueConfigModel(_Strict):
-    """The base of every opaque config kind (each narrows `kind` to its own name)."""
-
-    kind: str
-
-
-class GpuConfig(OpaqueConfigModel):
-    api_version: Literal["resource.nvidia.com/v1beta1"] = Field(alias="apiVersion")
-    kind: Literal["GpuConfig"]
-    sharing: GpuSharing | None = None
-
-
-class MigDeviceConfig(OpaqueConfigModel):
-    api_version: Literal["resource.nvidia.com/v1beta1"] = Field(alias="apiVersion")
-    kind: Literal["MigDeviceConfig"]
-    sharing: MigSharing | None = None
-
-
-class IommuBackendPolicy(StrEnum):
-    """NVIDIA's `IOMMUBackendPolicy`: the legacy VFIO group, or iommufd where the kernel has it."""
-
-    LEGACY_ONLY = "LegacyOnly"
-    PREFER_IOMMUFD = "PreferIommuFD"
-
-
-class IommuConfig(_Strict):
-    """NVIDIA's `IOMMUConfig`; an empty `backendPolicy` means LegacyOnly (its `Normalize`)."""
-
-    backend_policy: IommuBackendPolicy | Literal[""] = Field(
-        default=IommuBackendPolicy.LEGACY_ONLY, alias="backendPolicy"
-    )
-    enable_api_device: StrictBool = Field(default=False, alias="enableAPIDevice")
-
-    @property
-    def prefer_iommufd(self) -> bool:
-        return self.backend_policy == IommuBackendPolicy.PREFER_IOMMUFD
-
-
-class VfioDeviceConfig(OpaqueConfigModel):
-    """NVIDIA's `VfioDeviceConfig`: how a passthrough GPU's VFIO nodes reach the VM."""
-
-    api_version: Literal["resource.nvidia.com/v1beta1"] = Field(alias="apiVersion")
-    kind: Literal["VfioDeviceConfig"]
-    iommu: IommuConfig = Field(default_factory=IommuConfig)
-
-    @property
-    def sharing(self) -> None:
-        """A passthrough GPU is never shared."""
-        return None
-
-
-DeviceConfig = GpuConfig | MigDeviceConfig | VfioDeviceConfig
-_KINDS: Mapping[str, type[GpuConfig] | type[MigDeviceConfig] | type[VfioDeviceConfig]] = {
-    "GpuConfig": GpuConfig,
-    "MigDeviceConfig": MigDeviceConfig,
-    "VfioDeviceConfig": VfioDeviceConfig,
-}
 _KIND_OF_DEVICE = {"gpu": "GpuConfig", "mig": "MigDeviceConfig", "vfio": "VfioDeviceConfig"}
+
+_MODELS = frozenset(
+    {
+        "DeviceConfig",
+        "GpuConfig",
+        "IommuBackendPolicy",
+        "IommuConfig",
+        "MigDeviceConfig",
+        "MpsConfig",
+        "OpaqueConfigModel",
+        "VfioDeviceConfig",
+    }
+)
+
+
+def __getattr__(name: str) -> object:
+    """The config models, imported on first use (`device_config_models`: pydantic)."""
+    if name in _MODELS:
+        from dra_driver.claims import device_config_models
+
+        return getattr(device_config_models, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 ConfigT = TypeVar("ConfigT", bound="OpaqueConfigModel")
@@ -165,7 +86,9 @@ ConfigT = TypeVar("ConfigT", bound="OpaqueConfigModel")
 
 def decode(config: OpaqueConfig, where: str) -> DeviceConfig:
     """Decode one opaque config strictly; ClaimError names `where` and the field."""
-    return decode_kind(config, where, _KINDS)
+    from dra_driver.claims.device_config_models import KINDS
+
+    return decode_kind(config, where, KINDS)
 
 
 def _in_words(names: Sequence[str]) -> str:
@@ -187,6 +110,8 @@ def decode_kind(
             f"{where}: kind is {kind!r}; {reader} understands {API_VERSION} "
             f"{_in_words(sorted(kinds))}"
         )
+    from pydantic import ValidationError
+
     try:
         return model.model_validate(dict(params))
     except ValidationError as exc:
@@ -284,6 +209,8 @@ def mps_config_of(
         return None
     if config.sharing.strategy is not SharingStrategy.MPS:
         return None
+    from dra_driver.claims.device_config_models import MpsConfig
+
     return config.sharing.mps_config or MpsConfig()
 
 
@@ -297,6 +224,7 @@ __all__ = [
     "DeviceConfig",
     "config_key",
     "GpuConfig",
+    "IommuBackendPolicy",
     "IommuConfig",
     "MigDeviceConfig",
     "OpaqueConfigModel",

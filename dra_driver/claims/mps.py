@@ -27,12 +27,14 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from dra_driver.claims.device_config import MpsConfig
 from dra_driver.container import cdi
 from dra_driver.errors import ClaimError
 from dra_driver.kube.quantity import parse_quantity
+
+if TYPE_CHECKING:
+    from dra_driver.claims.device_config_models import MpsConfig
 
 MPS_DIR: Final = "mps"
 """Sub-directory of the plugin's data directory that holds one directory per daemon."""

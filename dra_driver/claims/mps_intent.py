@@ -31,7 +31,9 @@ deletes an intent, so it never races a plugin writing one. A daemon that
 dies is restarted on the host's next periodic pass while its intent has
 claims.
 
-This module is the format only: pure, bytes in and out. Both files are JSON
+This module is the format only: pure, bytes in and out. Its pydantic records
+are in `mps_intent_records`, imported on first use (the plugin of a node
+without MPS claims never loads pydantic). Both files are JSON
 objects with a `format` and a `version`; unknown fields are ignored, so a
 newer plugin and an older host (or the reverse) still understand each other
 within one version.
@@ -41,12 +43,15 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Final, Literal, TypeVar
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from typing import TYPE_CHECKING, Final
 
 from dra_driver.claims.mps import MpsLimits
 from dra_driver.errors import MpsError
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from dra_driver.claims.mps_intent_records import DaemonIntent, DaemonStatus, R
 
 VERSION: Final = 1
 INTENT_FORMAT: Final = "dra-gpu/mps-intent"
@@ -58,8 +63,7 @@ HOST_WAKE_FIFO: Final = "host.wake"
 MAX_FILE_BYTES: Final = 1 << 20
 """Larger intent or status files are refused unread (a node holds at most a few hundred claims)."""
 
-_R = TypeVar("_R", bound="_Record")
-_DEVICE_UUID = re.compile(r"(GPU|MIG)-[A-Za-z0-9][A-Za-z0-9-]{0,127}")
+DEVICE_UUID = re.compile(r"(GPU|MIG)-[A-Za-z0-9][A-Za-z0-9-]{0,127}")
 
 
 class DaemonState(StrEnum):
@@ -73,94 +77,13 @@ class DaemonState(StrEnum):
     """The host could not do what the intent asks; `error` says why."""
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+def __getattr__(name: str) -> object:
+    """The records, imported on first use (`mps_intent_records`: pydantic)."""
+    if name in ("DaemonIntent", "DaemonStatus"):
+        from dra_driver.claims import mps_intent_records
 
-
-class DaemonIntent(_Record):
-    """What the plugin wants for the daemon of one device."""
-
-    format: Literal["dra-gpu/mps-intent"] = INTENT_FORMAT
-    version: Literal[1] = VERSION
-    device_uuid: str = Field(validation_alias="deviceUuid", serialization_alias="deviceUuid")
-    claims: tuple[str, ...] = ()
-    """UIDs of the claims the daemon serves, sorted; empty: stop the daemon."""
-    multi_user: bool = Field(
-        default=False, validation_alias="multiUser", serialization_alias="multiUser"
-    )
-    active_thread_percentage: int | None = Field(
-        default=None,
-        validation_alias="activeThreadPercentage",
-        serialization_alias="activeThreadPercentage",
-        ge=1,
-        le=100,
-    )
-    pinned_memory_mib: int | None = Field(
-        default=None,
-        validation_alias="pinnedMemoryMiB",
-        serialization_alias="pinnedMemoryMiB",
-        ge=1,
-    )
-    token: str = Field(min_length=1, max_length=64)
-    """Changes with every write; the host's status echoes the token it acted on."""
-    gpu_uuid: str | None = Field(
-        default=None, validation_alias="gpuUuid", serialization_alias="gpuUuid"
-    )
-    """The GPU whose lock guards the daemon (a MIG device's parent), for the plugin."""
-
-    @field_validator("device_uuid")
-    @classmethod
-    def _uuid(cls, value: str) -> str:
-        if not _DEVICE_UUID.fullmatch(value):
-            raise ValueError(f"{value!r} is not a GPU or MIG UUID")
-        return value
-
-    @field_validator("claims")
-    @classmethod
-    def _sorted(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(sorted(set(value)))
-
-    @property
-    def wanted(self) -> bool:
-        """Whether a daemon should run (some claim uses it)."""
-        return bool(self.claims)
-
-    @property
-    def limits(self) -> MpsLimits:
-        """The daemon's defaults: the most any of its claims may use."""
-        return MpsLimits(self.active_thread_percentage, self.pinned_memory_mib)
-
-
-class DaemonStatus(_Record):
-    """What the host did for an intent."""
-
-    format: Literal["dra-gpu/mps-status"] = STATUS_FORMAT
-    version: Literal[1] = VERSION
-    device_uuid: str = Field(validation_alias="deviceUuid", serialization_alias="deviceUuid")
-    token: str
-    """The token of the intent this status answers ("" when there was no readable intent)."""
-    state: DaemonState
-    pid: int | None = None
-    start_ticks: int | None = Field(
-        default=None, validation_alias="startTicks", serialization_alias="startTicks"
-    )
-    multi_user: bool = Field(
-        default=False, validation_alias="multiUser", serialization_alias="multiUser"
-    )
-    active_thread_percentage: int | None = Field(
-        default=None,
-        validation_alias="activeThreadPercentage",
-        serialization_alias="activeThreadPercentage",
-    )
-    pinned_memory_mib: int | None = Field(
-        default=None, validation_alias="pinnedMemoryMiB", serialization_alias="pinnedMemoryMiB"
-    )
-    error: str = ""
-
-    @property
-    def limits(self) -> MpsLimits:
-        """The defaults the host last sent to the daemon."""
-        return MpsLimits(self.active_thread_percentage, self.pinned_memory_mib)
+        return getattr(mps_intent_records, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def intent_file_name(device_uuid: str) -> str:
@@ -176,13 +99,13 @@ def device_uuid_of(file_name: str) -> str | None:
     for suffix in (INTENT_SUFFIX, STATUS_SUFFIX):
         if file_name.endswith(suffix):
             uuid = file_name[: -len(suffix)]
-            return uuid if _DEVICE_UUID.fullmatch(uuid) else None
+            return uuid if DEVICE_UUID.fullmatch(uuid) else None
     return None
 
 
 def is_device_uuid(value: str) -> bool:
     """Whether `value` can name a daemon's directory (a GPU or MIG UUID)."""
-    return _DEVICE_UUID.fullmatch(value) is not None
+    return DEVICE_UUID.fullmatch(value) is not None
 
 
 def make_intent(
@@ -195,6 +118,10 @@ def make_intent(
     gpu_uuid: str | None = None,
 ) -> DaemonIntent:
     """An intent; `MpsError` if a value is out of range (a bug in the caller)."""
+    from pydantic import ValidationError
+
+    from dra_driver.claims.mps_intent_records import DaemonIntent
+
     try:
         return DaemonIntent(
             device_uuid=device_uuid,
@@ -219,15 +146,21 @@ def encode_status(status: DaemonStatus) -> bytes:
 
 def decode_intent(data: bytes, *, source: str) -> DaemonIntent:
     """Parse an intent file; `MpsError` naming `source` and the field if it is bad."""
+    from dra_driver.claims.mps_intent_records import DaemonIntent
+
     return _decode(DaemonIntent, data, source)
 
 
 def decode_status(data: bytes, *, source: str) -> DaemonStatus:
     """Parse a status file; `MpsError` naming `source` and the field if it is bad."""
+    from dra_driver.claims.mps_intent_records import DaemonStatus
+
     return _decode(DaemonStatus, data, source)
 
 
-def _decode(model: type[_R], data: bytes, source: str) -> _R:
+def _decode(model: type[R], data: bytes, source: str) -> R:
+    from pydantic import ValidationError
+
     if len(data) > MAX_FILE_BYTES:
         raise MpsError(f"{source}: {len(data)} bytes, more than an MPS file may hold")
     try:

@@ -159,13 +159,19 @@ def run_demo(*, allocate: NodeAllocator, keep: bool = False, out: TextIO = sys.s
         ]
 
         p.step("NodePrepareResources over the DRA socket, one call per pod")
+        prepared: dict[str, PrepareResult] = {}
         for ref in refs:
-            answer = client.prepare([ref], version=version)
-            _show_prepare(p, ref, answer[ref.uid])
+            prepared.update(client.prepare([ref], version=version))
+            _show_prepare(p, ref, prepared[ref.uid])
         spec_path = plugin.cdi_spec_path(refs[1].uid)
         p.line(f"CDI spec {spec_path.name}:")
         p.line(_abridged_yaml(spec_path.read_text()), indent=5)
-        _show_driver_mounts(p, yaml_io.load(spec_path.read_text()), work)
+        p.line(
+            f"with the node's base spec {', '.join(plugin.base_cdi_files())} (written once: the "
+            "control nodes and the driver's files every claim's containers get)"
+        )
+        ids = [i for d in prepared[refs[1].uid].devices for i in d.cdi_device_ids]
+        _show_driver_mounts(p, plugin.container_edits(ids), work)
         _show_checkpoint(p, plugin)
 
         p.step("Repeat the call, as a restarted kubelet would: same answer, no side effects")
@@ -447,10 +453,10 @@ def _show_prepare(p: _Printer, ref: ClaimRef, result: PrepareResult) -> None:
             p.line(f"    CDI {cdi_id}")
 
 
-def _show_driver_mounts(p: _Printer, spec: dict[str, Any], work: Path) -> None:
-    """The driver files the claim's containers get (the simulated node's fake driver root)."""
-    common = spec.get("containerEdits", {})
-    mounts = common.get("mounts", [])
+def _show_driver_mounts(p: _Printer, container: dict[str, Any], work: Path) -> None:
+    """The driver files the claim's containers get (the simulated node's fake driver root),
+    from the edits a runtime injects (`PluginProcess.container_edits`)."""
+    mounts = container.get("mounts", [])
     p.line(
         f"driver files mounted read-only into the claim's containers: {len(mounts)} mounts "
         "(dra-gpu cdi shows them for a node), e.g.:"
@@ -467,14 +473,10 @@ def _show_driver_mounts(p: _Printer, spec: dict[str, Any], work: Path) -> None:
         host = Path(mount["hostPath"])
         shown_host = f"<work dir>/{host.relative_to(work)}" if host.is_relative_to(work) else host
         p.line(f"  {mount['containerPath']}  <-  {shown_host}")
-    hooks = [h["args"][-1 if len(h["args"]) < 3 else 1] for h in common.get("hooks", [])]
+    hooks = [h["args"][-1 if len(h["args"]) < 3 else 1] for h in container.get("hooks", [])]
     if hooks:
         p.line(f"  hooks (nvidia-cdi-hook): {', '.join(dict.fromkeys(hooks))}")
-    nodes = [
-        n["path"]
-        for device in spec.get("devices", [])
-        for n in device.get("containerEdits", {}).get("deviceNodes", [])
-    ]
+    nodes = [n["path"] for n in container.get("deviceNodes", [])]
     p.line(f"  device nodes: {', '.join(nodes)}")
 
 

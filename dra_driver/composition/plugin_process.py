@@ -33,10 +33,12 @@ from dra_driver.claims.mps_intent import HOST_LOCK_FILE, HOST_WAKE_FIFO
 from dra_driver.composition.child_process import ChildProcess, Spawn, popen
 from dra_driver.composition.hardware import SimulatedNode, open_simulated
 from dra_driver.composition.mps_host_process import MpsHostProcess
+from dra_driver.container import base_spec, injection
 from dra_driver.container import cdi as cdi_module
 from dra_driver.errors import PluginError
 from dra_driver.files.atomic import atomic_write
 from dra_driver.hardware.machine import Hardware
+from dra_driver.kube import yaml_io
 from dra_driver.kube.local_store import LocalCluster
 from kubelet_plugin.kubelet_client import KubeletClient
 from kubelet_plugin.main import (
@@ -416,12 +418,47 @@ class PluginProcess:
 
     def cdi_files(self) -> list[str]:
         """Names of every file in the CDI directory (ours, temp files, anything) but the
-        plugin's ownership lock of the directory (`kubelet_plugin.node_ownership`)."""
+        plugin's ownership lock of the directory (`kubelet_plugin.node_ownership`) and
+        the node's base specs (`base_cdi_files`), which no claim owns."""
         lock = cdi_owner_lock(self.cdi_root, self.driver).name
         try:
-            return sorted(p.name for p in self.cdi_root.iterdir() if p.name != lock)
+            return sorted(
+                p.name
+                for p in self.cdi_root.iterdir()
+                if p.name != lock and base_spec.name_from_file_name(p.name) is None
+            )
         except FileNotFoundError:
             return []
+
+    def base_cdi_files(self) -> list[str]:
+        """Names of the base spec files in the CDI directory (`dra_driver.container.base_spec`)."""
+        try:
+            return sorted(
+                p.name
+                for p in self.cdi_root.iterdir()
+                if base_spec.name_from_file_name(p.name) is not None
+            )
+        except FileNotFoundError:
+            return []
+
+    def base_cdi_id(self) -> str:
+        """The CDI id of the node's one base spec (`k8s.gpu.nvidia.com/driver=common-...`),
+        which Prepare lists first for each device; `PluginError` unless there is one."""
+        files = self.base_cdi_files()
+        if len(files) != 1:
+            raise PluginError(f"{self.cdi_root}: base specs {files}, expected one")
+        name = base_spec.name_from_file_name(files[0])
+        assert name is not None
+        return base_spec.qualified_id(name)
+
+    def container_edits(self, cdi_device_ids: Sequence[str]) -> dict[str, Any]:
+        """What a container given `cdi_device_ids` gets from the CDI directory, as a
+        runtime injects it (`dra_driver.container.injection`)."""
+        specs = [
+            yaml_io.load(p.read_text(encoding="utf-8"))
+            for p in sorted(self.cdi_root.glob("*.yaml"))
+        ]
+        return injection.inject(specs, cdi_device_ids)
 
     def simulated_node(self) -> SimulatedNode:
         """The plugin's simulated node, shared via its state file: what

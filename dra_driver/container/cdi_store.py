@@ -1,11 +1,20 @@
-"""The directory of per-claim CDI spec files (usually `/var/run/cdi`).
+"""The directory of our CDI spec files (usually `/var/run/cdi`).
 
 Container runtimes scan this directory, so a spec file must appear whole
 (atomic writes) and must disappear when its claim is unprepared. The
 directory is shared with other vendors' specs: this store only ever reads,
-lists or deletes files named `k8s.gpu.nvidia.com-claim_<uid>.yaml`, and
-`claim_uids()` lets the plugin find specs whose claim it no longer knows
-(left behind by a crash) to delete them.
+lists or deletes files named `k8s.gpu.nvidia.com-claim_<uid>.yaml` (one per
+prepared claim) and `k8s.gpu.nvidia.com-driver_common-<digest>.yaml` (the
+node's base specs, `dra_driver.container.base_spec`), and `claim_uids()`
+lets the plugin find specs whose claim it no longer knows (left behind by a
+crash) to delete them.
+
+No fsync: a claim's spec is written (and removed) without flushing it or
+the directory to disk. Other processes see a rename or an unlink at once;
+only a crash of the machine could lose one, and a machine crash is a reboot,
+after which the plugin discards every claim of the earlier boot and removes
+their specs (`dra_driver.claims.checkpoint_store`). NVIDIA's plugin writes
+its specs the same way. Base specs, written once per driver, are fsync'd.
 
 A spec may carry a one-line record of its claim for the plugin (the
 checkpoint entry, so a lost checkpoint can be rebuilt) as its first line, a
@@ -35,7 +44,9 @@ import os
 from pathlib import Path
 from typing import Any, Final
 
-from dra_driver.container import cdi
+import yaml
+
+from dra_driver.container import base_spec, cdi
 from dra_driver.errors import CdiError
 from dra_driver.files import atomic as fsutil
 from dra_driver.kube import yaml_io
@@ -45,6 +56,16 @@ RECORD_PREFIX = "# gpu.nvidia.com/dra-gpu-claim: "
 OWNER_PREFIX = "# gpu.nvidia.com/dra-gpu-owner: "
 """A comment line of a spec that names the plugin installation that wrote it."""
 _MAX_HEADER_LINE: Final = 1 << 20
+_FAST_DUMPER: Final = getattr(yaml, "CSafeDumper", None)
+"""libyaml's emitter where PyYAML was built with it: a spec is plain data, and the pure
+Python emitter cost a tenth of a Prepare."""
+
+
+def _dump(spec: dict[str, Any]) -> str:
+    if _FAST_DUMPER is None:
+        return yaml_io.dump(spec, sort_keys=False)
+    text: str = yaml.dump(spec, Dumper=_FAST_DUMPER, sort_keys=False, default_flow_style=False)
+    return text
 
 
 def owner_of_data_dir(driver_name: str, data_dir: Path) -> str:
@@ -85,18 +106,73 @@ class CdiStore:
             )
         cdi.validate_spec(spec)
         path = self.path_for(claim_uid)
-        text = yaml_io.dump(spec, sort_keys=False)
+        self._write_file(path, spec, record=record, sync=False)
+        return path
+
+    def _write_file(
+        self, path: Path, spec: dict[str, Any], *, record: str | None, sync: bool
+    ) -> None:
+        text = _dump(spec)
         if self.owner is not None:
             text = f"{OWNER_PREFIX}{self.owner}\n{text}"
         if record is not None:
             text = f"{RECORD_PREFIX}{record}\n{text}"
         data = text.encode()
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            fsutil.atomic_write(path, data, mode=0o644)
+            try:
+                fsutil.atomic_write(path, data, mode=0o644, sync=sync)
+            except FileNotFoundError:  # the first spec, or the directory was removed
+                self.root.mkdir(parents=True, exist_ok=True)
+                fsutil.atomic_write(path, data, mode=0o644, sync=sync)
         except OSError as exc:
             raise CdiError(f"{path}: cannot write CDI spec: {exc.strerror or exc}") from exc
+
+    # -- the node's base specs --------------------------------------------------------
+
+    def base_path(self, name: str) -> Path:
+        """Where the base spec of device `name` (`common-<digest>`) lives."""
+        return self.root / base_spec.file_name(name)
+
+    def write_base(self, name: str, spec: dict[str, Any]) -> Path:
+        """Write the base spec `name` (`base_spec.base_spec`) atomically and durably."""
+        if spec.get("kind") != base_spec.KIND:
+            raise CdiError(f"base CDI spec {name}: kind is {spec.get('kind')!r}")
+        cdi.validate_spec(spec)
+        path = self.base_path(name)
+        self._write_file(path, spec, record=None, sync=True)
         return path
+
+    def base_names(self) -> set[str]:
+        """The base specs of ours in `root` (with an `owner`: of that owner)."""
+        try:
+            names = [p.name for p in self.root.iterdir()]
+        except FileNotFoundError:
+            return set()
+        except OSError as exc:
+            raise CdiError(f"{self.root}: cannot list CDI specs: {exc.strerror or exc}") from exc
+        found = {n for name in names if (n := base_spec.name_from_file_name(name)) is not None}
+        if self.owner is None:
+            return found
+        return {name for name in found if self._base_owned_or_gone(name)}
+
+    def remove_base(self, name: str) -> bool:
+        """Delete the base spec `name` of ours; False if there is none (not an error)."""
+        if not base_spec.is_name(name) or not self._base_owned_or_gone(name):
+            return False
+        path = self.base_path(name)
+        try:
+            return fsutil.remove_file(path)
+        except OSError as exc:
+            raise CdiError(f"{path}: cannot remove CDI spec: {exc.strerror or exc}") from exc
+
+    def _base_owned_or_gone(self, name: str) -> bool:
+        if self.owner is None:
+            return True
+        try:
+            owner = self._header_of(self.base_path(name)).get(OWNER_PREFIX)
+        except CdiError:
+            return True
+        return owner is None or owner == self.owner
 
     def read(self, claim_uid: str) -> dict[str, Any] | None:
         """The claim's spec as written, or None if it has none."""
@@ -132,8 +208,11 @@ class CdiStore:
         return owner is None or owner == self.owner
 
     def _header(self, claim_uid: str) -> dict[str, str]:
-        """The comment lines the plugin wrote at the top of the spec, by prefix."""
-        path = self.path_for(claim_uid)
+        """The comment lines the plugin wrote at the top of the claim's spec, by prefix."""
+        return self._header_of(self.path_for(claim_uid))
+
+    def _header_of(self, path: Path) -> dict[str, str]:
+        """The comment lines the plugin wrote at the top of a spec, by prefix."""
         found: dict[str, str] = {}
         try:
             with path.open("rb") as f:
@@ -163,19 +242,22 @@ class CdiStore:
             path = self.path_for(claim_uid)
         except CdiError:
             return False  # no spec of ours can have this name
+        if self.owner is not None:
+            try:
+                if not self.owns(claim_uid):  # reading its header says whether it exists
+                    return False
+            except CdiError as exc:
+                cause = exc.__cause__
+                if isinstance(cause, OSError) and cause.errno == errno.ENAMETOOLONG:
+                    return False
+                raise
         try:
-            path.lstat()
-        except FileNotFoundError:
-            return False
+            return fsutil.remove_file(path, sync=False)
         except OSError as exc:
-            if exc.errno == errno.ENAMETOOLONG:
+            # A name too long to be ours, or a read-only directory, where even unlinking a
+            # missing file fails: nothing to do unless the spec is there.
+            if exc.errno == errno.ENAMETOOLONG or not os.path.lexists(path):
                 return False
-            raise CdiError(f"{path}: cannot remove CDI spec: {exc.strerror or exc}") from exc
-        if not self.owns(claim_uid):
-            return False
-        try:
-            return fsutil.remove_file(path)
-        except OSError as exc:
             raise CdiError(f"{path}: cannot remove CDI spec: {exc.strerror or exc}") from exc
 
     def claim_uids(self) -> set[str]:
@@ -215,9 +297,12 @@ class CdiStore:
             return removed
         except OSError as exc:
             raise CdiError(f"{self.root}: cannot list CDI specs: {exc.strerror or exc}") from exc
-        marker = fsutil.temp_prefix_for(cdi.SPEC_FILE_PREFIX)
+        markers = (
+            fsutil.temp_prefix_for(cdi.SPEC_FILE_PREFIX),
+            fsutil.temp_prefix_for(base_spec.FILE_PREFIX),
+        )
         for path in candidates:
-            if path.name.startswith(marker):
+            if path.name.startswith(markers):
                 try:
                     fsutil.remove_file(path)
                 except OSError as exc:

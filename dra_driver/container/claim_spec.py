@@ -9,7 +9,9 @@ also the daemon's pipe and shm directories and the claim's own limits
 (`dra_driver.claims.mps.container_edits`); a passthrough GPU its VFIO node
 (`dra_driver.container.vfio_cdi`: a claim of passthrough GPUs only gets none
 of the driver's files or control nodes).
-The spec-level edits are the control nodes and the driver's files.
+The edits every other claim's containers get (`common_edits`: the control nodes,
+the environment and the driver's files) are not in it: the node's base spec
+carries them (`dra_driver.container.base_spec`).
 
 Pure but for the device numbers, which the caller reads from the host
 (`DeviceNumbers`: `dra_driver.node.host.HostInfo` on a node).
@@ -41,21 +43,31 @@ class DeviceNumbers(Protocol):
     def drm_nodes(self, pci_bus_id: str) -> Sequence[tuple[str, int, int]]: ...
 
 
+def common_edits(
+    host: DeviceNumbers, driver_edits: cdi.ContainerEdits | None = None
+) -> cdi.ContainerEdits:
+    """The edits every claim's containers get once: the control nodes and
+    `NVIDIA_VISIBLE_DEVICES=void` (`cdi.common_edits`), then `driver_edits`, the driver
+    files' mounts, environment and hooks (None: left out)."""
+    common = cdi.common_edits(host.char_major("nvidia-uvm"))
+    return common if driver_edits is None else common.merged(driver_edits)
+
+
 def build_claim_spec(
     plan: ClaimPlan,
     entry: ClaimEntry,
     *,
     host: DeviceNumbers,
-    driver_edits: cdi.ContainerEdits | None = None,
+    common: cdi.ContainerEdits | None = None,
     hooks: cdi.CdiHooks | None = None,
 ) -> dict[str, Any]:
     """The spec of `plan`'s claim; `entry` is the claim as recorded once every side effect
-    is done (its MIG instances created, its MPS daemons known). `driver_edits` are the
-    driver files' mounts and hooks (None: left out); `hooks` make the per-device hooks
-    (the DRM by-path links; None: left out). Raises CdiError."""
+    is done (its MIG instances created, its MPS daemons known). `common` goes to the
+    spec level (`common_edits`; None: none, the node's base spec carries them);
+    `hooks` make the per-device hooks (the DRM by-path links; None: left out).
+    Raises CdiError."""
     if plan.devices and all(item.device.kind == "vfio" for item in plan.devices):
         return _vfio_spec(plan, entry)  # a VM's GPUs: no driver files, no control nodes
-    uvm_major = host.char_major("nvidia-uvm")
     devices: dict[str, cdi.CdiDevice] = {}
     for item, record in zip(plan.devices, entry.devices, strict=True):
         name = cdi_device(item.result)
@@ -86,13 +98,11 @@ def build_claim_spec(
             paths = DaemonPaths(Path(record.mps.daemon_dir))
             edits = edits.merged(container_edits(paths, item.mps))
         devices[name] = cdi.CdiDevice(name=name, edits=edits)
-    common = cdi.common_edits(uvm_major)
-    if driver_edits is not None:
-        common = common.merged(driver_edits)
+    spec_common = common if common is not None else cdi.ContainerEdits()
     vfio = [record.vfio for record in entry.devices if record.vfio is not None]
     if vfio:
-        common = common.merged(dataclasses.replace(vfio_common_edits(vfio), env=()))
-    return cdi.claim_spec(plan.claim.uid, list(devices.values()), common)
+        spec_common = spec_common.merged(dataclasses.replace(vfio_common_edits(vfio), env=()))
+    return cdi.claim_spec(plan.claim.uid, list(devices.values()), spec_common)
 
 
 def _vfio_spec(plan: ClaimPlan, entry: ClaimEntry) -> dict[str, Any]:

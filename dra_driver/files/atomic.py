@@ -61,14 +61,17 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644, *, sync: bool = Tru
         fsync_dir(directory)
 
 
-def remove_file(path: Path) -> bool:
-    """Delete `path` durably; returns False (not an error) if it did not exist."""
+def remove_file(path: Path, *, sync: bool = True) -> bool:
+    """Delete `path` durably; returns False (not an error) if it did not exist.
+
+    `sync=False` skips the directory fsync (see `atomic_write`)."""
     path = Path(path)
     try:
-        path.unlink()
+        os.unlink(path)
     except FileNotFoundError:
         return False
-    fsync_dir(path.parent)
+    if sync:
+        fsync_dir(path.parent)
     return True
 
 

@@ -45,6 +45,7 @@ def file_lock(
     stop: threading.Event | None = None,
     on_wait: Callable[[], None] | None = None,
     poll_s: float = POLL_S,
+    make_parent: bool = False,
 ) -> Iterator[bool]:
     """Hold an exclusive `flock` on `path` (created if missing) for the `with` block.
 
@@ -54,41 +55,75 @@ def file_lock(
     the lock is busy at the first try. With `stop`, the wait ends early when
     the event is set, and the block runs with `False` (lock not held);
     otherwise it runs with `True`. A lock file that cannot be opened raises
-    `error` naming it.
+    `error` naming it. `make_parent` creates its directory when it is missing
+    (only then: no `mkdir` per lock).
     """
     name = what or str(path)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:
+            if not make_parent:
+                raise
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         raise error(f"{name}: cannot open lock file {path}: {exc.strerror or exc}") from exc
     try:
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        waited = False
-        delay = min(FIRST_POLL_S, poll_s)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                pass
-            if not waited and on_wait is not None:
-                on_wait()
-            waited = True
-            if deadline is not None and time.monotonic() >= deadline:
-                raise error(
-                    timeout_message
-                    or f"{name}: still locked by another process after {timeout_s:g} s"
-                ) from None
-            if stop is not None:
-                if stop.wait(delay):
-                    yield False
-                    return
-            else:
-                time.sleep(delay)
-            delay = min(delay * 2, poll_s)
+        acquired = acquire(
+            fd,
+            timeout_s=timeout_s,
+            error=error,
+            what=name,
+            timeout_message=timeout_message,
+            stop=stop,
+            on_wait=on_wait,
+            poll_s=poll_s,
+        )
+        if not acquired:
+            yield False
+            return
         try:
             yield True
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)  # closing the descriptor also releases the lock
+
+
+def acquire(
+    fd: int,
+    *,
+    timeout_s: float | None,
+    error: Callable[[str], DraGpuError],
+    what: str,
+    timeout_message: str | None = None,
+    stop: threading.Event | None = None,
+    on_wait: Callable[[], None] | None = None,
+    poll_s: float = POLL_S,
+) -> bool:
+    """Take the exclusive `flock` of an open descriptor, waiting as `file_lock` does; False
+    if `stop` was set first. For an owner that keeps its lock file open (the checkpoint)
+    and excludes its own threads itself; release it with `fcntl.flock(fd, LOCK_UN)`."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    waited = False
+    delay = min(FIRST_POLL_S, poll_s)
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            pass
+        if not waited and on_wait is not None:
+            on_wait()
+        waited = True
+        if deadline is not None and time.monotonic() >= deadline:
+            raise error(
+                timeout_message or f"{what}: still locked by another process after {timeout_s:g} s"
+            ) from None
+        if stop is not None:
+            if stop.wait(delay):
+                return False
+        else:
+            time.sleep(delay)
+        delay = min(delay * 2, poll_s)

@@ -19,13 +19,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dra_driver.claims.allocated import AllocatedClaim
 from dra_driver.claims.checkpoint import Checkpoint, MpsRecord
-from dra_driver.claims.device_config import DeviceConfig, mps_config_of
+from dra_driver.claims.device_config import mps_config_of
 from dra_driver.claims.mps import DaemonPaths, claim_limits, one_mps_device_per_claim
 from dra_driver.errors import ClaimError
 from dra_driver.planning.plan import ClaimPlan, PlannedDevice
+
+if TYPE_CHECKING:
+    from dra_driver.claims.device_config_models import DeviceConfig
 
 
 def plan_mps_limits(

@@ -18,15 +18,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from dra_driver.claims.allocated import AllocatedClaim, DeviceResult
 from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry, MigRecord, PreparedDevice
-from dra_driver.claims.device_config import DeviceConfig
 from dra_driver.claims.mps import MpsLimits
 from dra_driver.container import cdi
 from dra_driver.hardware.nvml.interface import Placement
 from dra_driver.node.devices import AllocatableDevice
+
+if TYPE_CHECKING:
+    from dra_driver.claims.device_config_models import DeviceConfig
 
 
 @dataclass(frozen=True)

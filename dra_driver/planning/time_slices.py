@@ -23,20 +23,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from operator import itemgetter
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from dra_driver.claims.allocated import AllocatedClaim
 from dra_driver.claims.checkpoint import Checkpoint, PreparedDevice, TimeSliceRecord
-from dra_driver.claims.device_config import (
-    DeviceConfig,
-    GpuConfig,
-    SharingStrategy,
-    TimeSliceInterval,
-    config_key,
-)
+from dra_driver.claims.device_config import SharingStrategy, TimeSliceInterval, config_key
 from dra_driver.errors import ClaimError
 from dra_driver.node.devices import AllocatableDevice
 from dra_driver.planning.plan import ClaimPlan
+
+if TYPE_CHECKING:
+    from dra_driver.claims.device_config_models import DeviceConfig
 
 LEVELS: Final[Mapping[str, int]] = {
     TimeSliceInterval.DEFAULT: 0,
@@ -108,6 +105,10 @@ def intervals(checkpoint: Checkpoint) -> dict[str, str]:
 
 
 def _wanted(config: DeviceConfig | None) -> str | None:
+    if config is None:
+        return None
+    from dra_driver.claims.device_config_models import GpuConfig  # loaded: `config` is one
+
     if not isinstance(config, GpuConfig) or config.sharing is None:
         return None
     if config.sharing.strategy is not SharingStrategy.TIME_SLICING:

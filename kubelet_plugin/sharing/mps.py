@@ -34,11 +34,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from dra_driver import failpoints
 from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry, MpsRecord
 from dra_driver.claims.mps import MpsLimits, daemon_ceiling
-from dra_driver.claims.mps_intent import DaemonState, DaemonStatus
+from dra_driver.claims.mps_intent import DaemonState
 from dra_driver.errors import ClaimError, DraGpuError
 from dra_driver.planning.mps import MpsPlanner, mps_intent, refuse_mode_conflict
 from dra_driver.planning.plan import ClaimPlan
@@ -46,6 +47,9 @@ from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mps_intents import MpsHostClient
 from kubelet_plugin.recovery_report import RecoveryReport
 from kubelet_plugin.sharing.strategy import ClaimBook
+
+if TYPE_CHECKING:
+    from dra_driver.claims.mps_intent_records import DaemonStatus
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +101,8 @@ class MpsSharing:
     def release(self, entry: ClaimEntry) -> None:
         """Drop the claim from its daemons: stopped when it was the last user, re-limited
         to the remaining users' most generous limits otherwise."""
+        if not any(device.mps is not None for device in entry.devices):
+            return  # only this claim's Prepare, which holds its lock too, adds MPS records
         current = self._book.current().claims.get(entry.uid)
         if current is None:
             return

@@ -28,7 +28,7 @@ class ClaimBook(Protocol):
         ...
 
     def update(
-        self, mutate: Callable[[Checkpoint], Checkpoint], *, durable: bool = True
+        self, mutate: Callable[[Checkpoint], Checkpoint], *, durable: bool = False
     ) -> Checkpoint:
         """Apply `mutate` under the checkpoint's lock and persist the result."""
         ...

@@ -108,7 +108,8 @@ def test_prepare_and_unprepare_a_whole_gpu_through_the_socket(real: Hardware) ->
         result = plugin.client.prepare([ref])[uid]
         assert result.error == ""
         spec = yaml.safe_load(plugin.cdi_spec_path(uid).read_text())
-        common = spec["containerEdits"]
+        # what the container gets: the node's base spec (driver files) and the claim's
+        common = plugin.container_edits([i for d in result.devices for i in d.cdi_device_ids])
         assert [m["hostPath"] for m in common["mounts"] if not os.path.exists(m["hostPath"])] == []
         (entry,) = spec["devices"]
         nodes = entry["containerEdits"]["deviceNodes"]

@@ -32,7 +32,7 @@ from dra_driver.errors import ClusterError
 from dra_driver.kube.api_store import KubeCluster
 from dra_driver.kube.local_store import LocalCluster
 from dra_driver.node.devices import build_devices
-from kubelet_plugin.claim_status import ClaimStatusService, ClaimStatusWriter
+from kubelet_plugin.claim_status import SETTLE_S, ClaimStatusService, ClaimStatusWriter
 from kubelet_plugin.metrics import PluginMetrics
 from kubelet_plugin.service import ClaimRef, PrepareResult
 from kubelet_plugin.usage_sampler import ClaimPods
@@ -291,8 +291,15 @@ class _StubCluster:
         return {"metadata": {"uid": self.claim_uid, "name": name, "namespace": namespace}}
 
 
-def _stub_writer(cluster: _StubCluster) -> tuple[ClaimStatusWriter, ClaimStatusService, ClaimRef]:
-    writer = ClaimStatusWriter(cluster, driver_name=DRIVER, pool_name=TEST_POOL)  # type: ignore[arg-type]
+def _stub_writer(
+    cluster: _StubCluster, *, settle_s: float = SETTLE_S
+) -> tuple[ClaimStatusWriter, ClaimStatusService, ClaimRef]:
+    writer = ClaimStatusWriter(
+        cluster,  # type: ignore[arg-type]
+        driver_name=DRIVER,
+        pool_name=TEST_POOL,
+        settle_s=settle_s,
+    )
     entry = ClaimEntry(
         uid=UID,
         namespace="ml",
@@ -327,6 +334,18 @@ def test_a_write_waiting_to_be_retried_is_dropped_at_unprepare() -> None:
     assert writer.wait_idle(10)
     writer.close()
     assert [t for t, _ in cluster.applies if t > unprepared_at] == []  # no Ready=True after
+
+
+def test_a_claim_unprepared_right_after_its_prepare_costs_no_write() -> None:
+    cluster = _StubCluster()
+    writer, service, ref = _stub_writer(cluster, settle_s=3.0)
+    service.prepare([ref])
+    time.sleep(0.3)  # a write not held back would be under way by now
+    service.unprepare([ref])  # within the settle time, as a failed pod start does
+    assert writer.wait_idle(10)
+    writer.close()
+    assert cluster.applies == []
+    assert not cluster.entered.is_set()
 
 
 def test_an_unprepare_during_a_write_does_not_stop_the_next_prepare_being_written() -> None:

@@ -18,6 +18,7 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.allocated import parse_allocated_claim
 from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry, ClaimState, PreparedDevice
 from dra_driver.claims.checkpoint_store import CheckpointStore
+from dra_driver.container.cdi import ContainerEdits
 from dra_driver.container.cdi_store import CdiStore
 from dra_driver.errors import ClaimError
 from dra_driver.files.atomic import temp_prefix_for
@@ -267,12 +268,81 @@ def test_recover_removes_orphan_specs_and_temp_files_but_nothing_else(h100: Node
     temp.write_text("half")
     foreign = h100.cdi.root / "vendor.example.com-net.yaml"
     foreign.write_text("cdiVersion: 0.6.0\n")
+    (base,) = h100.cdi.base_names()
+    stale = h100.cdi.base_path("common-00000000000000aa")  # of a driver no claim uses now
+    stale.write_text(h100.cdi.base_path(base).read_text())
 
     report = h100.new_driver().recover()
 
     assert report.orphan_cdi_specs_removed == ["gone"]
-    assert sorted(p.name for p in h100.cdi.root.iterdir()) == sorted([kept.name, foreign.name])
+    assert sorted(p.name for p in h100.cdi.root.iterdir()) == sorted(
+        [kept.name, foreign.name, h100.cdi.base_path(base).name]
+    )
     assert set(h100.checkpoints.load().claims) == {"k1"}
+
+
+def test_a_base_spec_stays_while_a_claim_names_it(h100: Node) -> None:
+    """A driver change gives a new base spec; the old one goes with its last claim, and
+    a restarted plugin writes the current one again and removes what no claim names."""
+    driver_env = ["NVIDIA_CTK_LIBCUDA_DIR=/usr/lib/x86_64-linux-gnu"]
+    assert h100.hardware.proc_root is not None
+    driver = GpuDriver(
+        driver_name=DEFAULT_DRIVER_NAME,
+        pool_name=TEST_POOL,
+        cluster=h100.cluster,
+        devices=h100.devices,
+        host=HostInfo(h100.hardware.proc_root),
+        checkpoints=h100.checkpoints,
+        cdi_store=h100.cdi,
+        mig=MigLifecycle(SimNvml(h100.hardware)),
+        gpu_locks=GpuLocks(h100.checkpoints.directory.parent / "locks"),
+        driver_edits=lambda: _edits(driver_env[0]),
+    )
+    driver.recover()
+    (first,) = h100.cdi.base_names()
+    old = h100.store("old", "o1", ["gpu-0"])
+    assert driver.prepare([old])["o1"].devices[0].cdi_device_ids[0] == (
+        f"k8s.gpu.nvidia.com/driver={first}"
+    )
+
+    driver_env[0] = "NVIDIA_CTK_LIBCUDA_DIR=/usr/lib64"  # another driver install
+    new = h100.store("new", "n1", ["gpu-1"])
+    (ids,) = [d.cdi_device_ids for d in driver.prepare([new])["n1"].devices]
+    second = ids[0].removeprefix("k8s.gpu.nvidia.com/driver=")
+    assert second != first
+    assert h100.cdi.base_names() == {first, second}
+    assert "NVIDIA_CTK_LIBCUDA_DIR=/usr/lib64" in h100.cdi.base_path(second).read_text()
+
+    h100.cdi.base_path(second).unlink()  # someone deleted it: the next Prepare writes it
+    again = h100.store("again", "a1", ["gpu-2"])
+    assert driver.prepare([again])["a1"].error == ""
+    assert h100.cdi.base_names() == {first, second}
+
+    assert driver.unprepare([old])["o1"].error == ""
+    assert h100.cdi.base_names() == {second}  # its last claim is gone
+
+    driver_env[0] = "NVIDIA_CTK_LIBCUDA_DIR=/opt/lib"
+    restarted = GpuDriver(
+        driver_name=DEFAULT_DRIVER_NAME,
+        pool_name=TEST_POOL,
+        cluster=h100.cluster,
+        devices=h100.devices,
+        host=HostInfo(h100.hardware.proc_root),
+        checkpoints=h100.checkpoints,
+        cdi_store=h100.cdi,
+        mig=MigLifecycle(SimNvml(h100.hardware)),
+        gpu_locks=GpuLocks(h100.checkpoints.directory.parent / "locks"),
+        driver_edits=lambda: _edits(driver_env[0]),
+    )
+    restarted.recover()
+    (third,) = h100.cdi.base_names() - {second}
+    assert second in h100.cdi.base_names()  # n1 and a1 still name it
+    assert restarted.unprepare([new, again]) == {"n1": UnprepareResult(), "a1": UnprepareResult()}
+    assert h100.cdi.base_names() == {third}
+
+
+def _edits(env: str) -> ContainerEdits:
+    return ContainerEdits(env=(env,))
 
 
 def test_mps_claim_on_a_driver_without_mps_support_is_refused_cleanly(h100: Node) -> None:

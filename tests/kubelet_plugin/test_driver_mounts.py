@@ -4,8 +4,9 @@ Whole GPU and MIG device, with nvcdi's hooks and with `--disable-cdi-hook
 all`, for a GPU Operator root (host /run/nvidia/driver, read by the plugin
 elsewhere): the device edits carry the GPU's nodes (and a whole GPU its DRM
 nodes from sysfs), the spec-level edits add the mounts with host paths and
-the hooks, the host's MPS pipe directory is never mounted, and `cdiVersion`
-stays the minimum.
+the hooks (in the node's base spec, which a container gets with the claim's
+own spec exactly as the self-contained spec of before), the host's MPS pipe
+directory is never mounted, and `cdiVersion` stays the minimum.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import pytest
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.checkpoint_store import CheckpointStore
-from dra_driver.container.cdi import ALL_HOOKS, validate_spec
+from dra_driver.container import injection
+from dra_driver.container.cdi import ALL_HOOKS, minimum_cdi_version, validate_spec
 from dra_driver.container.cdi_store import CdiStore
 from dra_driver.container.driver_files import firmware_search_paths
 from dra_driver.container.driver_root import DriverRoot, DriverUserSpace
@@ -26,6 +28,7 @@ from dra_driver.hardware.simulated.hardware import SimHardware
 from dra_driver.hardware.simulated.nvml import SimNvml
 from dra_driver.hardware.simulated.shapes import load_shape
 from dra_driver.hardware.simulated.sysfs import materialize_sysfs
+from dra_driver.kube import yaml_io
 from dra_driver.kube.local_store import LocalCluster
 from dra_driver.node.devices import build_devices
 from dra_driver.node.host import HostInfo
@@ -91,7 +94,19 @@ def _prepare(
     spec = store.read(uid)
     assert spec is not None
     validate_spec(spec)
-    return spec, space
+    (base_name,) = store.base_names()
+    base = yaml_io.load(store.base_path(base_name).read_text())
+    validate_spec(base)
+    # The claim's spec as it was before the node's base spec: the same devices, the base
+    # spec's edits at spec level. A container gets exactly the same from both.
+    whole = {**spec, "containerEdits": base["containerEdits"]}
+    whole["cdiVersion"] = minimum_cdi_version(whole)
+    validate_spec(whole)
+    ids = [cdi_id for d in result.devices for cdi_id in d.cdi_device_ids]
+    own = [cdi_id for cdi_id in ids if not cdi_id.startswith("k8s.gpu.nvidia.com/driver=")]
+    assert ids == [f"k8s.gpu.nvidia.com/driver={base_name}", *own]
+    assert injection.inject([spec, base], ids) == injection.inject([whole], own)
+    return whole, space
 
 
 @pytest.mark.parametrize(("shape", "mig"), [("dgx-h100", False), ("dgx-a100-40gb", True)])

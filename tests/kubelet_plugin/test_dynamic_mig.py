@@ -237,8 +237,10 @@ def test_one_gpu_profile_claim_is_published_allocated_prepared_and_unprepared(
     answer = answers[trio.uid]
     assert [d.device_name for d in answer.devices] == devices
     assert [d.request_names for d in answer.devices] == [("mig-0",), ("mig-1",), ("mig-2",)]
+    (base,) = h100.plugin.base_cdi_files()
+    base_id = "k8s.gpu.nvidia.com/driver=" + base.split("_", 1)[1].removesuffix(".yaml")
     assert [d.cdi_device_ids for d in answer.devices] == [
-        (cdi.qualified_device_id(trio.uid, d),) for d in devices
+        (base_id, cdi.qualified_device_id(trio.uid, d)) for d in devices
     ]
     # The hardware: one 1g.10gb GI (profile 19) per device at its placement, each filled by
     # one 1-slice CI (profile 0); MIG mode on.

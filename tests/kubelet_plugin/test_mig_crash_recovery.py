@@ -168,8 +168,11 @@ def node() -> Iterator[Node]:
         plugin.close()
 
 
-def _expected_answer(ref: ClaimRef, devices: tuple[str, ...]) -> list[tuple[str, tuple[str]]]:
-    return [(d, (cdi.qualified_device_id(ref.uid, d),)) for d in devices]
+def _expected_answer(
+    node: Node, ref: ClaimRef, devices: tuple[str, ...]
+) -> list[tuple[str, tuple[str, ...]]]:
+    base = node.plugin.base_cdi_id()  # the node's base spec, then the device's own
+    return [(d, (base, cdi.qualified_device_id(ref.uid, d))) for d in devices]
 
 
 def _answer(result: PrepareResult) -> list[tuple[str, tuple[str, ...]]]:
@@ -189,7 +192,7 @@ def test_crash_while_creating_then_prepare_again(node: Node, step: str) -> None:
 
     node.assert_consistent()
     answer = node.prepare(VICTIM)  # the kubelet repeats the call
-    assert _answer(answer) == _expected_answer(VICTIM, VICTIM_DEVICES)
+    assert _answer(answer) == _expected_answer(node, VICTIM, VICTIM_DEVICES)
     node.assert_consistent()
     assert len(node.instance_of(VICTIM)) == 3
     assert node.instance_of(SURVIVOR) == survivor  # same instance, same MIG UUID
@@ -249,7 +252,7 @@ def test_crash_while_destroying_then_prepare_again(node: Node, step: str) -> Non
 
     node.assert_consistent()
     answer = node.prepare(VICTIM)
-    assert _answer(answer) == _expected_answer(VICTIM, VICTIM_DEVICES)
+    assert _answer(answer) == _expected_answer(node, VICTIM, VICTIM_DEVICES)
     node.assert_consistent()
     assert len(node.instance_of(VICTIM)) == 3
     node.unprepare(VICTIM)

@@ -203,9 +203,13 @@ def test_prepare_and_unprepare_whole_gpus(
         (TEST_POOL, "gpu-1", ("gpus",)),
         (TEST_POOL, "gpu-3", ("gpus",)),
     ]
+    (base_file,) = plugin.base_cdi_files()  # the node's base spec: control nodes, driver files
+    base_id = "k8s.gpu.nvidia.com/driver=" + base_file.removeprefix(
+        "k8s.gpu.nvidia.com-driver_"
+    ).removesuffix(".yaml")
     assert [d.cdi_device_ids for d in result.devices] == [
-        (f"k8s.gpu.nvidia.com/claim={uid}-gpu-1",),
-        (f"k8s.gpu.nvidia.com/claim={uid}-gpu-3",),
+        (base_id, f"k8s.gpu.nvidia.com/claim={uid}-gpu-1"),
+        (base_id, f"k8s.gpu.nvidia.com/claim={uid}-gpu-3"),
     ]
     assert all(d.share_id is None for d in result.devices)
 
@@ -232,15 +236,17 @@ def test_prepare_and_unprepare_whole_gpus(
         "/dev/dri/card2",
         "/dev/dri/renderD129",
     ]
+    assert "containerEdits" not in spec  # the base spec carries what every container gets
+    container = plugin.container_edits(result.devices[0].cdi_device_ids)
     uvm = host.char_major("nvidia-uvm")
-    control = {(n["path"], n["major"], n["minor"]) for n in spec["containerEdits"]["deviceNodes"]}
+    control = {(n["path"], n["major"], n["minor"]) for n in container["deviceNodes"][:4]}
     assert control == {
         ("/dev/nvidiactl", 195, 255),
         ("/dev/nvidia-uvm", uvm, 0),
         ("/dev/nvidia-uvm-tools", uvm, 1),
         ("/dev/nvidia-modeset", 195, 254),
     }
-    assert "NVIDIA_VISIBLE_DEVICES=void" in spec["containerEdits"]["env"]
+    assert "NVIDIA_VISIBLE_DEVICES=void" in container["env"]
 
     checkpoint = plugin.checkpoint()
     assert checkpoint is not None
@@ -251,6 +257,7 @@ def test_prepare_and_unprepare_whole_gpus(
     assert [d.cdi_device_ids for d in entry.devices] == [d.cdi_device_ids for d in result.devices]
 
     _unprepare_ok(plugin, [ref], version=version)
+    assert plugin.base_cdi_files() == [base_file]  # kept for the node's next claim
     # the autouse fixture checks that no CDI spec and no checkpoint entry is left
 
 

@@ -117,8 +117,11 @@ def test_shares_get_their_own_cdi_device_and_share_id(plugin: PluginProcess) -> 
         (device,) = results[ref.uid].devices
         assert results[ref.uid].error == ""
         assert device.share_id == share_id
-        assert device.cdi_device_ids == (f"k8s.gpu.nvidia.com/claim={ref.uid}-gpu-0-{share_id}",)
-        ids.update(device.cdi_device_ids)
+        assert device.cdi_device_ids == (
+            plugin.base_cdi_id(),
+            f"k8s.gpu.nvidia.com/claim={ref.uid}-gpu-0-{share_id}",
+        )
+        ids.add(device.cdi_device_ids[1])
     assert len(ids) == 2
     unprepare(plugin, one, two)
     assert_nothing_left(plugin)

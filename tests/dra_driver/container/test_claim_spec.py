@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,11 +13,15 @@ import pytest
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.allocated import parse_allocated_claim
 from dra_driver.claims.checkpoint import Checkpoint
+from dra_driver.container import base_spec, injection
 from dra_driver.container.cdi import CdiHooks, ContainerEdits
-from dra_driver.container.claim_spec import build_claim_spec
+from dra_driver.container.claim_spec import build_claim_spec, common_edits
+from dra_driver.container.driver_files import firmware_search_paths
+from dra_driver.container.driver_root import DriverRoot, DriverUserSpace
 from dra_driver.errors import CdiError
 from dra_driver.node.devices import build_devices
 from dra_driver.planning import ClaimPlan, plan_claim
+from tests.dra_driver.container.driver_roots import VERSION, build_root
 from tests.fakes import (
     TEST_POOL,
     a100_static_mig_inventory,
@@ -71,7 +77,7 @@ def test_whole_gpus_and_static_mig_devices_get_their_nodes() -> None:
         plan,
         plan.entry(),
         host=Host(),
-        driver_edits=ContainerEdits(env=("FROM_DRIVER=1",)),
+        common=common_edits(Host(), ContainerEdits(env=("FROM_DRIVER=1",))),
     )
 
     assert _nodes(spec, "gpu-1") == ["/dev/nvidia1"]
@@ -133,3 +139,83 @@ def test_a_whole_gpu_gets_its_drm_nodes_and_a_compute_mig_device_does_not() -> N
     ]
     # A 3g.20gb has no graphics: no DRM node of its parent (nvcdi's "gfx" attribute rule).
     assert not [n for n in _nodes(spec, "gpu-0-mig-3g20gb-9-4") if n.startswith("/dev/dri")]
+
+
+# ------------------------------------------------- the node's base spec changes nothing
+
+
+def _driver_edits(tmp_path: Path) -> ContainerEdits:
+    """The driver user space of a GPU Operator root (libraries, graphics, ICDs, firmware,
+    binaries) with every nvcdi hook, as a node's plugin renders it."""
+    root = build_root(tmp_path, "gpu-operator")
+    space = DriverUserSpace(
+        DriverRoot(host_path="/run/nvidia/driver", container_path=str(root.container_root)),
+        firmware_paths=firmware_search_paths("6.8.0"),
+    )
+    edits = space.edits(VERSION)
+    assert edits.hooks
+    assert len(edits.mounts) > 40
+    return edits
+
+
+def _mps_config() -> Any:
+    return make_opaque_config(
+        {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "GpuConfig",
+            "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 40}},
+        }
+    )
+
+
+CLAIM_KINDS = {
+    "one whole GPU": ("h100", [("gpu", "gpu-1")], ()),
+    "two whole GPUs, two requests": ("h100", [("a", "gpu-1"), ("b", "gpu-3")], ()),
+    "static MIG and a whole GPU": (
+        "a100",
+        [("gpu", "gpu-1"), ("mig", "gpu-0-mig-3g20gb-9-4")],
+        (),
+    ),
+    "an MPS share": ("h100", [("gpu", "gpu-3")], (_mps_config(),)),
+}
+
+
+@pytest.mark.parametrize("kind", list(CLAIM_KINDS))
+def test_a_container_gets_from_base_and_claim_spec_what_the_whole_spec_gave(
+    tmp_path: Path, kind: str
+) -> None:
+    """For each kind of claim, and each subset of its requests a container may name, a
+    runtime injects the same edits (environment, device nodes, mounts, hooks, in order)
+    from the claim's own spec plus the node's base spec as from the self-contained spec
+    the plugin wrote before (all edits at its spec level)."""
+    inventory, results, configs = CLAIM_KINDS[kind]
+    shape = dgx_h100_inventory() if inventory == "h100" else a100_static_mig_inventory()
+    devices = build_devices(shape)
+    plan = _plan(devices, list(results), configs)
+    by_name = {d.name: d for d in devices}
+    host = Host(
+        {
+            by_name[r[1]].gpu.pci_bus_id: [("card1", 226, 1), ("renderD128", 226, 128)]
+            for r in results
+        }
+    )
+    hooks = CdiHooks()
+    common = common_edits(host, _driver_edits(tmp_path))
+
+    whole = build_claim_spec(plan, plan.entry(), host=host, common=common, hooks=hooks)
+    own = build_claim_spec(plan, plan.entry(), host=host, hooks=hooks)
+    name, base = base_spec.base_spec(common, owner="gpu.nvidia.com@/var/lib/kubelet/plugins")
+    assert "containerEdits" not in own
+    assert own["devices"] == whole["devices"]
+
+    ids = {(r.device, r.request_names): r.cdi_device_ids for r in plan.entry().devices}
+    for size in range(1, len(ids) + 1):
+        for chosen in itertools.combinations(ids.values(), size):
+            before = [i for device_ids in chosen for i in device_ids]
+            after = [
+                i for device_ids in chosen for i in (base_spec.qualified_id(name), *device_ids)
+            ]
+            expected = injection.inject([whole], before)
+            assert injection.inject([own, base], after) == expected
+            assert len(expected["mounts"]) > 40
+            assert expected["hooks"]
