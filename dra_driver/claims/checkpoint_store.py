@@ -67,8 +67,8 @@ from pathlib import Path
 from dra_driver.claims.checkpoint import Checkpoint, ClaimEntry, decode, encode
 from dra_driver.errors import CheckpointError
 from dra_driver.files import atomic as fsutil
-from dra_driver.files.regular import read_regular
 from dra_driver.files.flock import acquire
+from dra_driver.files.regular import read_regular
 from dra_driver.kube.names import is_uid
 
 DEFAULT_LOCK_TIMEOUT_S = 10.0

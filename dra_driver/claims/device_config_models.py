@@ -8,8 +8,8 @@ carries an opaque config: `device_config.decode` imports this module.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from fractions import Fraction
 from enum import StrEnum
+from fractions import Fraction
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator

@@ -12,10 +12,14 @@ whole GPU). Pure; the same planner the node plugin and `dra-gpu simulate` run.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from dra_driver.claims.checkpoint import Checkpoint, VfioRecord
-from dra_driver.claims.device_config import VfioDeviceConfig, config_key
+from dra_driver.claims.device_config import config_key
 from dra_driver.planning.plan import ClaimPlan
+
+if TYPE_CHECKING:  # the models load pydantic, only once a claim has a config
+    from dra_driver.claims.device_config import VfioDeviceConfig
 
 
 def plan_vfio(plan: ClaimPlan, placed: Checkpoint) -> ClaimPlan:  # noqa: ARG001 (planner)
@@ -26,7 +30,10 @@ def plan_vfio(plan: ClaimPlan, placed: Checkpoint) -> ClaimPlan:  # noqa: ARG001
         if item.device.kind != "vfio":
             continue
         config = plan.configs.get(config_key(item.result))
-        iommu = config.iommu if isinstance(config, VfioDeviceConfig) else None
+        vfio_config: VfioDeviceConfig | None = (
+            config if config is not None and config.kind == "VfioDeviceConfig" else None
+        )
+        iommu = vfio_config.iommu if vfio_config is not None else None
         records[index] = dataclasses.replace(
             records[index],
             vfio=VfioRecord(

@@ -240,8 +240,16 @@ def test_a_vfio_claim_next_to_a_gpu_claim_on_another_gpu(plugin: PluginProcess) 
     assert {uid: r.error for uid, r in results.items()} == {vm.uid: "", container.uid: ""}
     assert pci(plugin).driver(address(plugin, 0)) == "vfio-pci"
     assert on_nvidia(plugin, 1)
-    spec = plugin.cdi_spec_path(container.uid).read_text()
-    assert "/dev/nvidiactl" in spec  # the container claim keeps the driver's nodes
+
+    def device_nodes(uid: str) -> set[str]:
+        ids = [i for device in results[uid].devices for i in device.cdi_device_ids]
+        return {node["path"] for node in plugin.container_edits(ids).get("deviceNodes", [])}
+
+    # The container claim keeps the driver's nodes (from the node's base spec); the VM gets
+    # its VFIO node alone.
+    assert "/dev/nvidiactl" in device_nodes(container.uid)
+    assert "/dev/nvidiactl" not in device_nodes(vm.uid)
+    assert any(path.startswith("/dev/vfio/") for path in device_nodes(vm.uid))
     unprepare(plugin, vm, container)
     assert_nothing_left(plugin)
 

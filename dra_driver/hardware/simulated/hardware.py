@@ -293,8 +293,11 @@ class SimHardware:
 
             def later() -> None:
                 self._pci_timer = None
-                with self._store.read() as st:
-                    self._sync_pci(st)
+                try:
+                    with self._store.read() as st:
+                        self._sync_pci(st)
+                except ConfigError:
+                    return  # the node is gone (its state file removed): no node to make
 
             timer = threading.Timer(max(due - time.time(), 0.0) + 0.001, later)
             timer.daemon = True
