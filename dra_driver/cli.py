@@ -1016,7 +1016,7 @@ def _add_consumable_shares_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def _webhook_flags(parser: argparse.ArgumentParser) -> None:
-    from dra_driver.admission.server import DEFAULT_PORT
+    from dra_driver.admission import DEFAULT_PORT
 
     parser.add_argument(
         "--tls-cert-file",

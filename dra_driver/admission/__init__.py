@@ -11,4 +11,11 @@ created, with the same code and so the same message.
 * `server`: the HTTPS server the API server calls (`POST
   /validate-resource-claim-parameters`, `GET /readyz`), TLS from the
   certificate files, reloaded when they change.
+
+The port is here, not in `server`, so that `dra-gpu --help` and every other command
+can name the webhook's default without importing the server and pydantic with it.
 """
+
+from typing import Final
+
+DEFAULT_PORT: Final = 443  # NVIDIA's webhook's default

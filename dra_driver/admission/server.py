@@ -47,12 +47,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.admission import DEFAULT_PORT
 from dra_driver.admission.review import review
 from dra_driver.errors import AdmissionError, ConfigError
 
 VALIDATE_PATH: Final = "/validate-resource-claim-parameters"
 READY_PATH: Final = "/readyz"
-DEFAULT_PORT: Final = 443
 MAX_BODY_BYTES: Final = 8 * 2**20
 """An AdmissionReview carries the object and, on UPDATE, the old one: each at most the
 API server's 3 MiB request limit, in practice etcd's 1.5 MiB."""
