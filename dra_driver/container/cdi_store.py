@@ -142,14 +142,18 @@ class CdiStore:
         self._write_file(path, spec, record=None, sync=True)
         return path
 
-    def base_names(self) -> set[str]:
-        """The base specs of ours in `root` (with an `owner`: of that owner)."""
+    def _file_names(self) -> list[str]:
+        """The names of the files in `root` (none if it does not exist yet)."""
         try:
-            names = [p.name for p in self.root.iterdir()]
+            return [p.name for p in self.root.iterdir()]
         except FileNotFoundError:
-            return set()
+            return []
         except OSError as exc:
             raise CdiError(f"{self.root}: cannot list CDI specs: {exc.strerror or exc}") from exc
+
+    def base_names(self) -> set[str]:
+        """The base specs of ours in `root` (with an `owner`: of that owner)."""
+        names = self._file_names()
         found = {n for name in names if (n := base_spec.name_from_file_name(name)) is not None}
         if self.owner is None:
             return found
@@ -265,12 +269,7 @@ class CdiStore:
 
         With an `owner`, specs of other owners are left out.
         """
-        try:
-            names = [p.name for p in self.root.iterdir()]
-        except FileNotFoundError:
-            return set()
-        except OSError as exc:
-            raise CdiError(f"{self.root}: cannot list CDI specs: {exc.strerror or exc}") from exc
+        names = self._file_names()
         uids = {uid for name in names if (uid := cdi.claim_uid_from_file_name(name)) is not None}
         if self.owner is None:
             return uids
