@@ -521,27 +521,35 @@ class GpuDriver:
         self._finish_releases(claim)
         plans: list[ClaimPlan] = []
         found: list[ClaimEntry] = []
+        # fsync'd only if something must be undone after a crash (see `_undo_needs_record`).
+        durable = _undo_needs_record(claim, self._devices)
 
         def start(checkpoint: Checkpoint) -> Checkpoint:
             """Plan and record the claim, in one look at the checkpoint; an entry it already
-            has is left for the caller (a repeated Prepare, or one left half-done)."""
+            has is left for the caller (a repeated Prepare, or one left half-done). A claim
+            with nothing to create or bind is completed in the same commit (`_spec_only`)."""
             entry = checkpoint.claims.get(claim.uid)
             if entry is not None:
                 found.append(entry)
                 return checkpoint
-            plans.append(
-                plan_claim(
-                    claim,
-                    pool_name=self._pool_name,
-                    devices=self._devices,
-                    placed=checkpoint,
-                    sharing=[strategy.plan for strategy in self._sharing],
-                )
+            plan = plan_claim(
+                claim,
+                pool_name=self._pool_name,
+                devices=self._devices,
+                placed=checkpoint,
+                sharing=[strategy.plan for strategy in self._sharing],
             )
-            return checkpoint.start(plans[0].entry())
+            plans.append(plan)
+            started = checkpoint.start(plan.entry())
+            if durable or not _spec_only(plan):
+                return started
+            failpoints.hit("prepare-after-checkpoint-started")
+            try:
+                return self._complete_locked(started, plan)
+            except Exception:
+                self._cdi.remove(claim.uid)  # nothing was recorded: no spec may stay either
+                raise
 
-        # fsync'd only if something must be undone after a crash (see `_undo_needs_record`).
-        durable = _undo_needs_record(claim, self._devices)
         self.update(start, durable=durable)
         if found:
             existing = found.pop()
@@ -553,6 +561,9 @@ class GpuDriver:
             if found:  # only another call could have started it since: it holds the claim
                 raise ClaimError(f"{found[0].ref} is being prepared by another call; retry")
         (plan,) = plans
+        done = self.snapshot().claims[claim.uid]
+        if done.state is ClaimState.PrepareCompleted:  # completed with its start
+            return self._prepared(claim, done.devices)
         failpoints.hit("prepare-after-checkpoint-started")
 
         try:
@@ -560,28 +571,11 @@ class GpuDriver:
             for strategy in self._sharing:
                 # this process's view is the claim's truth: it holds the claim's lock
                 strategy.apply(plan, self.snapshot().claims[claim.uid])
-            spec = build_claim_spec(
-                plan, self.snapshot().claims[claim.uid], host=self._host, hooks=self._cdi_hooks
+            completed = (
+                self.update(lambda checkpoint: self._complete_locked(checkpoint, plan))
+                .claims[claim.uid]
+                .devices
             )
-            passthrough_only = all(
-                device.vfio is not None for device in self.snapshot().claims[claim.uid].devices
-            )
-            # A VM's GPUs alone need no base spec (nor a loaded nvidia-uvm for it).
-            base = None if passthrough_only else self._current_base()
-
-            def complete(checkpoint: Checkpoint) -> Checkpoint:
-                entry = checkpoint.claims[claim.uid]
-                devices = list(entry.devices)
-                if base is not None:
-                    self._ensure_base(*base)
-                    devices = _with_base(devices, base[0])
-                done = checkpoint.complete(claim.uid, devices)
-                record = to_spec_record(self._checkpoints.boot_id, done.claims[claim.uid])
-                self._cdi.write(claim.uid, spec, record=record)
-                failpoints.hit("prepare-after-cdi-written")
-                return done
-
-            completed = self.update(complete).claims[claim.uid].devices
         except Exception as exc:
             entry = self.current().claims.get(claim.uid)
             try:
@@ -598,6 +592,11 @@ class GpuDriver:
                     "GPU, or the plugin's next start)"
                 ) from exc
             raise
+        return self._prepared(claim, completed)
+
+    def _prepared(
+        self, claim: AllocatedClaim, completed: Sequence[PreparedDevice]
+    ) -> tuple[ResultDevice, ...]:
         failpoints.hit("prepare-after-checkpoint-completed")
         log.info(
             "prepared %s (%s): %s",
@@ -606,6 +605,24 @@ class GpuDriver:
             ", ".join(device.device for device in completed),
         )
         return _result_devices(completed)
+
+    def _complete_locked(self, checkpoint: Checkpoint, plan: ClaimPlan) -> Checkpoint:
+        """Under the checkpoint lock: write the started claim's CDI spec (and the node's
+        base spec if it is missing) and record the claim PrepareCompleted."""
+        uid = plan.claim.uid
+        entry = checkpoint.claims[uid]
+        spec = build_claim_spec(plan, entry, host=self._host, hooks=self._cdi_hooks)
+        devices = list(entry.devices)
+        # A VM's GPUs alone need no base spec (nor a loaded nvidia-uvm for it).
+        if not all(device.vfio is not None for device in devices):
+            name, doc = self._current_base()
+            self._ensure_base(name, doc)
+            devices = _with_base(devices, name)
+        done = checkpoint.complete(uid, devices)
+        record = to_spec_record(self._checkpoints.boot_id, done.claims[uid])
+        self._cdi.write(uid, spec, record=record)
+        failpoints.hit("prepare-after-cdi-written")
+        return done
 
     def _finish_releases(self, claim: AllocatedClaim) -> None:
         """Retry the undo of claims whose rollback failed on the GPUs `claim` uses, so what
@@ -867,6 +884,17 @@ class GpuDriver:
         checkpoint = self._rebuild(outcome.checkpoint, report)
         self._checkpoints.save(checkpoint)
         return checkpoint
+
+
+def _spec_only(plan: ClaimPlan) -> bool:
+    """Whether the claim's CDI spec is all its Prepare makes: no MIG instance to create, no
+    sharing to apply, no GPU to bind to vfio-pci. Such a claim is started and completed in
+    one checkpoint commit (a crash before it leaves nothing to undo but an unowned spec,
+    which start-up removes), one file write less per Prepare."""
+    return all(config is None for config in plan.configs.values()) and all(
+        item.device.kind != "vfio" and item.device.dynamic is None and item.mps is None
+        for item in plan.devices
+    )
 
 
 def _undo_needs_record(claim: AllocatedClaim, devices: Mapping[str, AllocatableDevice]) -> bool:

@@ -131,6 +131,29 @@ def test_crash_during_prepare_then_prepare_again_gives_the_clean_result(
 
 
 @pytest.mark.parametrize("step", failpoints.PREPARE_STEPS)
+def test_a_failure_at_any_step_of_a_whole_gpus_prepare_leaves_no_trace(
+    plugin: PluginProcess, step: str
+) -> None:
+    """A whole GPU's claim is planned, recorded and completed in one checkpoint commit
+    (its spec is all its Prepare makes): a failure inside that commit, after its spec was
+    written, leaves neither spec nor record, and the kubelet's retry prepares it cleanly."""
+    clean = _prepare(plugin, VICTIM)
+    _unprepare(plugin, VICTIM)
+    plugin.arm([f"fail:{step}"])
+
+    result = plugin.client.prepare([VICTIM])[VICTIM.uid]
+
+    assert f"failpoint {step}: injected failure" in result.error
+    if step != "prepare-after-checkpoint-completed":  # the last step is after the commit
+        _assert_no_trace(plugin, VICTIM)
+    _assert_consistent(plugin)
+    plugin.arm([])
+    assert _prepare(plugin, VICTIM) == clean
+    _unprepare(plugin, VICTIM)
+    _assert_no_trace(plugin, VICTIM)
+
+
+@pytest.mark.parametrize("step", failpoints.PREPARE_STEPS)
 def test_crash_during_prepare_then_unprepare_leaves_no_trace(
     plugin: PluginProcess, step: str
 ) -> None:
