@@ -25,6 +25,12 @@ Sharing mechanisms plug in as `SharingStrategy` objects
 (`kubelet_plugin.sharing`: MPS, time-slicing), each with its own plan,
 apply, release and start-up recovery; the driver knows none of them.
 
+A claim whose CDI spec is all its Prepare makes (whole GPUs or static MIG
+devices, no opaque config: `_spec_only`) skips the middle: it is planned,
+recorded PrepareStarted, given its spec and recorded PrepareCompleted under
+one hold of the checkpoint lock, in one commit (one temp-file create less per
+Prepare: about a fifth of its time, waiting on the file system's journal).
+
 A repeated Prepare of a completed claim returns the recorded devices without
 side effects. A Prepare that finds the claim PrepareStarted (a crash or an
 error half-way) first undoes whatever exists, then starts over. Unprepare of
