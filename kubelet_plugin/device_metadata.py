@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -124,15 +125,18 @@ class DeviceMetadataService:
         return removed
 
     def _spec_files(self) -> list[Path]:
+        # Names first, Paths only for the few that match: every Unprepare lists the CDI
+        # directory, which holds a spec per prepared claim.
         prefix = meta.cdi_spec_prefix(self._driver)
         try:
-            return [
-                p
-                for p in self._cdi_root.iterdir()
-                if p.name.startswith(prefix) and p.name.endswith(".json")
-            ]
+            names = os.listdir(self._cdi_root)
         except FileNotFoundError:
             return []
+        return [
+            self._cdi_root / name
+            for name in names
+            if name.startswith(prefix) and name.endswith(".json")
+        ]
 
     def _write(self, ref: ClaimRef, result: PrepareResult) -> PrepareResult:
         claim = self._cluster.get_resource_claim(ref.namespace, ref.name)

@@ -341,7 +341,9 @@ class Checkpoint:
 
     def releasing(self) -> list[ClaimEntry]:
         """The claims whose rollback is still to be finished, ordered by UID."""
-        return [self.claims[u] for u in sorted(self.claims) if self.claims[u].releasing]
+        return sorted(
+            (entry for entry in self.claims.values() if entry.releasing), key=lambda e: e.uid
+        )
 
     def remove(self, uid: str) -> Checkpoint:
         """Forget a claim (after Unprepare or rollback). Unknown UIDs are fine."""
