@@ -34,7 +34,10 @@ __all__ = [
     "RESOURCE_SLICE",
     "ResourceKind",
     "already_exists",
+    "deletion_finished",
+    "prepare_delete",
     "SLICE_GATED_FIELDS",
+    "check_immutable_spec",
     "check_name",
     "check_namespace",
     "describe",
@@ -85,7 +88,13 @@ EVENT: Final = ResourceKind(
 )
 """events.k8s.io/v1 Events the plugin reports, e.g. a failed Prepare."""
 
-_SYSTEM_METADATA = ("uid", "creationTimestamp", "generation", "resourceVersion")
+_SYSTEM_METADATA = (
+    "uid",
+    "creationTimestamp",
+    "generation",
+    "resourceVersion",
+    "deletionTimestamp",
+)
 
 SLICE_GATED_FIELDS: Final = {
     "DRAPartitionableDevices": (
@@ -300,6 +309,42 @@ def prepare_update(
     if new == stored:
         return None
     return new
+
+
+def prepare_delete(stored: Obj) -> Obj | None:
+    """What a delete does to `stored`: None (remove it now), or the object marked deleting.
+
+    An object with `metadata.finalizers` is not removed: the apiserver sets
+    `metadata.deletionTimestamp` (once) and leaves it to the finalizers' owners
+    to empty the list with an update, after which `deletion_finished` says to
+    remove it. The caller stores the result under a new resourceVersion.
+    """
+    meta = stored.get("metadata") or {}
+    if not meta.get("finalizers"):
+        return None
+    if meta.get("deletionTimestamp"):
+        return stored
+    new = copy.deepcopy(stored)
+    new["metadata"]["deletionTimestamp"] = timestamp_now()
+    return new
+
+
+def deletion_finished(obj: Obj) -> bool:
+    """Whether an updated object is being deleted and has no finalizers left (remove it)."""
+    meta = obj.get("metadata") or {}
+    return bool(meta.get("deletionTimestamp")) and not meta.get("finalizers")
+
+
+def check_immutable_spec(kind: ResourceKind, stored: Obj, new: Obj) -> None:
+    """Refuse an update that changes an immutable spec (NVIDIA's ComputeDomain CRD rule
+    `self == oldSelf` on `spec`: "A computeDomain.spec is immutable")."""
+    immutable = kind.kind == "ComputeDomain" and kind.api_version.startswith("resource.nvidia.com/")
+    if immutable and new.get("spec") != stored.get("spec"):
+        meta = stored.get("metadata") or {}
+        raise ClusterError(
+            f"{describe(kind, meta.get('namespace'), str(meta.get('name')))}: spec: "
+            f"Invalid value: A computeDomain.spec is immutable"
+        )
 
 
 def parse_field_selector(selector: str, kind: ResourceKind) -> dict[str, str]:
