@@ -60,8 +60,7 @@ class FakeImexRunner:
             log.write("IMEX starting\n")
             if self.refuse_start:
                 log.write("No matching network interface found\n")
-                process = ImexProcess(next(_PIDS), 1, index, offset)
-                return process  # exits at once: `find` never sees it
+                return ImexProcess(next(_PIDS), 1, index, offset)
             node_id = self.identify_as if self.identify_as is not None else _identify(paths)
             log.write(f"Identified this node as ID {node_id}\n")
         process = ImexProcess(next(_PIDS), 1, index, offset)

@@ -183,7 +183,8 @@ def test_a_peer_change_rewrites_hosts_and_signals_without_a_restart(env: Env) ->
     env.host.reconcile()
     assert len(env.runner.reloads) == 2
     hosts = env.paths().hosts.read_text()
-    assert "127.0.1.22" in hosts and "127.0.1.2\t" not in hosts
+    assert "127.0.1.22" in hosts
+    assert "127.0.1.2\t" not in hosts
     env.host.reconcile()
     assert len(env.runner.reloads) == 2  # nothing changed since
 
@@ -222,7 +223,8 @@ def test_a_daemon_identified_as_another_node_fails_the_member(env: Env) -> None:
     [event] = env.events()
     assert (event["reason"], event["type"]) == ("IndexMismatch", "Warning")
     assert event["regarding"]["kind"] == "ComputeDomain"
-    assert event["regarding"]["name"] == "train" and event["note"].startswith("node n1: ")
+    assert event["regarding"]["name"] == "train"
+    assert event["note"].startswith("node n1: ")
 
 
 def test_a_daemon_that_keeps_dying_is_restarted_then_reported_with_its_last_words(
@@ -262,7 +264,8 @@ def test_a_crashed_daemon_comes_back(env: Env) -> None:
     assert env.status().state == "Starting"
     env.clock.now += 2
     env.host.reconcile()
-    assert len(env.runner.starts) == 2 and env.status().state == "Ready"
+    assert len(env.runner.starts) == 2
+    assert env.status().state == "Ready"
 
 
 def test_a_restarted_host_adopts_the_running_daemon(env: Env) -> None:
@@ -272,7 +275,8 @@ def test_a_restarted_host_adopts_the_running_daemon(env: Env) -> None:
     writes = env.store.writes["ComputeDomainMember"]
     host = env.new_host()
     host.reconcile()
-    assert env.runner.starts == [(UID, 0)] and env.runner.stops == []
+    assert env.runner.starts == [(UID, 0)]
+    assert env.runner.stops == []
     assert env.runner.reloads == []  # the daemon already knew these peers
     assert env.store.writes["ComputeDomainMember"] == writes
 
@@ -285,7 +289,8 @@ def test_a_peer_change_missed_while_the_host_was_down_is_signalled_after_adoptio
     env.host.reconcile()
     env.set_rows({NODE: (IP, 0), "n2": ("127.0.1.2", 1)})
     env.new_host().reconcile()
-    assert len(env.runner.reloads) == 1 and env.runner.starts == [(UID, 0)]
+    assert len(env.runner.reloads) == 1
+    assert env.runner.starts == [(UID, 0)]
 
 
 def test_a_deleted_member_stops_imex_and_removes_its_files(env: Env) -> None:
@@ -307,7 +312,8 @@ def test_a_second_domain_on_the_node_is_refused_with_both_names(env: Env) -> Non
     env.host.reconcile()
     other = env.status(OTHER_UID)
     assert (other.state, other.reason) == ("Failed", "NodeServesAnotherDomain")
-    assert "team-a/train" in other.message and "team-a/infer" in other.message
+    assert "team-a/train" in other.message
+    assert "team-a/infer" in other.message
     assert env.status().state == "Ready"
     assert env.runner.starts == [(UID, 0)]
     assert [e["reason"] for e in env.events()] == ["NodeServesAnotherDomain"]
