@@ -303,30 +303,37 @@ class ProcessImexRunner:
         self.query_timeout = query_timeout
         self.stop_timeout = stop_timeout
         self._env = dict(os.environ if env is None else env)
-        self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._children: set[int] = set()  # started here: reaped here
         self._lock = threading.Lock()
 
     def start(self, paths: DomainPaths, *, index: int) -> ImexProcess:
         argv = [str(self.imex), "-c", str(paths.config)]
         env = {**self._env, HOSTS_ENV: str(paths.hosts)}
+        # posix_spawn rather than Popen: the daemon outlives this object (and this
+        # process), which a Popen would warn about; the host reaps it itself.
         try:
-            with paths.log.open("ab") as out:
-                offset = out.tell()
-                child = subprocess.Popen(
+            out = os.open(paths.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                offset = os.lseek(out, 0, os.SEEK_END)
+                pid = os.posix_spawn(
+                    argv[0],
                     argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    cwd=paths.root,
-                    start_new_session=True,  # outlives the host (and its process group)
+                    env,
+                    file_actions=[
+                        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                        (os.POSIX_SPAWN_DUP2, out, 1),
+                        (os.POSIX_SPAWN_DUP2, out, 2),
+                    ],
+                    setsid=True,  # a session of its own: outlives the host and its group
                 )
+            finally:
+                os.close(out)
         except OSError as exc:
             raise PluginError(f"cannot start {' '.join(argv)}: {exc}") from exc
         with self._lock:
-            self._children[child.pid] = child
-        ticks = process_start_ticks(child.pid, self.proc_root)
-        process = ImexProcess(child.pid, ticks if ticks is not None else -1, index, offset)
+            self._children.add(pid)
+        ticks = process_start_ticks(pid, self.proc_root)
+        process = ImexProcess(pid, ticks if ticks is not None else -1, index, offset)
         record = {
             "pid": process.pid,
             "startTicks": process.start_ticks,
@@ -335,7 +342,7 @@ class ProcessImexRunner:
             "config": str(paths.config),
         }
         atomic.atomic_write(paths.pid_file, json.dumps(record).encode(), sync=False)
-        log.info("started %s pid %d (index %d)", " ".join(argv), child.pid, index)
+        log.info("started %s pid %d (index %d)", " ".join(argv), pid, index)
         return process
 
     def find(self, paths: DomainPaths) -> ImexProcess | None:
@@ -425,10 +432,16 @@ class ProcessImexRunner:
             return f"cannot run {argv[0]}: {exc}"
 
     def _reap(self, pid: int) -> None:
+        """Collect the exit of a daemon this runner started (else it stays a zombie)."""
         with self._lock:
-            child = self._children.get(pid)
-            if child is not None and child.poll() is not None:
-                del self._children[pid]
+            if pid not in self._children:
+                return
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done == pid:
+                self._children.discard(pid)
 
     def _alive(self, process: ImexProcess) -> bool:
         self._reap(process.pid)
