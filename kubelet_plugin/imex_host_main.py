@@ -18,16 +18,8 @@ from dataclasses import dataclass, replace
 from dra_driver.errors import DriverRootError, NvmlError
 from dra_driver.hardware.machine import Hardware
 from dra_driver.kube.object_store import ObjectStore
-from kubelet_plugin.imex_host import (
-    FAST_POLL_S,
-    IMEX_BINARY,
-    IMEX_CTL_BINARY,
-    READY_POLL_S,
-    HostConfig,
-    ImexHost,
-    ProcessImexRunner,
-    serve,
-)
+from kubelet_plugin.imex_host import FAST_POLL_S, READY_POLL_S, HostConfig, ImexHost, serve
+from kubelet_plugin.imex_host_runner import IMEX_BINARY, IMEX_CTL_BINARY, ProcessImexRunner
 from kubelet_plugin.stop_signals import stop_on_signals
 
 log = logging.getLogger(__name__)

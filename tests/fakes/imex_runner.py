@@ -1,4 +1,4 @@
-"""A fake `ImexRunner` (kubelet_plugin.imex_host) for the IMEX host's unit tests.
+"""A fake `ImexRunner` (kubelet_plugin.imex_host_runner) for the IMEX host's unit tests.
 
 It behaves as `nvidia-imex` does, from the files the host wrote: a started
 daemon reads `nodes.cfg` once and identifies itself as the line whose name
@@ -15,7 +15,7 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kubelet_plugin.imex_host import DomainPaths, ImexProcess, ImexQuery, NodesReport
+from kubelet_plugin.imex_host_runner import DomainPaths, ImexProcess, ImexQuery, NodesReport
 
 _PIDS = itertools.count(40000)
 

@@ -29,7 +29,8 @@ from dra_driver.compute_domain.membership import (
     member_status,
 )
 from dra_driver.kube.object_store import COMPUTE_DOMAIN_CLIQUE, COMPUTE_DOMAIN_MEMBER, EVENT
-from kubelet_plugin.imex_host import DomainPaths, HostConfig, ImexHost, detect_host_imex
+from kubelet_plugin.imex_host import HostConfig, ImexHost
+from kubelet_plugin.imex_host_runner import DomainPaths, detect_host_imex
 from tests.fakes.imex_runner import FakeImexRunner
 from tests.fakes.object_store import MemoryObjectStore
 

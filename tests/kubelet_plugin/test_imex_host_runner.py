@@ -26,14 +26,8 @@ from dra_driver.compute_domain.membership import (
     member_status,
 )
 from dra_driver.kube.object_store import COMPUTE_DOMAIN_CLIQUE, COMPUTE_DOMAIN_MEMBER
-from kubelet_plugin.imex_host import (
-    DomainPaths,
-    HostConfig,
-    ImexHost,
-    ProcessImexRunner,
-    parse_nodes_report,
-    serve,
-)
+from kubelet_plugin.imex_host import HostConfig, ImexHost, serve
+from kubelet_plugin.imex_host_runner import DomainPaths, ProcessImexRunner, parse_nodes_report
 from kubelet_plugin.mps_daemons import process_start_ticks
 from tests.fakes import imex_binaries, wait_until
 from tests.fakes.object_store import MemoryObjectStore
