@@ -181,7 +181,6 @@ class ImexHost:
     _domains: dict[str, _Domain] = field(default_factory=dict, init=False, repr=False)
     _host_imex: str = field(default="", init=False, repr=False)
     _host_checked_at: float | None = field(default=None, init=False, repr=False)
-    _events: dict[tuple[str, str], str] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def domains_dir(self) -> Path:
@@ -284,13 +283,15 @@ class ImexHost:
 
         return min(candidates, key=age)
 
+    def _domain_dirs(self) -> list[str]:
+        try:
+            return sorted(p.name for p in self.domains_dir.iterdir() if p.is_dir())
+        except FileNotFoundError:
+            return []
+
     def _sweep(self, keep: set[str]) -> None:
         """Stop the IMEX of every domain this node no longer serves and remove its files."""
-        try:
-            present = sorted(p.name for p in self.domains_dir.iterdir() if p.is_dir())
-        except FileNotFoundError:
-            present = []
-        for uid in present:
+        for uid in self._domain_dirs():
             if uid in keep:
                 continue
             paths = DomainPaths.of(self.config.state_dir, uid)
@@ -316,7 +317,7 @@ class ImexHost:
         paths = DomainPaths.of(cfg.state_dir, spec.domain_uid)
         running = self.runner.find(paths)
         if own is None or not 0 <= own.index < cfg.max_nodes:
-            dom.settled = False
+            dom.settled = True  # nothing to poll: the controller's row arrives by watch
             dom.process = running
             return MemberStatus(
                 state=MemberState.PENDING,
@@ -382,10 +383,11 @@ class ImexHost:
                 dom.reload_pending = False
                 self._applied(paths, hosts_text)
         status = self._status(dom, paths, own, rows, poll=poll or fresh)
-        dom.settled = (
-            status.state == MemberState.READY
-            and not dom.reload_pending
-            and all(state == PeerState.CONNECTED for state in status.peers.values())
+        connected = all(state == PeerState.CONNECTED for state in status.peers.values())
+        dom.settled = not dom.reload_pending and (
+            (status.state == MemberState.READY and connected)
+            # a running daemon with the wrong ID stays wrong until its index changes
+            or status.reason == Reason.INDEX_MISMATCH
         )
         return status
 
@@ -523,7 +525,7 @@ class ImexHost:
             return
         self._host_checked_at = now
         own = set(self.own_pids())
-        for uid in self._domains:
+        for uid in self._domain_dirs():  # ours, adopted ones included
             found = self.runner.find(DomainPaths.of(cfg.state_dir, uid))
             if found is not None:
                 own.add(found.pid)

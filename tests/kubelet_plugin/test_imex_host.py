@@ -374,3 +374,33 @@ def test_the_shared_hosts_file_gets_the_imex_names_and_keeps_the_rest(tmp_path: 
     env.store.delete_object(COMPUTE_DOMAIN_MEMBER, NS, member_name(UID, NODE))
     env.host.reconcile()
     assert etc_hosts.read_text() == "127.0.0.1\tlocalhost\n"
+
+
+def test_a_restarted_host_does_not_take_its_own_daemon_for_a_host_service(
+    tmp_path: Path,
+) -> None:
+    proc = tmp_path / "proc"
+    env = Env(tmp_path, host_proc_root=proc)
+    env.add_member()
+    env.set_rows({NODE: (IP, 0)})
+    env.host.reconcile()
+    [process] = env.runner.running.values()
+    (proc / str(process.pid)).mkdir(parents=True)
+    (proc / str(process.pid) / "comm").write_text("nvidia-imex\n")  # the real binary's name
+    env.new_host().reconcile()
+    assert env.status().state == "Ready"
+    (proc / "99").mkdir()
+    (proc / "99" / "comm").write_text("nvidia-imex\n")  # one we did not start
+    env.new_host().reconcile()
+    assert (env.status().state, env.status().reason) == ("Failed", "HostImexRunning")
+    assert "process 99 is nvidia-imex" in env.status().message
+
+
+def test_a_pending_member_needs_no_fast_polling(env: Env) -> None:
+    env.add_member()
+    env.host.reconcile()
+    assert env.host.settling() is False
+    env.set_rows({NODE: (IP, 0)})
+    env.runner.ready = False
+    env.host.reconcile()
+    assert env.host.settling() is True
