@@ -49,7 +49,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import fcntl
 import logging
+import os
 import shutil
 import threading
 import time
@@ -641,6 +643,21 @@ def _write_if_changed(path: Path, text: str) -> bool:
         return False
     atomic.atomic_write(path, text.encode(), mode=0o644, sync=False)
     return True
+
+
+def host_running(state_dir: Path) -> bool:
+    """Whether an IMEX host serves `state_dir` (it holds `imex-host.lock` while it runs)."""
+    try:
+        fd = os.open(state_dir / HOST_LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also drops the shared lock if we got it
+    return False
 
 
 # -- the daemon loop ----------------------------------------------------------------------
