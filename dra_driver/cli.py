@@ -713,6 +713,13 @@ def _imex_host_flags(parser: argparse.ArgumentParser) -> None:
         help="seconds between nvidia-imex-ctl polls once it is Ready and connected",
     )
     parser.add_argument(
+        "--sigusr1-min-interval",
+        type=_positive_seconds,
+        default=5.0,
+        help="seconds between two SIGUSR1 to IMEX (it ignores one sooner than 5 s after the "
+        "last); a later peer change waits for it",
+    )
+    parser.add_argument(
         "--driver-retry-interval",
         type=_positive_seconds,
         default=10.0,
@@ -750,6 +757,7 @@ def _run_imex_host(args: argparse.Namespace) -> int:
                 max_nodes=args.max_nodes_per_imex_domain,
                 hosts_file=args.hosts_file,
                 host_socket=socket_path,
+                sigusr1_min_interval=args.sigusr1_min_interval,
             ),
             driver_retry_interval=args.driver_retry_interval,
             fast_interval=args.poll_interval,

@@ -344,6 +344,9 @@ class ImexHost:
                 dom.last_exit or "no log line",
             )
         elif running is not None and dom.process is None:
+            # It may have honoured a SIGUSR1 just before this host started: wait a whole
+            # interval before the next, which it would otherwise ignore.
+            dom.last_reload_at = now
             log.info("adopted nvidia-imex pid %d of ComputeDomain %s", running.pid,
                      spec.domain_uid)  # fmt: skip
         dom.process = running
