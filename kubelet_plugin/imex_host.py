@@ -717,8 +717,9 @@ def serve(
                 except (ClusterError, OSError) as exc:  # transient: the next pass retries
                     log.error("IMEX host pass failed: %s", exc)
                 interval = fast_interval if host.settling() else ready_interval
-                if poll:
-                    next_poll = time.monotonic() + interval
+                after = time.monotonic() + interval
+                # A pass woken by a change may have started a daemon: poll it fast from now.
+                next_poll = after if poll else min(next_poll, after)
                 timeout = max(next_poll - time.monotonic(), 0.0)
                 deadline = time.monotonic() + timeout
                 while not stop.is_set() and not wake.is_set():

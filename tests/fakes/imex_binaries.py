@@ -9,7 +9,8 @@ signals, timeouts), in a few milliseconds per start.
 
 Environment knobs: FAKE_IMEX_ID (the ID logged, default 0), FAKE_IMEX_EXIT
 (log "No matching network interface" and exit 1), FAKE_CTL_HANG (the ctl
-sleeps 30 s), FAKE_CTL_NOT_READY (prints NOT READY, exit 1).
+sleeps 30 s), FAKE_CTL_NOT_READY (prints NOT READY, exit 1), FAKE_CTL_READY_FILE
+(NOT READY until that file exists).
 """
 
 from __future__ import annotations
@@ -28,7 +29,11 @@ while :; do sleep 0.05; done
 CTL_SCRIPT = """#!/bin/sh
 if [ -n "$FAKE_CTL_HANG" ]; then exec sleep 30; fi
 case "$*" in
-  *-q*) if [ -n "$FAKE_CTL_NOT_READY" ]; then echo "NOT READY"; exit 1; fi; echo READY ;;
+  *-q*) if [ -n "$FAKE_CTL_NOT_READY" ]; then echo "NOT READY"; exit 1; fi
+        if [ -n "$FAKE_CTL_READY_FILE" ] && [ ! -e "$FAKE_CTL_READY_FILE" ]; then
+          echo "NOT READY"; exit 1
+        fi
+        echo READY ;;
   *-N*) echo '{"status": "UP", "nodes": {"0": {"host": "a", "status": "C"},'
         echo '  "1": {"host": "b", "status": "N"}}}' ;;
 esac

@@ -133,13 +133,14 @@ def test_the_serving_loop_turns_a_member_ready_when_its_row_appears(
     spec = MemberSpec(UID, "team-a", "train", "n1", CLIQUE)
     store.create_object(COMPUTE_DOMAIN_MEMBER, build_member(spec, namespace=NS))
     config = HostConfig(node_name="n1", node_ip="127.0.1.1", namespace=NS, state_dir=tmp_path)
-    run = runner(binaries)
+    ready_file = tmp_path / "imex-ready"
+    run = runner(binaries, FAKE_CTL_READY_FILE=str(ready_file))
     host = ImexHost(store, run, config, own_pids=run.own_pids)
     stop, ready = threading.Event(), threading.Event()
     thread = threading.Thread(
         target=serve,
         args=(host, stop),
-        kwargs={"fast_interval": 0.05, "ready_interval": 5, "on_ready": ready.set},
+        kwargs={"fast_interval": 0.05, "ready_interval": 30, "on_ready": ready.set},
         daemon=True,
     )
     thread.start()
@@ -148,12 +149,15 @@ def test_the_serving_loop_turns_a_member_ready_when_its_row_appears(
 
         def state() -> str:
             obj = store.get_object(COMPUTE_DOMAIN_MEMBER, NS, member_name(UID, "n1"))
-            return member_status(obj).state
+            return f"{member_status(obj).state} {member_status(obj).ip_address}"
 
-        wait_until(lambda: state() == "Pending", "the member Pending", timeout=5)
+        wait_until(lambda: state() == "Pending 127.0.1.1", "the member Pending", timeout=5)
         rows = [CliqueRow("n1", "", CLIQUE, 0, "NotReady")]
         store.create_object(COMPUTE_DOMAIN_CLIQUE, build_clique(UID, CLIQUE, rows, namespace=NS))
-        wait_until(lambda: state() == "Ready", "the member Ready", timeout=5)
+        wait_until(lambda: state() == "Starting 127.0.1.1", "IMEX started", timeout=5)
+        ready_file.touch()
+        # Polled fast once IMEX runs, though the member was idle (Pending) before.
+        wait_until(lambda: state() == "Ready 127.0.1.1", "the member Ready", timeout=2)
     finally:
         stop.set()
         thread.join(10)
