@@ -112,6 +112,8 @@ READY_POLL_S: Final = 10.0
 """Polls once it is Ready and connected."""
 SIGUSR1_MIN_INTERVAL_S: Final = 5.0
 """IMEX honours SIGUSR1 at most once per 5 s (NVIDIA's signals doc, §4.4)."""
+SIGNAL_AFTER_START_S: Final = 3.0
+"""A daemon not READY this long after its start is signalled anyway."""
 HOST_CHECK_INTERVAL_S: Final = 30.0
 """How often a host `nvidia-imex` service is looked for (at start, then this often)."""
 FAILURES_BEFORE_FAILED: Final = 3
@@ -164,6 +166,7 @@ class _Domain:
     last_exit: str = ""
     reload_pending: bool = False
     last_reload_at: float = float("-inf")
+    started_at: float = float("-inf")
     query: ImexQuery | None = None
     report: NodesReport | None = None
     identified: int | None = None
@@ -374,20 +377,26 @@ class ImexHost:
                 )
             else:
                 fresh = True
+                dom.started_at = now
                 dom.reload_pending = False
                 self._applied(paths, hosts_text)
+        status = self._status(dom, paths, own, rows, poll=poll or fresh)
         if dom.process is not None and not fresh:
             applied = _read_text(paths.applied_hosts)
             if applied != hosts_text:
                 dom.reload_pending = True
-            if dom.reload_pending and now - dom.last_reload_at >= cfg.sigusr1_min_interval:
+            # SIGUSR1 kills a process that has not set up its handler yet: wait until the
+            # daemon answers READY (or has had time to: READY may wait for its peers).
+            up = (dom.query is not None and dom.query.ready) or (
+                now - dom.started_at >= SIGNAL_AFTER_START_S
+            )
+            if dom.reload_pending and up and now - dom.last_reload_at >= cfg.sigusr1_min_interval:
                 log.info("peers of ComputeDomain %s changed: SIGUSR1 to nvidia-imex pid %d",
                          spec.domain_uid, dom.process.pid)  # fmt: skip
                 self.runner.reload(dom.process)
                 dom.last_reload_at = now
                 dom.reload_pending = False
                 self._applied(paths, hosts_text)
-        status = self._status(dom, paths, own, rows, poll=poll or fresh)
         connected = all(state == PeerState.CONNECTED for state in status.peers.values())
         dom.settled = not dom.reload_pending and (
             (status.state == MemberState.READY and connected)

@@ -410,3 +410,16 @@ def test_a_pending_member_needs_no_fast_polling(env: Env) -> None:
     env.runner.ready = False
     env.host.reconcile()
     assert env.host.settling() is True
+
+
+def test_a_daemon_is_not_signalled_before_it_can_take_the_signal(env: Env) -> None:
+    env.add_member()
+    env.set_rows({NODE: (IP, 0)})
+    env.runner.ready = False  # started, not READY yet: SIGUSR1 would kill it
+    env.host.reconcile()
+    env.set_rows({NODE: (IP, 0), "n2": ("127.0.1.2", 1)})
+    env.host.reconcile()
+    assert env.runner.reloads == []
+    env.runner.ready = True
+    env.host.reconcile()  # READY now: signalled in the same pass
+    assert len(env.runner.reloads) == 1
