@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from dra_driver.errors import DriverRootError, NvmlError
@@ -44,9 +44,11 @@ class HostOptions:
     query_timeout: float = 5.0
 
 
-def imex_runner(hardware: Hardware, *, query_timeout: float = 5.0) -> ProcessImexRunner:
-    """The runner of the driver root's `nvidia-imex` and `nvidia-imex-ctl`;
-    `DriverRootError` when the root has either missing."""
+def imex_runner(
+    hardware: Hardware, *, query_timeout: float = 5.0, env: Mapping[str, str] | None = None
+) -> ProcessImexRunner:
+    """The runner of the driver root's `nvidia-imex` and `nvidia-imex-ctl` (with this
+    process's environment and `env`); `DriverRootError` when the root has either missing."""
     version = hardware.driver_version()
     files = hardware.driver.files(version)
     root = hardware.driver.root
@@ -61,7 +63,7 @@ def imex_runner(hardware: Hardware, *, query_timeout: float = 5.0) -> ProcessIme
     return ProcessImexRunner(
         root.in_container(str(found[IMEX_BINARY])),
         root.in_container(str(found[IMEX_CTL_BINARY])),
-        env={**os.environ, "LD_LIBRARY_PATH": library_dirs},
+        env={**os.environ, "LD_LIBRARY_PATH": library_dirs, **(env or {})},
         query_timeout=query_timeout,
     )
 
