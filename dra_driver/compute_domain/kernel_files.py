@@ -66,7 +66,9 @@ def parse_capability(text: str, *, path: str) -> Capability:
         if sep and value.strip().isdigit():
             fields[key.strip()] = int(value.strip())
     missing = [
-        key for key in ("DeviceFileMinor", "DeviceFileMode", "DeviceFileModify") if key not in fields
+        key
+        for key in ("DeviceFileMinor", "DeviceFileMode", "DeviceFileModify")
+        if key not in fields
     ]
     if missing:
         raise CdiError(f"{path}: no {', '.join(missing)} line (a capability file has all three)")

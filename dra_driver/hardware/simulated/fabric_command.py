@@ -1,4 +1,4 @@
-"""`dra-gpu sim fabric`: change what a simulated node's GPUs answer to `nvmlDeviceGetGpuFabricInfoV`.
+"""`dra-gpu sim fabric`: change a simulated node's answer to `nvmlDeviceGetGpuFabricInfoV`.
 
 The ComputeDomain plugin must publish a channel only on a settled fabric and
 follow it without a restart (computedomain.md §3.8, §8.2 E6), so a test or a

@@ -37,8 +37,7 @@ def launchers() -> dict[str, bytes]:
     for name, module in _MODULES.items():
         if len(sys.executable) <= _MAX_SHEBANG and " " not in sys.executable:
             text = (
-                f"#!{sys.executable}\nimport sys\n\nfrom {module} import main\n\n"
-                "sys.exit(main())\n"
+                f"#!{sys.executable}\nimport sys\n\nfrom {module} import main\n\nsys.exit(main())\n"
             )
         else:  # an interpreter path the #! line cannot hold: through the shell
             text = f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m {module} "$@"\n'

@@ -50,7 +50,9 @@ def _target(args: argparse.Namespace) -> tuple[str, Any]:
     try:
         config = protocol.parse_config(path.read_text(encoding="utf-8"), path)
     except OSError as exc:
-        raise ImexConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from exc
+        raise ImexConfigError(
+            f"{path}: cannot read the config file: {exc.strerror or exc}"
+        ) from exc
     host = config.cmd_bind_ip or config.bind_ip
     if not host and config.cmd_unix_path:
         return "unix", config.cmd_unix_path

@@ -114,12 +114,12 @@ class Daemon:
     def __init__(
         self,
         config: ImexConfig,
+        *,
         entries: list[str],
         addresses: list[str | None],
         node_id: int,
         hosts_path: Path,
         log: _Log,
-        *,
         bind_ip: str,
     ) -> None:
         self.config = config
@@ -269,10 +269,11 @@ class Daemon:
             await writer.drain()
             self.writers.add(writer)
             ours = not foreign and isinstance(node, int) and node in self.states
+            peer_id = node if ours and node != self.node_id else None
             while line := await reader.readline():
                 message = protocol.decode(line)
-                if ours and message.get("type") == protocol.SHUTTING_DOWN and node != self.node_id:
-                    self._shutting_down(node)
+                if peer_id is not None and message.get("type") == protocol.SHUTTING_DOWN:
+                    self._shutting_down(peer_id)
         except (OSError, TimeoutError):
             pass
         finally:
@@ -468,7 +469,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if failpoints.armed_value("imex-wrong-node-id") is not None and len(entries) > 1:
         node_id = (node_id + 1) % len(entries)
     log("INFO", f"Identified this node as ID {node_id}")
-    daemon = Daemon(config, entries, addresses, node_id, hosts_path, log, bind_ip=bind_ip)
+    daemon = Daemon(
+        config,
+        entries=entries,
+        addresses=addresses,
+        node_id=node_id,
+        hosts_path=hosts_path,
+        log=log,
+        bind_ip=bind_ip,
+    )
     return asyncio.run(daemon.run())
 
 

@@ -7,6 +7,8 @@ cfg`) on addresses 127.0.X.n with a random X, so tests running at once do not me
 
 from __future__ import annotations
 
+import functools
+import io
 import json
 import os
 import random
@@ -23,6 +25,7 @@ import dra_driver
 from dra_driver.errors import ConfigError
 from dra_driver.hardware.simulated.driver_root import materialize_driver_root
 from dra_driver.hardware.simulated.imex import ctl, protocol
+from dra_driver.hardware.simulated.imex.daemon import Daemon, _Log
 
 REPO = Path(dra_driver.__file__).resolve().parent.parent
 BOUND = 5.0  # seconds any expected state may take to show
@@ -85,7 +88,9 @@ class Cluster:
         if failpoints_file is not None:
             env["DRA_GPU_FAILPOINTS_FILE"] = str(failpoints_file)
         with (self.work / f"{cfg.stem}.stderr").open("wb") as stderr:
-            proc = subprocess.Popen([self.root / "usr/bin/nvidia-imex", "-c", cfg], env=env, stderr=stderr)
+            proc = subprocess.Popen(
+                [self.root / "usr/bin/nvidia-imex", "-c", cfg], env=env, stderr=stderr
+            )
         self.procs.append(proc)
         return proc
 
@@ -139,8 +144,11 @@ def test_three_nodes_connect_report_ready_and_see_a_peer_leave(cluster: Cluster)
     names = ["d-0000", "d-0001", "d-0002", "d-0003"]  # the 4th slot is unused: no address
     nodes, hosts = cluster.files("dom", names, {"d-0000": 1, "d-0001": 2, "d-0002": 3})
     procs = [cluster.start(cluster.config(f"n{i}", i + 1, nodes), hosts) for i in range(3)]
+    everyone = {0: "C", 1: "C", 2: "C", 3: "I"}
     for i in range(3):
-        until(f"node {i} connected", lambda i=i: cluster.states(i + 1) == {0: "C", 1: "C", 2: "C", 3: "I"})
+        until(
+            f"node {i} connected", functools.partial(lambda n: cluster.states(n) == everyone, i + 1)
+        )
         assert f"Identified this node as ID {i}\n" in cluster.log(f"n{i}")
         assert Path(f"/proc/{procs[i].pid}/comm").read_text() == "nvidia-imex\n"
     ready = cluster.ctl("-c", str(cluster.work / "n0.cfg"), "-q")
@@ -198,10 +206,19 @@ def test_sigusr1_re_resolves_and_reconnects_at_most_once_per_interval(cluster: C
     assert cluster.states(1)[1] == "D"  # node 0 still knows only the old address
     cluster.write_hosts(hosts0, {"d-0": 1, "d-1": 3})
     n0.send_signal(signal.SIGUSR1)
-    until("node 0 reconnected", lambda: cluster.nodes(1) == {"status": "UP", "nodes": {
-        "0": {"host": "d-0", "address": cluster.ip(1), "status": "C"},
-        "1": {"host": "d-1", "address": cluster.ip(3), "status": "C"},
-    }})
+    until(
+        "node 0 reconnected",
+        lambda: (
+            cluster.nodes(1)
+            == {
+                "status": "UP",
+                "nodes": {
+                    "0": {"host": "d-0", "address": cluster.ip(1), "status": "C"},
+                    "1": {"host": "d-1", "address": cluster.ip(3), "status": "C"},
+                },
+            }
+        ),
+    )
     assert f"Node 1 (d-1) now resolves to {cluster.ip(3)}" in cluster.log("n0")
     n0.send_signal(signal.SIGUSR1)  # inside the interval (2 s here, 5 s by default)
     until("ignored", lambda: "SIGUSR1 ignored" in cluster.log("n0"))
@@ -211,7 +228,7 @@ def test_start_failures_and_the_node_id(cluster: Cluster) -> None:
     nodes, hosts = cluster.files("d", ["d-0", "d-1"], {"d-0": 1, "d-1": 2})
     refused = cluster.start(cluster.config("r", 1, nodes), hosts, failpoints="imex-refuse-start")
     stranger = cluster.start(cluster.config("s", 9, nodes), hosts)  # 9 is in no entry
-    wrong = cluster.start(cluster.config("w", 1, nodes), hosts, failpoints="imex-wrong-node-id")
+    cluster.start(cluster.config("w", 1, nodes), hosts, failpoints="imex-wrong-node-id")
     assert refused.wait(timeout=BOUND) == 1
     assert stranger.wait(timeout=BOUND) == 1
     assert "No matching network interface" in cluster.log("r")
@@ -275,3 +292,25 @@ def test_config_and_name_files() -> None:
         "10.0.0.9",
     ]
     assert protocol.domain_identity(["x-0", "x-1"]) != protocol.domain_identity(["y-0", "y-1"])
+
+
+@pytest.mark.parametrize(("grace", "shown"), [("-1", "R"), ("0", "D")])
+def test_a_lost_peer_recovers_for_the_grace_time_then_is_disconnected(
+    grace: str, shown: str
+) -> None:
+    cfg = protocol.parse_config(
+        f"IMEX_NODE_CONFIG_FILE=n\nIMEX_NODE_DISCONNECTED_GRACE_TIME={grace}\n", Path("c")
+    )
+    daemon = Daemon(
+        cfg,
+        entries=["a", "b"],
+        addresses=["127.0.1.1", "127.0.1.2"],
+        node_id=0,
+        hosts_path=Path("/nonexistent"),
+        log=_Log(io.StringIO()),
+        bind_ip="127.0.1.1",
+    )
+    daemon.states[1] = "C"
+    daemon._lost(1)
+    daemon.lost_at[1] -= 0.5
+    assert daemon.current_states() == {0: "C", 1: shown}
