@@ -135,6 +135,7 @@ class Daemon:
         }
         self.states[node_id] = CONNECTED
         self.lost_at: dict[int, float] = {}
+        self.refusals: set[tuple[str, str]] = set()  # (address, domain) refused and logged
         self.writers: set[asyncio.StreamWriter] = set()
         self.dialers: dict[int, asyncio.Task[None]] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
@@ -215,7 +216,7 @@ class Daemon:
                     if protocol.decode(line).get("type") == protocol.SHUTTING_DOWN:
                         self._shutting_down(index)
                 self._lost(index)
-            except (OSError, TimeoutError):
+            except (OSError, TimeoutError, ValueError):  # ValueError: a line over 64 KiB
                 self._lost(index)
             finally:
                 self.writers.discard(writer)
@@ -253,11 +254,13 @@ class Daemon:
             node = hello.get("node")
             foreign = hello.get("domain") != self.domain
             if foreign and failpoints.armed_value("imex-accept-foreign") is None:
-                self.log(
-                    "WARNING",
-                    f"Refused connection from {peer} (node {node}): IMEX domain "
-                    f"{hello.get('domain')} is not this node's domain {self.domain}",
-                )
+                if (peer, str(hello.get("domain"))) not in self.refusals:  # once, not per retry
+                    self.refusals.add((peer, str(hello.get("domain"))))
+                    self.log(
+                        "WARNING",
+                        f"Refused connection from {peer} (node {node}): IMEX domain "
+                        f"{hello.get('domain')} is not this node's domain {self.domain}",
+                    )
                 reason = f"foreign IMEX domain (this domain is {self.domain})"
                 writer.write(protocol.encode({"type": protocol.REFUSED, "reason": reason}))
                 await writer.drain()
@@ -274,7 +277,7 @@ class Daemon:
                 message = protocol.decode(line)
                 if peer_id is not None and message.get("type") == protocol.SHUTTING_DOWN:
                     self._shutting_down(peer_id)
-        except (OSError, TimeoutError):
+        except (OSError, TimeoutError, ValueError):
             pass
         finally:
             self.writers.discard(writer)
@@ -302,7 +305,7 @@ class Daemon:
                 answer = {"error": f"unknown command {command!r}"}
             writer.write(protocol.encode(answer))
             await writer.drain()
-        except OSError:
+        except (OSError, ValueError):
             pass
         finally:
             writer.close()
