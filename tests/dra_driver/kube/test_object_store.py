@@ -10,6 +10,7 @@ would break in another.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 from dra_driver.errors import ClusterError, NotFoundError
 from dra_driver.kube.api_store import KubeCluster
 from dra_driver.kube.cluster import AlreadyExistsError, ConflictError
-from dra_driver.kube.local_store import LocalCluster
+from dra_driver.kube.local_store import OBJECT_POLL_SECONDS, LocalCluster
 from dra_driver.kube.object_store import (
     COMPUTE_DOMAIN,
     COMPUTE_DOMAIN_CLIQUE,
@@ -283,3 +284,60 @@ def test_invalid_names_are_refused_naming_the_kind(store: ObjectStore) -> None:
     ):
         with pytest.raises(ClusterError, match="ComputeDomain"):
             bad()
+
+
+def test_status_writes_check_the_resource_version_and_the_subresource(
+    store: ObjectStore,
+) -> None:
+    created = store.create_object(COMPUTE_DOMAIN_MEMBER, member("uid-a", "n1"))
+    store.update_object_status(COMPUTE_DOMAIN_MEMBER, dict(created, status={"state": "Starting"}))
+    with pytest.raises(ConflictError, match=r"ComputeDomainMember team-a/uid-a\.n1"):
+        store.update_object_status(COMPUTE_DOMAIN_MEMBER, dict(created, status={"state": "Ready"}))
+    clique_obj = store.create_object(COMPUTE_DOMAIN_CLIQUE, clique("uid-a.c"))
+    with pytest.raises(ClusterError, match=r"ComputeDomainClique team-a/uid-a\.c"):
+        store.update_object_status(COMPUTE_DOMAIN_CLIQUE, dict(clique_obj, status={}))
+
+
+def test_a_local_watch_is_not_woken_by_other_kinds(tmp_path: Path) -> None:
+    """Leases renew every 2 s and Events pile up: a node's member watch must not wake for them."""
+    cluster = LocalCluster(tmp_path / "cluster")
+    calls: list[float] = []
+    stop = threading.Event()
+    watcher = threading.Thread(
+        target=cluster.watch_objects,
+        args=([COMPUTE_DOMAIN_MEMBER], lambda: calls.append(time.monotonic()), stop),
+        daemon=True,
+    )
+    watcher.start()
+    try:
+        wait_until(lambda: len(calls) == 1, "the first look")
+        other = LocalCluster(tmp_path / "cluster")
+        lease = other.create_object(
+            LEASE, {"metadata": {"name": "leader", "namespace": "kube-system"}, "spec": {}}
+        )
+        for holder in ("a", "b", "c"):
+            lease = other.update_object(LEASE, dict(lease, spec={"holderIdentity": holder}))
+        time.sleep(3 * OBJECT_POLL_SECONDS)
+        assert len(calls) == 1
+        other.create_object(COMPUTE_DOMAIN_MEMBER, member("uid-a", "n1"))
+        wait_until(lambda: len(calls) == 2, "the member's create to be seen")
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
+
+
+def test_a_hand_written_local_node_can_be_labelled_and_read_by_the_gpu_driver(
+    tmp_path: Path,
+) -> None:
+    cluster = LocalCluster(tmp_path / "cluster")
+    nodes = tmp_path / "cluster" / "nodes"
+    nodes.mkdir()
+    (nodes / "gb-0.yaml").write_text(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: gb-0\n  uid: 6b1f3c2e-node\n"
+    )
+    node = cluster.get_object(NODE, None, "gb-0")
+    node["metadata"]["labels"] = {"nvidia.com/gpu.clique": "c.0"}
+    cluster.update_object(NODE, node)
+    read = cluster.get_node("gb-0")
+    assert read["metadata"]["uid"] == "6b1f3c2e-node"
+    assert read["metadata"]["labels"] == {"nvidia.com/gpu.clique": "c.0"}
