@@ -341,3 +341,32 @@ def test_a_hand_written_local_node_can_be_labelled_and_read_by_the_gpu_driver(
     read = cluster.get_node("gb-0")
     assert read["metadata"]["uid"] == "6b1f3c2e-node"
     assert read["metadata"]["labels"] == {"nvidia.com/gpu.clique": "c.0"}
+
+
+def test_a_kube_watch_survives_apiserver_errors(caplog: pytest.LogCaptureFixture) -> None:
+    """A failed list or watch is logged and retried with backoff, never raised."""
+    with FakeApiServer() as server:
+        client, writer_client = server.api_client(), server.api_client()
+        store, writer = KubeCluster(client), KubeCluster(writer_client)
+        server.fail_next("GET", 500, "InternalError")  # the watch's first list
+        calls = threading.Semaphore(0)
+        stop = threading.Event()
+        watcher = threading.Thread(
+            target=store.watch_objects,
+            args=([COMPUTE_DOMAIN_MEMBER], calls.release, stop),
+            daemon=True,
+        )
+        watcher.start()
+        try:
+            assert calls.acquire(timeout=5), "the watch did not recover from a failed list"
+            drain(calls)
+            writer.create_object(COMPUTE_DOMAIN_MEMBER, member("uid-a", "n1"))
+            assert calls.acquire(timeout=3), "no change seen after the recovery"
+        finally:
+            stop.set()
+            watcher.join(timeout=5)
+            client.close()
+            writer_client.close()
+        assert not watcher.is_alive()
+    assert "watching computedomainmembers failed" in caplog.text
+    assert "InternalError" in caplog.text
