@@ -453,11 +453,17 @@ class KubeCluster:
                 except Exception as exc:
                     if stop.is_set():
                         return  # the closer ended the read
-                    if not isinstance(exc, _WATCH_ERRORS):
-                        raise
                     failures += 1
                     delay = backoff_delay(failures)
-                    log.warning("watching %s failed, again in %.1f s: %s", kind.plural, delay, exc)
+                    # Expected failures (the apiserver, the network) in one line; anything
+                    # else with its traceback, but the watch goes on either way.
+                    log.warning(
+                        "watching %s failed, again in %.1f s: %s",
+                        kind.plural,
+                        delay,
+                        exc,
+                        exc_info=not isinstance(exc, _WATCH_ERRORS),
+                    )
                     stop.wait(delay)
         finally:
             finished.set()

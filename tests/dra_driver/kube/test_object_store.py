@@ -370,3 +370,14 @@ def test_a_kube_watch_survives_apiserver_errors(caplog: pytest.LogCaptureFixture
         assert not watcher.is_alive()
     assert "watching computedomainmembers failed" in caplog.text
     assert "InternalError" in caplog.text
+
+
+def test_an_object_being_deleted_takes_no_new_finalizers(store: ObjectStore) -> None:
+    store.create_object(COMPUTE_DOMAIN, domain(finalizers=[FINALIZER]))
+    store.delete_object(COMPUTE_DOMAIN, NS, "imex")
+    marked = store.get_object(COMPUTE_DOMAIN, NS, "imex")
+    more = dict(marked)
+    more["metadata"] = dict(marked["metadata"], finalizers=[FINALIZER, "example.com/other"])
+    with pytest.raises(ClusterError, match=r"ComputeDomain team-a/imex: .*no new finalizers"):
+        store.update_object(COMPUTE_DOMAIN, more)
+    assert store.get_object(COMPUTE_DOMAIN, NS, "imex")["metadata"]["finalizers"] == [FINALIZER]
