@@ -82,7 +82,8 @@ RESOURCE_CLAIM: Final = ResourceKind(
     field_labels=("metadata.name", "metadata.namespace"),
 )
 NODE: Final = ResourceKind("Node", "nodes", namespaced=False, has_status=True, api_version="v1")
-"""Read only: the plugin looks up its Node's uid to own its slices."""
+"""The GPU plugin reads its Node's uid to own its slices; the ComputeDomain plugin
+labels it (`nvidia.com/gpu.clique`) through `ObjectStore.update_object`."""
 EVENT: Final = ResourceKind(
     "Event", "events", namespaced=True, has_status=False, api_version="events.k8s.io/v1"
 )
