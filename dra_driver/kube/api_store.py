@@ -353,7 +353,7 @@ class KubeCluster:
         *,
         labels: Mapping[str, str] | None = None,
     ) -> list[Obj]:
-        return self._list_kind(kind, namespace, labels)[0]
+        return self._list_kind(kind, namespace, labels)
 
     def create_object(self, kind: ResourceKind, obj: Obj) -> Obj:
         namespace, name = rules.object_key(kind, obj)
@@ -429,7 +429,7 @@ class KubeCluster:
         try:
             while not stop.is_set():
                 try:
-                    _items, version = self._list_kind(kind, None, None)
+                    version = self._collection_version(kind)
                     notify()  # whatever changed before this watch is in the caller's next look
                     response = self._open_watch(kind, version)
                     current[:] = [response]
@@ -493,13 +493,26 @@ class KubeCluster:
 
         return self._call(what, "watch", request)
 
+    def _collection_version(self, kind: ResourceKind) -> str:
+        """The resourceVersion to watch `kind` from: a list of one item is enough (the
+        caller looks at the objects itself when told of a change)."""
+        page = self._request(
+            f"{kind.kind} objects",
+            "list",
+            "GET",
+            _collection_path(kind, None),
+            query=[("limit", "1")],
+            kind=kind,
+        )
+        return str((page.get("metadata") or {}).get("resourceVersion") or "")
+
     def _list_kind(
         self,
         kind: ResourceKind,
         namespace: str | None,
         labels: Mapping[str, str] | None,
-    ) -> tuple[list[Obj], str]:
-        """All objects of `kind` (in `namespace`, with `labels`) and the list's resourceVersion."""
+    ) -> list[Obj]:
+        """All objects of `kind` (in `namespace`, with `labels`)."""
         if not kind.namespaced:
             namespace = None
         elif namespace is not None:
@@ -526,7 +539,7 @@ class KubeCluster:
             meta = page.get("metadata") or {}
             token = meta.get("continue") or ""
             if not token:
-                return items, str(meta.get("resourceVersion") or "")
+                return items
 
     # Plumbing
 
