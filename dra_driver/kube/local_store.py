@@ -36,9 +36,10 @@ ComputeDomain spec. Watching those kinds polls one small file per kind,
 `.last-write`, which every write of the kind (delete included) replaces under
 the lock with the resourceVersion it took: a counter cannot come back to an
 old value, so no change is missed however fast writes follow each other, and
-a poll costs a read and a stat per kind however many namespaces and objects
-there are (64 nodes each running two watchers stay cheap). The kind's
-directory mtime is compared too, so a hand edit (an editor's rename) is seen.
+a poll costs a read and a few stats per kind however many objects there are
+(64 nodes each running two watchers stay cheap). The mtimes of the kind's
+directory and its namespace directories are compared too, so a file put
+there by hand (an editor's rename, a `cp`) is seen.
 """
 
 from __future__ import annotations
@@ -349,7 +350,7 @@ class LocalCluster:
         on_change: Callable[[], None],
         stop: threading.Event,
     ) -> None:
-        seen: tuple[tuple[str, int], ...] | None = None
+        seen: tuple[tuple[object, ...], ...] | None = None
         failures = 0
         names = ", ".join(kind.plural for kind in kinds)
         while not stop.is_set():
@@ -373,18 +374,25 @@ class LocalCluster:
                     )
             stop.wait(OBJECT_POLL_SECONDS)
 
-    def _kind_signature(self, kind: ResourceKind) -> tuple[str, int]:
-        """The kind's last-write resourceVersion and its directory's mtime."""
+    def _kind_signature(self, kind: ResourceKind) -> tuple[object, ...]:
+        """The kind's last-write resourceVersion and its directories' mtimes (a file put
+        there by hand, not through this class, renames into one of them)."""
         directory = self._root / kind.plural
         try:
             last = read_regular(directory / _LAST_WRITE_FILE).decode("ascii").strip()
         except FileNotFoundError:
             last = ""
         try:
-            mtime = directory.stat().st_mtime_ns
+            mtimes = [directory.stat().st_mtime_ns]
+            if kind.namespaced:
+                with os.scandir(directory) as entries:
+                    for entry in entries:
+                        if not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False):
+                            with contextlib.suppress(FileNotFoundError):
+                                mtimes.append(entry.stat(follow_symlinks=False).st_mtime_ns)
         except FileNotFoundError:
-            mtime = 0
-        return last, mtime
+            mtimes = []
+        return last, tuple(sorted(mtimes))
 
     # Storage
 

@@ -381,3 +381,31 @@ def test_an_object_being_deleted_takes_no_new_finalizers(store: ObjectStore) -> 
     with pytest.raises(ClusterError, match=r"ComputeDomain team-a/imex: .*no new finalizers"):
         store.update_object(COMPUTE_DOMAIN, more)
     assert store.get_object(COMPUTE_DOMAIN, NS, "imex")["metadata"]["finalizers"] == [FINALIZER]
+
+
+def test_a_local_watch_sees_a_file_put_there_by_hand(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path / "cluster")
+    cluster.create_object(COMPUTE_DOMAIN, domain("first"))
+    calls: list[float] = []
+    stop = threading.Event()
+    watcher = threading.Thread(
+        target=cluster.watch_objects,
+        args=([COMPUTE_DOMAIN], lambda: calls.append(time.monotonic()), stop),
+        daemon=True,
+    )
+    watcher.start()
+    try:
+        wait_until(lambda: len(calls) == 1, "the first look")
+        source = tmp_path / "cluster" / "computedomains" / NS / "first.yaml"
+        text = source.read_text().replace("name: first", "name: second")
+        # A person edits later than the last write: past the clock tick of directory mtimes.
+        time.sleep(0.05)
+        (source.parent / "second.yaml").write_text(text)  # as `cp` or an editor would
+        wait_until(lambda: len(calls) == 2, "the hand-written domain to be seen")
+        assert [d["metadata"]["name"] for d in cluster.list_objects(COMPUTE_DOMAIN, NS)] == [
+            "first",
+            "second",
+        ]
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
