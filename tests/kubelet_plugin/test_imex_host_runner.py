@@ -143,6 +143,7 @@ def test_the_serving_loop_turns_a_member_ready_when_its_row_appears(
         kwargs={"fast_interval": 0.05, "ready_interval": 30, "on_ready": ready.set},
         daemon=True,
     )
+    paths = DomainPaths.of(tmp_path, UID)
     thread.start()
     try:
         assert ready.wait(5)
@@ -158,9 +159,10 @@ def test_the_serving_loop_turns_a_member_ready_when_its_row_appears(
         ready_file.touch()
         # Polled fast once IMEX runs, though the member was idle (Pending) before.
         wait_until(lambda: state() == "Ready 127.0.1.1", "the member Ready", timeout=2)
+        stop.set()
+        thread.join(10)
+        assert run.find(paths) is not None  # IMEX outlives the host
     finally:
         stop.set()
         thread.join(10)
-    paths = DomainPaths.of(tmp_path, UID)
-    assert run.find(paths) is not None  # IMEX outlives the host
-    run.stop(paths)
+        run.stop(paths)
