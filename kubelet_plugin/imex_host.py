@@ -98,7 +98,7 @@ from kubelet_plugin.imex_host_runner import (
     detect_host_imex,
     identified_node_id,
     last_log_line,
-    read_tail,
+    read_start,
 )
 
 log = logging.getLogger(__name__)
@@ -442,7 +442,7 @@ class ImexHost:
             if dom.query.ready:
                 if dom.identified is None:
                     dom.identified = identified_node_id(
-                        read_tail(paths.log, dom.process.log_offset)
+                        read_start(paths.log, dom.process.log_offset)
                     )
                 dom.report = self.runner.nodes(paths)
         if not dom.query.ready:

@@ -53,6 +53,7 @@ STOP_TIMEOUT_S: Final = 10.0
 
 _IDENTIFIED = re.compile(rb"Identified this node as ID (\d+)")
 _MAX_LOG_TAIL: Final = 64 * 1024
+_MAX_LOG_START: Final = 1024 * 1024
 
 
 # -- the process seam -------------------------------------------------------------------
@@ -183,12 +184,27 @@ def last_log_line(path: Path) -> str:
     return ""
 
 
-def read_tail(path: Path, offset: int = 0) -> bytes:
+def read_tail(path: Path) -> bytes:
+    """The last 64 KiB of a log file (b"" if unreadable)."""
     try:
         with path.open("rb") as f:
             size = f.seek(0, os.SEEK_END)
-            f.seek(max(offset, size - _MAX_LOG_TAIL, 0))
+            f.seek(max(size - _MAX_LOG_TAIL, 0))
             return f.read(_MAX_LOG_TAIL)
+    except OSError:
+        return b""
+
+
+def read_start(path: Path, offset: int) -> bytes:
+    """What one daemon run logged first: up to 1 MiB of the log from `offset`.
+
+    IMEX identifies itself at start; at LOG_LEVEL=4 it may have logged far more
+    than a tail's worth by the time it is asked about.
+    """
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            return f.read(_MAX_LOG_START)
     except OSError:
         return b""
 

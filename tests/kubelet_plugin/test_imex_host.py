@@ -423,3 +423,15 @@ def test_a_daemon_is_not_signalled_before_it_can_take_the_signal(env: Env) -> No
     env.runner.ready = True
     env.host.reconcile()  # READY now: signalled in the same pass
     assert len(env.runner.reloads) == 1
+
+
+def test_the_identification_is_found_however_much_the_daemon_logged_since(env: Env) -> None:
+    env.add_member()
+    env.set_rows({NODE: (IP, 0)})
+    env.runner.ready = False
+    env.host.reconcile()
+    with env.paths().log.open("a") as log:  # LOG_LEVEL=4 chatter before the first READY
+        log.write("connection state: peer 1 not connected\n" * 20000)
+    env.runner.ready = True
+    env.host.reconcile()
+    assert (env.status().state, env.status().imex_node_id) == ("Ready", 0)
