@@ -90,12 +90,8 @@ def build_simulated_nodes(
             list_attributes=list_attributes,
             passthrough=passthrough,
         )
-        published = (
-            compute_domain_devices(_inventory(shape, f"{request.prefix}-0"))
-            if shape.fabric is not None
-            else None
-        )
-        labels = {CLIQUE_NODE_LABEL: published.clique} if published and published.clique else {}
+        published = compute_domain_devices(_inventory(shape, f"{request.prefix}-0"))
+        labels = {CLIQUE_NODE_LABEL: published.clique} if published.clique else {}
         for index in range(request.count):
             name = f"{request.prefix}-{index}"
             if template is None:
@@ -114,10 +110,16 @@ def build_simulated_nodes(
                 slices = template.renamed(name)
             built.nodes.append(Node(name, {HOSTNAME_LABEL: name, **labels}))
             built.slices.extend(slices)
-            if published and published.devices:
+            if published.devices:
                 built.slices.extend(
                     compute_domain_resource_slices(published.devices, node_name=name)
                 )
+            elif shape.fabric is not None and index:
+                # The reasons name each GPU by UUID, and every node has its own.
+                withheld = compute_domain_devices(_inventory(shape, name)).withheld
+                built.compute_domain_withheld[name] = withheld
+            else:
+                built.compute_domain_withheld[name] = published.withheld
             built.devices[name] = functools.partial(devices.of, name)
     return built
 

@@ -25,7 +25,9 @@ from dra_driver.scheduling.whatif.admission import check_objects
 from dra_driver.scheduling.whatif.claims import PodClaim
 from dra_driver.scheduling.whatif.diagnosis import Diagnosis
 from dra_driver.scheduling.whatif.documents import read_documents
+from dra_driver.scheduling.whatif.compute_domains import DomainRules
 from dra_driver.scheduling.whatif.engine import (
+    ChainedChecks,
     NodeChecks,
     Simulation,
     WorkItem,
@@ -67,6 +69,7 @@ class Scenario:
     slices: list[Obj] = field(default_factory=list)
     classes: list[Obj] = field(default_factory=list)
     node_checks: NodeChecks | None = None
+    withheld: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 PARTITIONABLE_GATE: Final = "DRAPartitionableDevices"
@@ -179,6 +182,7 @@ def load_scenario(options: ScenarioOptions, err: TextIO | None = None) -> Scenar
         )
         scenario.nodes, scenario.slices = built.nodes, built.slices
         scenario.node_checks = PluginChecks(built.devices)
+        scenario.withheld = dict(built.compute_domain_withheld)
     scenario.slices = scenario.slices + inputs.slices
     by_name = {node.name: node for node in scenario.nodes}
     for node in nodes_from_objects(inputs.nodes, inputs.slices):
@@ -234,13 +238,26 @@ def run_simulate(
 
 
 def _simulation(scenario: Scenario, workload: Workload, features: Features) -> Simulation:
+    """The simulation of a scenario; with ComputeDomains, their rules too (`compute_domains`)."""
+    checks = scenario.node_checks
+    rules = None
+    if scenario.inputs.compute_domains:
+        rules = DomainRules(
+            domains=scenario.inputs.compute_domains,
+            slices=scenario.slices,
+            claims=workload.claims,
+            withheld=scenario.withheld,
+            features=features,
+        )
+        checks = rules if checks is None else ChainedChecks([checks, rules])
     return Simulation(
         slices=scenario.slices,
         classes=scenario.classes,
         nodes=scenario.nodes,
         claims=workload.claims,
         features=features,
-        node_checks=scenario.node_checks,
+        node_checks=checks,
+        unfit_reasons=rules,
     )
 
 
@@ -405,7 +422,7 @@ def _explain(
     diagnosis = None
     if pending and not problem:
         labels = {claim.claim: claim.name for claim in item.claims}
-        diagnosis = simulation.diagnoser.diagnose(pending, nodes, labels=labels)
+        diagnosis = simulation.diagnose(pending, nodes, labels=labels)
     refused = _refused(simulation, keys, pending, diagnosis)
     out.write(
         render_report(

@@ -53,11 +53,15 @@ class NodeRequest:
 class SimulatedNodes:
     """Nodes in placement order, the slices published for them, and (by node name) the
     devices their kubelet plugin publishes, built when first asked for: what the plugin's
-    own claim validation runs against (`node_checks`)."""
+    own claim validation runs against (`node_checks`); and why nodes publish no IMEX
+    channel (`compute_domains`)."""
 
     nodes: list[Node] = field(default_factory=list)
     slices: list[Obj] = field(default_factory=list)
     devices: dict[str, Callable[[], Sequence[AllocatableDevice]]] = field(default_factory=dict)
+    compute_domain_withheld: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Why a node publishes no `compute-domain.nvidia.com` devices (by node name; nodes that
+    publish them are absent): `dra_driver.compute_domain.devices`' reasons."""
 
 
 def parse_node_spec(spec: str) -> list[NodeRequest]:

@@ -1,0 +1,287 @@
+"""ComputeDomain rules the scheduler does not know, and why a pod gets no IMEX channel.
+
+The scheduler sees `channel-0` as one device per node and allocates it like any
+other. Two rules decide whether the channel it allocates ever works, and the
+scheduler knows neither (CD-DESIGN.md points 2 and 3):
+
+- **one ComputeDomain per node**: a node runs one IMEX daemon, so its CD
+  kubelet plugin refuses to prepare a channel claim of a second domain while a
+  claim of the first is prepared there. Where `channel-0` is published with
+  `allowMultipleAllocations` and the cluster has DRAConsumableCapacity (beta
+  from Kubernetes 1.36), pods of one domain share a node's channel, and the
+  scheduler can just as well put another domain's pod there: its claim is
+  allocated, its pod never starts. Without the gate a channel claim holds
+  `channel-0` alone, so two domains never meet on a node, nor two pods of one.
+- **at most `MAX_NODES_PER_IMEX_DOMAIN` (18) nodes of one domain per clique**:
+  the controller gives a 19th node no IMEX index, so its channel never gets
+  ready.
+
+`DomainRules` is the simulation's model of both (an `engine.NodeChecks`: a
+channel claim allocated where a rule refuses it leaves its pod not placed,
+with the reason), and says why a pod's channel claim fits on no node
+(`why_unfit`) in the words an admin needs: the nodes that publish no channel
+and why (no multi-node fabric, a fabric not ready: the `withheld` reasons of
+`dra_driver.compute_domain.devices`), nodes serving another domain, a full
+clique, nodes whose channel the domain's other pods hold. A domain whose pods
+land in two cliques is allowed (one IMEX domain per clique, as NVIDIA): those
+pods get their channels but no NVLink between the cliques; that is not a
+placement failure, so it is not reported as one.
+
+Pure: the rules read the slices, the claims and the ComputeDomains given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from dra_driver.compute_domain.api import ComputeDomain
+from dra_driver.compute_domain.membership import MAX_NODES_PER_IMEX_DOMAIN
+from dra_driver.compute_domain.names import CHANNEL_DEVICE_CLASS, CHANNEL_TYPE, DRIVER_NAME
+from dra_driver.kube.objects import Obj
+from dra_driver.node.devices import CLIQUE_ATTRIBUTE
+from dra_driver.scheduling.allocator import Features, Node
+
+_CHANNEL_CONFIG: Final = "ComputeDomainChannelConfig"
+_NO_DEVICES: Final = f"publishes no {DRIVER_NAME} devices"
+_MAX_NAMES: Final = 3
+
+
+@dataclass(frozen=True)
+class ChannelDevice:
+    """A published channel device: where it is, its clique, whether claims may share it."""
+
+    node: str
+    pool: str
+    name: str
+    clique: str
+    allow_multiple: bool
+
+
+def channel_domain(claim: Mapping[str, Any]) -> str | None:
+    """The domain UID of a channel claim ("" when it asks for a channel without one), or None
+    when the claim asks for no IMEX channel."""
+    devices = (claim.get("spec") or {}).get("devices") or {}
+    wants_channel = False
+    for request in devices.get("requests") or []:
+        if not isinstance(request, Mapping):
+            continue
+        exactly = request.get("exactly") or {}
+        alternatives = [exactly, *(request.get("firstAvailable") or [])]
+        if any(
+            isinstance(a, Mapping) and a.get("deviceClassName") == CHANNEL_DEVICE_CLASS
+            for a in alternatives
+        ):
+            wants_channel = True
+    domain = ""
+    for config in devices.get("config") or []:
+        opaque = (config or {}).get("opaque") or {}
+        parameters = opaque.get("parameters") or {}
+        if opaque.get("driver") == DRIVER_NAME and parameters.get("kind") == _CHANNEL_CONFIG:
+            wants_channel = True
+            domain = str(parameters.get("domainID") or "")
+    return domain if wants_channel else None
+
+
+class DomainRules:
+    """The one-domain-per-node and clique-size rules (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        domains: Sequence[ComputeDomain],
+        slices: Iterable[Mapping[str, Any]],
+        claims: Mapping[str, Obj],
+        withheld: Mapping[str, Sequence[str]] | None = None,
+        features: Features | None = None,
+        max_nodes: int = MAX_NODES_PER_IMEX_DOMAIN,
+    ) -> None:
+        self._refs = {domain.uid: domain.ref for domain in domains if domain.uid}
+        self._withheld = dict(withheld or {})
+        self._features = features or Features()
+        self._max = max_nodes
+        self._channels: dict[tuple[str, str], ChannelDevice] = {}
+        self._node_channels: dict[str, list[ChannelDevice]] = {}
+        for obj in slices:
+            spec = obj.get("spec") or {}
+            if spec.get("driver") != DRIVER_NAME or not spec.get("nodeName"):
+                continue
+            node, pool = str(spec["nodeName"]), str((spec.get("pool") or {}).get("name") or "")
+            for device in spec.get("devices") or []:
+                attributes = device.get("attributes") or {}
+                if (attributes.get("type") or {}).get("string") != CHANNEL_TYPE:
+                    continue
+                clique = (attributes.get(CLIQUE_ATTRIBUTE) or {}).get("string") or ""
+                channel = ChannelDevice(
+                    node,
+                    pool,
+                    str(device.get("name")),
+                    str(clique),
+                    bool(device.get("allowMultipleAllocations")),
+                )
+                self._channels[(pool, channel.name)] = channel
+                self._node_channels.setdefault(node, []).append(channel)
+        self._serving: dict[str, str] = {}  # node -> domain UID
+        self._pods: dict[tuple[str, str], list[str]] = {}  # (domain, node) -> claim keys
+        self._members: dict[tuple[str, str], list[str]] = {}  # (domain, clique) -> nodes
+        for key, claim in claims.items():
+            if _allocation(claim):
+                channel = self._allocated_channel(claim)
+                domain = channel_domain(claim)
+                if channel is not None and domain is not None:
+                    self._commit(channel, domain, key)
+
+    def ref(self, domain: str) -> str:
+        """`ComputeDomain ns/name` of a domain UID (the UID where no such domain was given)."""
+        if not domain:
+            return "a ComputeDomain with no domainID"
+        return self._refs.get(domain, f"the ComputeDomain with UID {domain}")
+
+    # ------------------------------------------------------------ engine.NodeChecks
+
+    def refusal(self, node: str, claim: Mapping[str, Any], *, commit: bool = True) -> str | None:
+        channel = self._allocated_channel(claim)
+        domain = channel_domain(claim)
+        if channel is None or domain is None:
+            return None
+        serving = self._serving.get(channel.node)
+        if serving is not None and serving != domain:
+            text = (
+                f"{channel.node} already serves {self.ref(serving)} "
+                f"({self._holders(serving, channel.node)}); a node runs one IMEX daemon, so it "
+                f"serves one ComputeDomain at a time, and {self.ref(domain)}'s channel is "
+                "prepared there only once those pods are gone"
+            )
+            if channel.allow_multiple and self._features.consumable_capacity:
+                text += (
+                    " (the scheduler does not know this rule: where a domain's pods share "
+                    "their node's channel it may put another domain's pod there too; keep "
+                    "domains apart with node affinity)"
+                )
+            return text
+        full = self._full(domain, channel)
+        if full:
+            return full
+        if commit:
+            meta = claim.get("metadata") or {}
+            self._commit(channel, domain, f"{meta.get('namespace')}/{meta.get('name')}")
+        return None
+
+    def withdrawn(self, node: str) -> set[tuple[str, str, str]]:
+        del node
+        return set()
+
+    # ------------------------------------------------------------ why no node fits
+
+    def why_unfit(self, claims: Sequence[Obj], nodes: Sequence[Node]) -> str | None:
+        """Why the channel claim among `claims` fits on none of `nodes`, or None when a
+        channel is not what stops it (another claim, or no channel claim at all)."""
+        domain = next((d for c in claims if (d := channel_domain(c)) is not None), None)
+        if domain is None or not nodes:
+            return None
+        situations: dict[str, list[str]] = {}
+        withheld_only = True
+        for node in nodes:
+            situation, withheld = self._situation(domain, node.name)
+            if situation is None:
+                return None
+            withheld_only = withheld_only and withheld
+            situations.setdefault(situation, []).append(node.name)
+        parts = "; ".join(_with_names(text, names) for text, names in situations.items())
+        if withheld_only:
+            where = "no node publishes" if len(nodes) > 1 else "the node publishes no"
+            return f"{where} {DRIVER_NAME} devices: {parts}"
+        return f"no node can give {self.ref(domain)}'s pod an IMEX channel: {parts}"
+
+    def _situation(self, domain: str, node: str) -> tuple[str | None, bool]:
+        """How `node` stands for a channel claim of `domain`: a text with `{nodes}` for the
+        names (None: the channel would do), and whether it publishes no channel at all."""
+        channels = self._node_channels.get(node)
+        if not channels:
+            reasons = list(self._withheld.get(node) or [_NO_DEVICES])
+            more = f" (and {len(reasons) - 1} more like it)" if len(reasons) > 1 else ""
+            return "{nodes}: " + reasons[0] + more, True
+        channel = channels[0]
+        serving = self._serving.get(node)
+        if serving is not None and serving != domain:
+            return (
+                "{nodes} already {serve} "
+                + f"{self.ref(serving)} (one IMEX daemon per node: one ComputeDomain at a time)",
+                False,
+            )
+        full = self._full(domain, channel)
+        if full:
+            return "{nodes}: " + full, False
+        shared = channel.allow_multiple and self._features.consumable_capacity
+        if serving == domain and not shared:
+            why = (
+                "channel-0 takes one claim per node without DRAConsumableCapacity (on from "
+                "Kubernetes 1.36, where a domain's pods share their node's channel)"
+                if channel.allow_multiple
+                else "channel-0 takes one claim per node"
+            )
+            return (
+                "{nodes} already {give} "
+                + f"{self.ref(domain)}'s other pods their channel ({why})",
+                False,
+            )
+        return None, False
+
+    # ------------------------------------------------------------ bookkeeping
+
+    def _full(self, domain: str, channel: ChannelDevice) -> str:
+        if not channel.clique:
+            return ""
+        members = self._members.get((domain, channel.clique), [])
+        if channel.node in members or len(members) < self._max:
+            return ""
+        return (
+            f"clique {channel.clique} already has {len(members)} nodes of {self.ref(domain)} "
+            f"({_names(members)}), the most one IMEX domain spans "
+            f"(--max-nodes-per-imex-domain {self._max}): the controller gives {channel.node} no "
+            "IMEX index, so its channel never becomes ready (condition CliqueFull); use nodes "
+            "of another clique, or fewer nodes"
+        )
+
+    def _holders(self, domain: str, node: str) -> str:
+        keys = self._pods.get((domain, node), [])
+        shown = ", ".join(keys[:_MAX_NAMES]) + (" ..." if len(keys) > _MAX_NAMES else "")
+        return f"channel claim {shown}" if len(keys) == 1 else f"channel claims {shown}"
+
+    def _commit(self, channel: ChannelDevice, domain: str, key: str) -> None:
+        self._serving[channel.node] = domain
+        self._pods.setdefault((domain, channel.node), []).append(key)
+        if channel.clique:
+            members = self._members.setdefault((domain, channel.clique), [])
+            if channel.node not in members:
+                members.append(channel.node)
+
+    def _allocated_channel(self, claim: Mapping[str, Any]) -> ChannelDevice | None:
+        results = ((_allocation(claim) or {}).get("devices") or {}).get("results") or []
+        for result in results:
+            if isinstance(result, Mapping) and result.get("driver") == DRIVER_NAME:
+                found = self._channels.get((str(result.get("pool")), str(result.get("device"))))
+                if found is not None:
+                    return found
+        return None
+
+
+def _allocation(claim: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    allocation = (claim.get("status") or {}).get("allocation")
+    return allocation if allocation else None
+
+
+def _names(names: Sequence[str]) -> str:
+    if len(names) <= _MAX_NAMES:
+        return ", ".join(names)
+    return f"{', '.join(names[:_MAX_NAMES])} and {len(names) - _MAX_NAMES} more"
+
+
+def _with_names(text: str, names: Sequence[str]) -> str:
+    one = len(names) == 1
+    return (
+        text.replace("{serve}", "serves" if one else "serve")
+        .replace("{give}", "gives" if one else "give")
+        .replace("{nodes}", _names(names) if one else f"{_names(names)} ({len(names)} nodes)")
+    )
