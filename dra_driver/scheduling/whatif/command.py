@@ -23,9 +23,9 @@ from dra_driver.node.device_classes import default_device_classes
 from dra_driver.scheduling.allocator import Features, Node, Release
 from dra_driver.scheduling.whatif.admission import check_objects
 from dra_driver.scheduling.whatif.claims import PodClaim
+from dra_driver.scheduling.whatif.compute_domains import DomainRules
 from dra_driver.scheduling.whatif.diagnosis import Diagnosis
 from dra_driver.scheduling.whatif.documents import read_documents
-from dra_driver.scheduling.whatif.compute_domains import DomainRules
 from dra_driver.scheduling.whatif.engine import (
     ChainedChecks,
     NodeChecks,

@@ -127,10 +127,10 @@ class DomainRules:
         self._members: dict[tuple[str, str], list[str]] = {}  # (domain, clique) -> nodes
         for key, claim in claims.items():
             if _allocation(claim):
-                channel = self._allocated_channel(claim)
+                held = self._allocated_channel(claim)
                 domain = channel_domain(claim)
-                if channel is not None and domain is not None:
-                    self._commit(channel, domain, key)
+                if held is not None and domain is not None:
+                    self._commit(held, domain, key)
 
     def ref(self, domain: str) -> str:
         """`ComputeDomain ns/name` of a domain UID (the UID where no such domain was given)."""
@@ -143,7 +143,7 @@ class DomainRules:
     def refusal(self, node: str, claim: Mapping[str, Any], *, commit: bool = True) -> str | None:
         channel = self._allocated_channel(claim)
         domain = channel_domain(claim)
-        if channel is None or domain is None:
+        if channel is None or domain is None or channel.node != node:
             return None
         serving = self._serving.get(channel.node)
         if serving is not None and serving != domain:
