@@ -112,7 +112,10 @@ class DomainRules:
                 attributes = device.get("attributes") or {}
                 if (attributes.get("type") or {}).get("string") != CHANNEL_TYPE:
                     continue
-                clique = (attributes.get(CLIQUE_ATTRIBUTE) or {}).get("string") or ""
+                clique_value = attributes.get(CLIQUE_ATTRIBUTE) or attributes.get(
+                    f"{DRIVER_NAME}/{CLIQUE_ATTRIBUTE}"
+                )
+                clique = (clique_value or {}).get("string") or ""
                 channel = ChannelDevice(
                     node,
                     pool,

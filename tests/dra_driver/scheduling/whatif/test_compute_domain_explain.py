@@ -59,7 +59,7 @@ def _channel_slice(node: str, clique: str = CLIQUE) -> str:
                         "attributes": {
                             "type": {"string": "channel"},
                             "id": {"int": 0},
-                            "gpu.nvidia.com/cliqueID": {"string": clique},
+                            "cliqueID": {"string": clique},
                         },
                     }
                 ],
