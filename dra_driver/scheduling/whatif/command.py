@@ -226,6 +226,10 @@ def run_simulate(
             placements = simulation.run(workload.items, progress=bar)
         finally:
             bar.close()
+        rules = simulation.unfit_reasons
+        if isinstance(rules, DomainRules):
+            for line in rules.split_domains():
+                err.write(f"note: {line}\n")
         if output == "yaml":
             out.write(render_yaml(placements))
         elif output == "json":
@@ -424,6 +428,12 @@ def _explain(
         labels = {claim.claim: claim.name for claim in item.claims}
         diagnosis = simulation.diagnose(pending, nodes, labels=labels)
     refused = _refused(simulation, keys, pending, diagnosis)
+    notes: list[str] = []
+    rules = simulation.unfit_reasons
+    if isinstance(rules, DomainRules) and diagnosis is not None and diagnosis.fitting:
+        note = rules.clique_note(pending, diagnosis.fitting[0].node.name)
+        if note:
+            notes.append(note)
     out.write(
         render_report(
             subject=subject,
@@ -434,6 +444,7 @@ def _explain(
             verbose=verbose,
             problem=problem,
             refused=refused,
+            notes=notes,
         )
     )
     if problem or refused or (diagnosis is not None and not diagnosis.fitting):

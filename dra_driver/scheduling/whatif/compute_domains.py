@@ -25,7 +25,8 @@ and why (no multi-node fabric, a fabric not ready: the `withheld` reasons of
 clique, nodes whose channel the domain's other pods hold. A domain whose pods
 land in two cliques is allowed (one IMEX domain per clique, as NVIDIA): those
 pods get their channels but no NVLink between the cliques; that is not a
-placement failure, so it is not reported as one.
+placement failure, so it is a note (`split_domains`, `clique_note`), not a
+reason.
 
 Pure: the rules read the slices, the claims and the ComputeDomains given.
 """
@@ -230,6 +231,40 @@ class DomainRules:
                 False,
             )
         return None, False
+
+    # ------------------------------------------------------------ cliques apart
+
+    def clique_note(self, claims: Sequence[Obj], node: str) -> str | None:
+        """What a pod whose channel claim is among `claims` gets on `node` when the domain's
+        other pods are in other cliques only: a channel, but no NVLink to them."""
+        domain = next((d for c in claims if (d := channel_domain(c)) is not None), None)
+        channels = self._node_channels.get(node)
+        if domain is None or not channels or not channels[0].clique:
+            return None
+        clique = channels[0].clique
+        others = {c: nodes for (d, c), nodes in self._members.items() if d == domain and nodes}
+        if not others or clique in others:
+            return None
+        where = "; ".join(f"clique {c}: {_names(nodes)}" for c, nodes in sorted(others.items()))
+        return (
+            f"{self.ref(domain)}'s other pods are in another NVLink clique ({where}); on {node} "
+            f"(clique {clique}) this pod gets a channel of the domain's IMEX domain in that "
+            "clique, with no NVLink to them (one IMEX domain per clique)"
+        )
+
+    def split_domains(self) -> list[str]:
+        """One line per domain whose pods were placed in more than one clique."""
+        cliques: dict[str, dict[str, list[str]]] = {}
+        for (domain, clique), nodes in self._members.items():
+            cliques.setdefault(domain, {})[clique] = nodes
+        return [
+            f"{self.ref(domain)} spans {len(found)} NVLink cliques ("
+            + "; ".join(f"{clique}: {_names(nodes)}" for clique, nodes in sorted(found.items()))
+            + "): its pods in different cliques have no NVLink between them (one IMEX domain "
+            "per clique)"
+            for domain, found in cliques.items()
+            if len(found) > 1
+        ]
 
     # ------------------------------------------------------------ bookkeeping
 

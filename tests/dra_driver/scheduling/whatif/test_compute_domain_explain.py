@@ -271,3 +271,26 @@ def test_without_consumable_capacity_a_shareable_channel_still_takes_one_claim(
         "without DRAConsumableCapacity (on from Kubernetes 1.36, where a domain's pods share "
         "their node's channel))"
     )
+
+
+def test_a_pod_pinned_to_another_clique_gets_a_channel_and_is_told_it_has_no_nvlink_to_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One IMEX domain per clique: placed, and both commands say the domain is split."""
+    text = _domain("x") + _pod("x-0", "x") + _pod("x-1", "x", "gb200-rack-b-0")
+    path = _write(tmp_path, text)
+    nodes = f"gb200-node=2,{RACK_B}=1"
+    assert main(["simulate", "-f", path, "--nodes", nodes]) == 0
+    assert capsys.readouterr().err == (
+        f"note: ComputeDomain default/x spans 2 NVLink cliques ({CLIQUE}: gb200-node-0; "
+        "00000000-0000-0000-0000-000000000001.1: gb200-rack-b-0): its pods in different cliques "
+        "have no NVLink between them (one IMEX domain per clique)\n"
+    )
+    code, out, _ = _explain(capsys, path, "--nodes", nodes, "--pod", "x-1")
+    assert code == 0
+    assert (
+        f"Note: ComputeDomain default/x's other pods are in another NVLink clique (clique "
+        f"{CLIQUE}: gb200-node-0); on gb200-rack-b-0 (clique "
+        "00000000-0000-0000-0000-000000000001.1) this pod gets a channel of the domain's IMEX "
+        "domain in that clique, with no NVLink to them (one IMEX domain per clique)"
+    ) in out.splitlines()
