@@ -164,12 +164,18 @@ class DomainRules:
                     "domains apart with node affinity)"
                 )
             return text
+        meta = claim.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
         full = self._full(domain, channel)
         if full:
+            if commit:
+                # The plugin made the node a member before it waits for an index that never
+                # comes: the node serves the domain (no other may come), outside the clique.
+                self._serving[channel.node] = domain
+                self._pods.setdefault((domain, channel.node), []).append(key)
             return full
         if commit:
-            meta = claim.get("metadata") or {}
-            self._commit(channel, domain, f"{meta.get('namespace')}/{meta.get('name')}")
+            self._commit(channel, domain, key)
         return None
 
     def withdrawn(self, node: str) -> set[tuple[str, str, str]]:

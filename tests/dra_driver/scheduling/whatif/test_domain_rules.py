@@ -73,6 +73,10 @@ def test_the_clique_limit_counts_nodes_not_pods() -> None:
         "clique c.0 already has 2 nodes of the ComputeDomain with UID d (n0, n1)"
     )
     assert "(--max-nodes-per-imex-domain 2)" in refusal
+    # The refused node is a member without an index: it serves that domain, no other.
+    other = rules.refusal("n2", _claim("b0", "e", "n2"))
+    assert other is not None
+    assert other.startswith("n2 already serves the ComputeDomain with UID d (channel claim ml/a3)")
 
 
 def test_claims_that_ask_for_no_channel_are_not_its_business() -> None:
