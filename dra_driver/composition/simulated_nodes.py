@@ -45,6 +45,7 @@ from controller.slices import build_resource_slices, choose_layout, resource_sli
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.compute_domain.devices import compute_domain_devices
 from dra_driver.compute_domain.names import CLIQUE_NODE_LABEL
+from dra_driver.errors import ConfigError
 from dra_driver.hardware.simulated.boot import booted_node_state
 from dra_driver.hardware.simulated.hardware import SimHardware
 from dra_driver.hardware.simulated.nvml import SimNvml
@@ -78,7 +79,7 @@ def build_simulated_nodes(
     `list_attributes` is the plugin's `--feature-gates DRAListTypeAttributes=true`."""
     built = SimulatedNodes()
     for request in requests:
-        shape = load_shape(request.shape)
+        shape = _shape(request)
         uuids = _ShapeUuids(shape)
         template: _SliceTemplate | None = None
         devices = _ShapeDevices(
@@ -122,6 +123,24 @@ def build_simulated_nodes(
                 built.compute_domain_withheld[name] = published.withheld
             built.devices[name] = functools.partial(devices.of, name)
     return built
+
+
+def _shape(request: NodeRequest) -> NodeShape:
+    """The request's shape, with the fabric its options ask for."""
+    shape = load_shape(request.shape)
+    if request.fabric_state is None and request.clique is None:
+        return shape
+    if shape.fabric is None:
+        raise ConfigError(
+            f"--nodes {request.shape}: the shape has no NVLink fabric, so fabric= and clique= "
+            "do not apply (use gb200-node, or a shape file with a fabric block)"
+        )
+    nvlink = shape.fabric
+    if request.fabric_state is not None:
+        nvlink = dataclasses.replace(nvlink, state=request.fabric_state)
+    if request.clique is not None:
+        nvlink = dataclasses.replace(nvlink, clique_id=request.clique)
+    return dataclasses.replace(shape, fabric=nvlink)
 
 
 class _ShapeDevices:
