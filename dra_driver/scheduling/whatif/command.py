@@ -365,12 +365,17 @@ def _from_cluster(
         for c in objects.claims
     }
     classes = objects.classes or default_device_classes()
+    # The cluster's channel claims and slices say which node serves which ComputeDomain
+    # (named by UID: the domains themselves are not read).
+    rules = DomainRules(domains=(), slices=objects.slices, claims=claims, features=features)
     simulation = Simulation(
         slices=objects.slices,
         classes=classes,
         nodes=objects.nodes,
         claims=claims,
         features=features,
+        node_checks=rules,
+        unfit_reasons=rules,
     )
     if pod_key and objects.pod is not None:
         namespace, name = pod_key.split("/", 1)

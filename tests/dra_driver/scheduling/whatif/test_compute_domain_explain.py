@@ -15,11 +15,15 @@ import pytest
 import yaml
 
 from dra_driver.cli import main
+from dra_driver.compute_domain.manifests import device_classes
+from dra_driver.kube.access import LocalCluster
 
 DATA = Path(__file__).parent / "data" / "compute-domains"
 IN_PROGRESS = DATA / "gb200-fabric-in-progress.yaml"
 RACK_B = DATA / "gb200-rack-b.yaml"
 CLIQUE = "00000000-0000-0000-0000-000000000001.0"
+DRIVER = "compute-domain.nvidia.com"
+CHANNEL_CLASS = "compute-domain-default-channel.nvidia.com"
 
 
 def _domain(name: str) -> str:
@@ -83,7 +87,7 @@ def _simulate(
 
 
 def _explain(capsys: pytest.CaptureFixture[str], path: str, *args: str) -> tuple[int, str, str]:
-    code = main(["explain", "-f", path, *args])
+    code = main(["explain", *(["-f", path] if path else []), *args])
     out = capsys.readouterr().out
     why = next(
         (line.removeprefix("Why: ") for line in out.splitlines() if line.startswith("Why:")), ""
@@ -294,3 +298,49 @@ def test_a_pod_pinned_to_another_clique_gets_a_channel_and_is_told_it_has_no_nvl
         "00000000-0000-0000-0000-000000000001.1) this pod gets a channel of the domain's IMEX "
         "domain in that clique, with no NVLink to them (one IMEX domain per clique)"
     ) in out.splitlines()
+
+
+def test_explain_on_a_cluster_store_names_the_domain_a_node_serves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--cluster`: the allocated channel claims say which node serves which domain (by UID)."""
+    store = LocalCluster(tmp_path / "store")
+    store.create_resource_slice(yaml.safe_load(_channel_slice("n0")))
+    for device_class in device_classes():  # installed with the CD driver
+        store.put_device_class(device_class)
+
+    def claim(name: str, domain: str) -> dict[str, Any]:
+        config = {
+            "requests": ["channel"],
+            "opaque": {
+                "driver": "compute-domain.nvidia.com",
+                "parameters": {
+                    "apiVersion": "resource.nvidia.com/v1beta1",
+                    "kind": "ComputeDomainChannelConfig",
+                    "domainID": domain,
+                },
+            },
+        }
+        request = {"name": "channel", "exactly": {"deviceClassName": CHANNEL_CLASS}}
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"namespace": "ml", "name": name, "uid": f"uid-{name}"},
+            "spec": {"devices": {"requests": [request], "config": [config]}},
+        }
+
+    held = claim("a-0-channel", "11111111-1111-1111-1111-111111111111")
+    result = {"request": "channel", "driver": DRIVER, "pool": "n0", "device": "channel-0"}
+    held["status"] = {"allocation": {"devices": {"results": [result], "config": []}}}
+    store.put_resource_claim(held)
+    store.update_resource_claim_status(held)
+    store.put_resource_claim(claim("b-0-channel", "22222222-2222-2222-2222-222222222222"))
+    spec = f"local:{tmp_path / 'store'}"
+    code, _, why = _explain(capsys, "", "--cluster", spec, "--claim", "ml/b-0-channel")
+    assert code == 1
+    assert why == (
+        "no node can give the ComputeDomain with UID 22222222-2222-2222-2222-222222222222's pod "
+        "an IMEX channel: n0 already serves the ComputeDomain with UID "
+        "11111111-1111-1111-1111-111111111111 (one IMEX daemon per node: one ComputeDomain at a "
+        "time)"
+    )
