@@ -28,7 +28,11 @@ as its CD plugin would (`dra_driver.compute_domain.devices`), so ComputeDomain
 channel claims can be placed, and its nodes carry NVIDIA's `nvidia.com/gpu.clique`
 label (`<clusterUUID>.<cliqueId>`, as GPU Feature Discovery or NVIDIA's CD plugin
 sets it), which NVIDIA's docs have workloads select with node affinity; other
-shapes publish and carry neither.
+shapes publish and carry neither, and the CD plugin's reasons for that (no
+multi-node fabric, a fabric not yet completed) are kept per node
+(`SimulatedNodes.compute_domain_withheld`) for `explain`. A request's
+`fabric=`/`clique=` options (`gb200-node:fabric=in-progress`) change the fabric
+the shape's GPUs report.
 """
 
 from __future__ import annotations

@@ -294,7 +294,7 @@ class DomainRules:
         return f"channel claim {shown}" if len(keys) == 1 else f"channel claims {shown}"
 
     def _commit(self, channel: ChannelDevice, domain: str, key: str) -> None:
-        self._serving[channel.node] = domain
+        self._serving.setdefault(channel.node, domain)  # the first claim prepared there
         self._pods.setdefault((domain, channel.node), []).append(key)
         if channel.clique:
             members = self._members.setdefault((domain, channel.clique), [])
