@@ -591,6 +591,100 @@ def _run_plugin(args: argparse.Namespace) -> int:
     )
 
 
+# ---------------------------------------------------------------- compute-domain-kubelet-plugin
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _cd_plugin_flags(parser: argparse.ArgumentParser) -> None:
+    _add_node_name_flag(parser, help="the node this plugin serves")
+    parser.add_argument(
+        "--cluster",
+        default="kube",
+        help="'kube' (in-cluster or kubeconfig) or 'local:DIR' (a directory of YAML objects)",
+    )
+    parser.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then ~/.kube)")
+    parser.add_argument(
+        "--namespace",
+        default=os.environ.get("NAMESPACE") or "nvidia-dra-driver-gpu",
+        help="the driver's namespace, where the node's ComputeDomainMembers live (env NAMESPACE)",
+    )
+    parser.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"))
+    parser.add_argument("--cdi-root", type=Path, default=Path("/var/run/cdi"))
+    _add_hardware_flags(parser)
+    _add_driver_root_flags(parser)
+    parser.add_argument(
+        "--imex-mode",
+        choices=("driverManaged", "hostManaged"),
+        default=os.environ.get("IMEX_MODE") or "driverManaged",
+        help="driverManaged: IMEX runs in dra-gpu's IMEX host, Prepare waits for this node's "
+        "member to be Ready; hostManaged: the host runs nvidia-imex, Prepare asks it for READY "
+        "(env IMEX_MODE)",
+    )
+    parser.add_argument(
+        "--imex-host-socket-path",
+        default=os.environ.get("IMEX_HOST_SOCKET_PATH") or "/etc/nvidia-imex/imex_ctrl.sock",
+        help="the host IMEX daemon's control socket (hostManaged; env IMEX_HOST_SOCKET_PATH)",
+    )
+    parser.add_argument(
+        "--gpu-clique-label",
+        action="store_true",
+        default=_env_flag("GPU_CLIQUE_LABEL_ENABLED"),
+        help="set the Node label nvidia.com/gpu.clique to the node's NVLink clique, remove it "
+        "on shutdown (env GPU_CLIQUE_LABEL_ENABLED)",
+    )
+    parser.add_argument(
+        "--fabric-check-interval",
+        type=_positive_seconds,
+        default=10.0,
+        help="seconds between NVLink fabric checks; the slice follows without a restart",
+    )
+    parser.add_argument(
+        "--prepare-wait",
+        type=_positive_seconds,
+        default=45.0,
+        help="how long Prepare waits for IMEX on this node to be Ready before the kubelet retries",
+    )
+    parser.add_argument(
+        "--publish-interval",
+        type=_positive_seconds,
+        default=30.0,
+        help="seconds between ResourceSlice re-syncs",
+    )
+    parser.add_argument(
+        "--healthcheck-port",
+        type=int,
+        metavar="PORT",
+        help="serve the gRPC health service (liveness/readiness probes) on this port",
+    )
+
+
+def _run_cd_plugin(args: argparse.Namespace) -> int:
+    from kubelet_plugin.compute_domain.main import CdPluginOptions, run
+
+    _dump_threads_on_demand()
+    return run(
+        CdPluginOptions(
+            node_name=args.node_name,
+            namespace=args.namespace,
+            open_hardware=lambda: _hardware(args),
+            cluster=args.cluster,
+            kubeconfig=args.kubeconfig,
+            kubelet_root=args.kubelet_root,
+            cdi_root=args.cdi_root,
+            imex_mode=args.imex_mode,
+            imex_host_socket_path=args.imex_host_socket_path,
+            gpu_clique_label=args.gpu_clique_label,
+            fabric_check_interval=args.fabric_check_interval,
+            prepare_wait=args.prepare_wait,
+            publish_interval=args.publish_interval,
+            healthcheck_port=args.healthcheck_port,
+        )
+    )
+
+
 # ---------------------------------------------------------------- mps-host
 
 
@@ -1073,6 +1167,12 @@ COMMANDS: tuple[Command, ...] = (
         _run_inventory,
     ),
     Command("kubelet-plugin", "run the node daemon", _plugin_flags, _run_plugin),
+    Command(
+        "compute-domain-kubelet-plugin",
+        "run the node daemon of compute-domain.nvidia.com (IMEX channels)",
+        _cd_plugin_flags,
+        _run_cd_plugin,
+    ),
     Command(
         "status",
         "per GPU: MIG mode, time-slice, MPS daemon and the claims it serves, MIG devices; "
