@@ -71,7 +71,6 @@ NVIDIACTL_MINOR: Final = 255
 NVIDIA_MODESET_MINOR: Final = 254
 
 
-
 @dataclass(frozen=True)
 class ClaimKind:
     """The CDI kind `<vendor>/<class>` of one driver's claim specs, and the names it implies."""

@@ -279,7 +279,9 @@ class CdiStore:
         With an `owner`, specs of other owners are left out.
         """
         names = self._file_names()
-        uids = {uid for name in names if (uid := self.kind.claim_uid_from_file_name(name)) is not None}
+        uids = {
+            uid for name in names if (uid := self.kind.claim_uid_from_file_name(name)) is not None
+        }
         if self.owner is None:
             return uids
         return {uid for uid in uids if self._owned_or_gone(uid)}
