@@ -270,7 +270,8 @@ class ComputeDomainDriver:
         # else: a Prepare that timed out waiting, retried: resume (every step is idempotent)
         no_fabric = False
         if self._host_imex is not None:
-            self._host_imex.require_ready()
+            if self._clique():  # NVIDIA asks the host's IMEX on fabric nodes only
+                self._host_imex.require_ready()
         else:
             self._join(claim.uid, record)
             failpoints.hit("cd-prepare-after-member-created")
