@@ -13,8 +13,8 @@ The spec is written through the GPU driver's builders and store
 CDI kind, `k8s.compute-domain.nvidia.com/claim`, so the names are NVIDIA's:
 `k8s.compute-domain.nvidia.com/claim=<claimUID>-channel-0`.
 
-Pure: the major comes in as an argument (`dra_driver.node.host.HostInfo.char_major`
-reads it).
+Pure: the major comes in as an argument (`kernel_files.imex_channels_major`
+reads it from the node's `/proc/devices`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ from typing import Any, Final, Literal
 
 from dra_driver.container.cdi import CdiDevice, ClaimKind, ContainerEdits, DeviceNode, claim_spec
 
-CHANNELS_DEVICE: Final = "nvidia-caps-imex-channels"
-"""The character device driver of IMEX channels in `/proc/devices`."""
 CHANNELS_DIR: Final = "/dev/nvidia-caps-imex-channels"
 CHANNEL_COUNT: Final = 2048
 """Channels of an `All` claim (NVIDIA's hard-coded count)."""
@@ -66,7 +64,6 @@ def channel_claim_spec(
 
 
 __all__ = [
-    "CHANNELS_DEVICE",
     "CHANNELS_DIR",
     "CHANNEL_COUNT",
     "CLAIMS",

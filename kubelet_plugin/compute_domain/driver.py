@@ -51,6 +51,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Final, TypeVar
 
 from dra_driver import failpoints
@@ -71,6 +72,7 @@ from dra_driver.compute_domain.configs import (
     device_type,
     effective_configs,
 )
+from dra_driver.compute_domain.kernel_files import PROC_DEVICES, imex_channels_major
 from dra_driver.compute_domain.membership import (
     NODE_LABEL,
     MemberSpec,
@@ -84,6 +86,7 @@ from dra_driver.compute_domain.names import DAEMON_TYPE, DRIVER_NAME
 from dra_driver.container.cdi_store import CdiStore
 from dra_driver.errors import (
     AlreadyExistsError,
+    CdiError,
     ClaimError,
     ClusterError,
     ConfigError,
@@ -522,6 +525,17 @@ class ComputeDomainDriver:
         if self._state is None:
             self._state = self._checkpoints.load()
         return self._state
+
+
+def read_channels_major(proc_root: Path) -> int:
+    """The `nvidia-caps-imex-channels` major from `<proc_root>/devices` (CdiError naming the
+    file when it cannot be read or lacks the line: a driver without IMEX)."""
+    path = proc_root / PROC_DEVICES
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise CdiError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    return imex_channels_major(text, path=str(path))
 
 
 def _channel(entry: ClaimEntry) -> ChannelRecord | None:

@@ -38,7 +38,11 @@ from dra_driver.kube.object_store import ObjectStore
 from dra_driver.node.inventory import discover
 from kubelet_plugin.claim_events import EventingService, claim_warning_events
 from kubelet_plugin.claim_locks import ClaimLocks
-from kubelet_plugin.compute_domain.driver import DEFAULT_PREPARE_WAIT_S, ComputeDomainDriver
+from kubelet_plugin.compute_domain.driver import (
+    DEFAULT_PREPARE_WAIT_S,
+    ComputeDomainDriver,
+    read_channels_major,
+)
 from kubelet_plugin.compute_domain.fabric import NodeFabric
 from kubelet_plugin.compute_domain.host_imex import DEFAULT_SOCKET, IMEX_CTL, HostImex
 from kubelet_plugin.compute_domain.member_watch import MemberWatch
@@ -179,7 +183,7 @@ def _serve(
             owner=owner_of_data_dir(DRIVER_NAME, data_dir),
             kind=channel_cdi.CLAIMS,
         ),
-        channels_major=lambda: hardware.host.char_major(channel_cdi.CHANNELS_DEVICE),
+        channels_major=lambda: read_channels_major(hardware.host.proc_root),
         members=members,
         clique=fabric.clique,
         prepare_wait=options.prepare_wait,

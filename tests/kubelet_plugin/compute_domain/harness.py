@@ -28,8 +28,7 @@ from dra_driver.container.cdi_store import CdiStore
 from dra_driver.errors import NotFoundError
 from dra_driver.kube.local_store import LocalCluster
 from dra_driver.kube.object_store import COMPUTE_DOMAIN, COMPUTE_DOMAIN_MEMBER
-from dra_driver.node.host import HostInfo
-from kubelet_plugin.compute_domain.driver import ComputeDomainDriver
+from kubelet_plugin.compute_domain.driver import ComputeDomainDriver, read_channels_major
 from kubelet_plugin.compute_domain.host_imex import HostImex
 from kubelet_plugin.compute_domain.member_watch import MemberWatch
 from kubelet_plugin.service import ClaimRef
@@ -96,7 +95,6 @@ class Node:
             "Character devices:\n195 nvidia\n236 nvidia-caps\n"
             f"{CHANNELS_MAJOR} nvidia-caps-imex-channels\n\nBlock devices:\n  8 sd\n"
         )
-        host = HostInfo(proc_root=proc)
         members = MemberWatch(self.objects, NAMESPACE)
         watch = threading.Thread(target=members.run, args=(self.stop,), daemon=True)
         watch.start()
@@ -108,7 +106,7 @@ class Node:
             objects=self.objects,
             checkpoints=CheckpointStore(self.root / "checkpoint", "boot-1"),
             cdi_store=self.cdi,
-            channels_major=lambda: host.char_major(channel_cdi.CHANNELS_DEVICE),
+            channels_major=lambda: read_channels_major(proc),
             members=members,
             clique=lambda: self.clique,
             prepare_wait=self.prepare_wait,

@@ -29,7 +29,7 @@ from dra_driver.hardware.nvml import fabric
 from dra_driver.hardware.simulated.node_files import sim_proc_root
 from dra_driver.kube import yaml_io
 from dra_driver.kube.object_store import COMPUTE_DOMAIN, COMPUTE_DOMAIN_MEMBER, ObjectStore
-from dra_driver.node.host import HostInfo
+from kubelet_plugin.compute_domain.driver import read_channels_major
 from kubelet_plugin.service import ClaimRef
 from tests.fakes import make_allocated_claim, make_opaque_config
 from tests.fakes.waiting import wait_until
@@ -70,7 +70,7 @@ def test_the_plugin_process_prepares_a_channel_once_imex_is_ready() -> None:
         assert settled is not None
         sim.set_fabric(1, dataclasses.replace(settled, state=fabric.STATE_IN_PROGRESS))
         plugin.start()
-        objects: ObjectStore = plugin.cluster  # type: ignore[assignment]
+        objects: ObjectStore = plugin.cluster
 
         def published() -> list[str]:
             return [
@@ -119,11 +119,10 @@ def test_the_plugin_process_prepares_a_channel_once_imex_is_ready() -> None:
         assert device.cdi_device_ids == (f"{channel_cdi.CLAIMS.kind}={ref.uid}-channel-0",)
         spec = yaml_io.load(plugin.cdi_spec_path(ref.uid).read_text())
         (node,) = spec["devices"][0]["containerEdits"]["deviceNodes"]
-        host = HostInfo(proc_root=sim_proc_root(plugin.sim_state))
         assert node == {
             "path": "/dev/nvidia-caps-imex-channels/channel0",
             "type": "c",
-            "major": host.char_major(channel_cdi.CHANNELS_DEVICE),
+            "major": read_channels_major(sim_proc_root(plugin.sim_state)),
             "minor": 0,
             "fileMode": 0o666,
         }
