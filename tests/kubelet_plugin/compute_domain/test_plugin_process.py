@@ -16,6 +16,9 @@ import threading
 import time
 from typing import Any
 
+import grpc
+import pytest
+
 from dra_driver.composition.compute_domain_plugin_process import ComputeDomainPluginProcess
 from dra_driver.compute_domain import channel_cdi
 from dra_driver.compute_domain.membership import (
@@ -130,6 +133,47 @@ def test_the_plugin_process_prepares_a_channel_once_imex_is_ready() -> None:
         assert plugin.client.unprepare([ref])[ref.uid].error == ""
         assert members() == []
         assert not plugin.cdi_spec_path(ref.uid).exists()
+        assert plugin.terminate() == 0
+    finally:
+        plugin.close()
+    assert time.monotonic() - began < BOUND_S
+
+
+def test_a_plugin_killed_mid_prepare_recovers_on_restart() -> None:
+    """SIGKILL right after the member is created (IMEX never Ready): the restarted plugin
+    rolls the claim back and deletes the member nobody holds; the kubelet's retry then
+    prepares it once IMEX is Ready. Bounded like the test above."""
+    began = time.monotonic()
+    plugin = ComputeDomainPluginProcess(
+        node_name=NODE, namespace=NAMESPACE, extra_args=("--prepare-wait=20",)
+    )
+    try:
+        plugin.arm(["cd-prepare-after-member-created"])
+        plugin.start()
+        objects: ObjectStore = plugin.cluster
+        objects.create_object(COMPUTE_DOMAIN, compute_domain())
+        ref = ClaimRef("default", CLAIM_UIDS[0], "claim-0")
+        plugin.store_claim(_claim(0, channel_config()))
+        with pytest.raises(grpc.RpcError):  # the plugin died under the call
+            plugin.client.prepare([ref])
+        assert plugin.kill() == -9
+        name = member_name(DOMAIN_UID, NODE)
+        assert [m["metadata"]["name"] for m in objects.list_objects(COMPUTE_DOMAIN_MEMBER)] == [
+            name
+        ]
+        plugin.arm([])
+        plugin.start()  # recovery: the half-done Prepare is rolled back
+        assert objects.list_objects(COMPUTE_DOMAIN_MEMBER) == []
+        results: list[Any] = []
+        preparing = threading.Thread(target=lambda: results.append(plugin.client.prepare([ref])))
+        preparing.start()
+        wait_until(lambda: bool(objects.list_objects(COMPUTE_DOMAIN_MEMBER)), "the member again")
+        member = objects.get_object(COMPUTE_DOMAIN_MEMBER, NAMESPACE, name)
+        member["status"] = member_status_body(MemberStatus(state=MemberState.READY))
+        objects.update_object_status(COMPUTE_DOMAIN_MEMBER, member)
+        preparing.join(timeout=20)
+        assert results[0][ref.uid].error == ""
+        assert plugin.cdi_spec_path(ref.uid).exists()
         assert plugin.terminate() == 0
     finally:
         plugin.close()
