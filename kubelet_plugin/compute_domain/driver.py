@@ -318,6 +318,12 @@ class ComputeDomainDriver:
         configs = effective_configs(claim)
         chosen: dict[str, ComputeDomainChannelConfig] = {}
         for result in claim.results:
+            if result.pool != self._node:
+                raise ClaimError(
+                    f"{claim.ref}: request {result.request!r} got {result.device} of pool "
+                    f"{result.pool!r}, but this is node {self._node!r}: allocated for another "
+                    "node"
+                )
             if device_type(result.device) == DAEMON_TYPE:
                 raise ClaimError(
                     f"{claim.ref}: request {result.request!r} got {result.device}: "

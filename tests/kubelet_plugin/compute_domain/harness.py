@@ -125,6 +125,7 @@ class Node:
         config: dict[str, Any] | None = None,
         device: str = "channel-0",
         namespace: str = "default",
+        pool: str = NODE,
     ) -> ClaimRef:
         """Store an allocated channel claim and return what the kubelet sends for it."""
         uid = CLAIM_UIDS[index]
@@ -136,7 +137,7 @@ class Node:
             uid=uid,
             results=(("channel", device),),
             driver=DRIVER_NAME,
-            pool=NODE,
+            pool=pool,
             configs=[make_opaque_config(parameters, requests=requests, driver=DRIVER_NAME)],
             device_class=CHANNEL_DEVICE_CLASS,
         )

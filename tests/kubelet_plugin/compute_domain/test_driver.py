@@ -179,6 +179,13 @@ def test_bad_input_is_a_clear_error_and_the_daemon_keeps_serving(
     assert node.prepare(good).error == ""
 
 
+def test_a_channel_of_another_node_is_refused(node: Node) -> None:
+    node.new_driver()
+    error = node.prepare(node.claim(pool="gb-1")).error
+    assert "of pool 'gb-1', but this is node 'gb-0'" in error
+    assert node.members() == []
+
+
 def test_a_domain_of_another_namespace_is_refused(node: Node) -> None:
     node.new_driver()
     ref = node.claim(namespace="team-b")

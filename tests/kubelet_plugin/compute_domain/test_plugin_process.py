@@ -31,7 +31,12 @@ from dra_driver.compute_domain.names import CHANNEL_DEVICE_CLASS, DRIVER_NAME
 from dra_driver.hardware.nvml import fabric
 from dra_driver.hardware.simulated.node_files import sim_proc_root
 from dra_driver.kube import yaml_io
-from dra_driver.kube.object_store import COMPUTE_DOMAIN, COMPUTE_DOMAIN_MEMBER, ObjectStore
+from dra_driver.kube.object_store import (
+    COMPUTE_DOMAIN,
+    COMPUTE_DOMAIN_MEMBER,
+    EVENT,
+    ObjectStore,
+)
 from kubelet_plugin.compute_domain.driver import read_channels_major
 from kubelet_plugin.service import ClaimRef
 from tests.fakes import make_allocated_claim, make_opaque_config
@@ -95,6 +100,15 @@ def test_the_plugin_process_prepares_a_channel_once_imex_is_ready() -> None:
         plugin.store_claim(_claim(1, channel_config(colour="blue")))
         error = plugin.client.prepare([bad])[bad.uid].error
         assert "colour" in error
+
+        def warnings() -> list[str]:
+            return [
+                str(event.get("note"))
+                for event in objects.list_objects(EVENT, "default")
+                if event.get("reason") == "PrepareFailed" and event.get("type") == "Warning"
+            ]
+
+        wait_until(lambda: any("colour" in note for note in warnings()), "a Warning Event")
 
         ref = ClaimRef("default", CLAIM_UIDS[0], "claim-0")
         plugin.store_claim(_claim(0, channel_config()))
