@@ -54,6 +54,7 @@ class NodeFabric:
         self._lock = threading.Lock()
         self._current = ComputeDomainDevices(devices=(), clique=None, withheld=("not evaluated",))
         self._labelled: str | None = None  # the label value last written ("" removed)
+        self._label_error = ""  # the last failure, logged once
 
     @property
     def current(self) -> ComputeDomainDevices:
@@ -135,5 +136,7 @@ class NodeFabric:
             except ConflictError:
                 continue
             except ClusterError as exc:
-                log.warning("cannot label Node %s with its clique: %s", self._node, exc)
+                if str(exc) != self._label_error:  # retried at every check, logged once
+                    log.warning("cannot label Node %s with its clique: %s", self._node, exc)
+                    self._label_error = str(exc)
                 return

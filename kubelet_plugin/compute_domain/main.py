@@ -189,7 +189,7 @@ def _serve(
         prepare_wait=options.prepare_wait,
         host_imex=host_imex,
         claim_locks=ClaimLocks(data_dir / "locks", timeout_s=options.prepare_wait + 15.0),
-        warn=lambda ref, text: _warn(cluster, options.node_name, ref, text),
+        warn=lambda ref, text: post_warning(cluster, options.node_name, ref, text),
     )
     for line in driver.recover():
         log.warning("recovery: %s", line)
@@ -269,7 +269,7 @@ def _serve(
     return 0
 
 
-def _warn(cluster: Cluster, node_name: str, ref: ClaimRef, text: str) -> None:
+def post_warning(cluster: Cluster, node_name: str, ref: ClaimRef, text: str) -> None:
     """A Warning Event on the claim and its pods (best effort: logged when it fails)."""
     try:
         try:
@@ -290,4 +290,4 @@ def _warn(cluster: Cluster, node_name: str, ref: ClaimRef, text: str) -> None:
         log.warning("cannot record a %s Event for %s: %s", NO_CLIQUE_REASON, ref, exc)
 
 
-__all__ = ["CdPluginOptions", "object_store", "run"]
+__all__ = ["CdPluginOptions", "object_store", "post_warning", "run"]
