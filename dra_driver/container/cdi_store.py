@@ -4,7 +4,8 @@ Container runtimes scan this directory, so a spec file must appear whole
 (atomic writes) and must disappear when its claim is unprepared. The
 directory is shared with other vendors' specs: this store only ever reads,
 lists or deletes files named `k8s.gpu.nvidia.com-claim_<uid>.yaml` (one per
-prepared claim) and `k8s.gpu.nvidia.com-driver_common-<digest>.yaml` (the
+prepared claim; `<vendor>-claim_<uid>.yaml` for a store of another kind, see
+"Kind" below) and `k8s.gpu.nvidia.com-driver_common-<digest>.yaml` (the
 node's base specs, `dra_driver.container.base_spec`), and `claim_uids()`
 lets the plugin find specs whose claim it no longer knows (left behind by a
 crash) to delete them.
