@@ -180,7 +180,11 @@ class ComputeDomainDriver:
                 self._checkpoints.save(checkpoint)
             self._state = checkpoint
         for entry in self.current().in_state(ClaimState.PrepareStarted):
-            self._roll_back(entry)
+            try:
+                self._roll_back(entry)
+            except DraGpuError as exc:  # the API is down: the claim's next call finishes it
+                done.append(f"cannot roll back the half-done Prepare of {entry.ref} yet: {exc}")
+                continue
             done.append(f"rolled back the half-done Prepare of {entry.ref}")
         known = set(self.current().claims)
         for uid in sorted(self._cdi.claim_uids() - known):
@@ -206,7 +210,11 @@ class ComputeDomainDriver:
             for obj in members:
                 name = str(obj.get("metadata", {}).get("name", ""))
                 if name and name not in held:
-                    self._objects.delete_object(COMPUTE_DOMAIN_MEMBER, self._namespace, name)
+                    try:
+                        self._objects.delete_object(COMPUTE_DOMAIN_MEMBER, self._namespace, name)
+                    except ClusterError as exc:
+                        done.append(f"cannot delete ComputeDomainMember {name} yet: {exc}")
+                        continue
                     done.append(f"deleted ComputeDomainMember {name}, which no claim holds")
         return done
 

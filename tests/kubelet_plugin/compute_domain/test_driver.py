@@ -305,3 +305,20 @@ def test_host_managed_imex_forces_single_creates_no_member_and_needs_ready(
         assert _nodes(node.spec(ref)) == [CHANNEL0]  # Single, whatever the config says
         assert node.members() == []
         assert node.unprepare(ref) == ""
+
+
+def test_a_restart_while_the_api_is_down_still_serves_and_rolls_back_later(
+    tmp_path: Path,
+) -> None:
+    from dra_driver.errors import ClusterError
+
+    for node in make_node(tmp_path, prepare_wait=0.2):
+        node.new_driver()
+        ref = node.claim()
+        assert "not Ready" in node.prepare(ref).error  # PrepareStarted, member created
+        node.objects.fail_next("delete", ClusterError("the API server is unreachable"))
+        node.new_driver()  # the restart cannot delete the member: it starts anyway
+        assert ref.uid in node.checkpoint().claims
+        assert node.unprepare(ref) == ""  # the kubelet's Unprepare finishes the rollback
+        assert node.members() == []
+        assert node.checkpoint().claims == {}
