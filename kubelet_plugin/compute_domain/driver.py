@@ -161,6 +161,7 @@ class ComputeDomainDriver:
         self._state_lock = threading.Lock()
         self._membership = threading.Lock()  # member create/delete decisions of this node
         self._state: Checkpoint | None = None
+        self._generation = ""
 
     # -- start-up -------------------------------------------------------------------
 
@@ -179,6 +180,7 @@ class ComputeDomainDriver:
             if outcome.needs_save:
                 self._checkpoints.save(checkpoint)
             self._state = checkpoint
+            self._generation = self._checkpoints.generation()
         for entry in self.current().in_state(ClaimState.PrepareStarted):
             try:
                 self._roll_back(entry)
@@ -527,8 +529,10 @@ class ComputeDomainDriver:
             old = self._current_locked()
             new = mutate(old)
             if new is not old:
-                self._checkpoints.commit(old, new, sync=False)
+                token = self._checkpoints.commit(old, new, sync=False)
                 self._state = new
+                if token is not None:
+                    self._generation = token
             return new
 
     def current(self) -> Checkpoint:
@@ -536,8 +540,12 @@ class ComputeDomainDriver:
             return self._current_locked()
 
     def _current_locked(self) -> Checkpoint:
-        if self._state is None:
+        """The cached checkpoint, reloaded when another process changed it since (its
+        generation token: one small read)."""
+        generation = self._checkpoints.generation()
+        if self._state is None or generation != self._generation:
             self._state = self._checkpoints.load()
+            self._generation = generation
         return self._state
 
 

@@ -195,7 +195,12 @@ def _serve(
         log.warning("recovery: %s", line)
     service = EventingService(driver, cluster, driver_name=DRIVER_NAME, node_name=options.node_name)
     server = PluginServer(service, driver_name=DRIVER_NAME, kubelet_root=options.kubelet_root)
-    publisher = SlicePublisher(cluster, driver=DRIVER_NAME, node_name=options.node_name)
+    publisher = SlicePublisher(
+        cluster,
+        driver=DRIVER_NAME,
+        node_name=options.node_name,
+        owner_node_uid=_node_uid(cluster, options.node_name),
+    )
     threads = [
         threading.Thread(
             target=publisher.run_forever,
@@ -267,6 +272,18 @@ def _serve(
                 thread.join(timeout=THREAD_JOIN_S)
     log.info("stopped")
     return 0
+
+
+def _node_uid(cluster: Cluster, node_name: str) -> str | None:
+    """The Node's uid, to own the slice (garbage collection); None when it cannot be read."""
+    try:
+        uid = cluster.get_node(node_name).get("metadata", {}).get("uid")
+    except DraGpuError as exc:
+        log.warning(
+            "cannot read Node %s (its slice is published without an owner): %s", node_name, exc
+        )
+        return None
+    return str(uid) if uid else None
 
 
 def post_warning(cluster: Cluster, node_name: str, ref: ClaimRef, text: str) -> None:
