@@ -213,12 +213,12 @@ class ComputeDomainController:
 
     def run(self, stop: threading.Event) -> None:
         """Watch and reconcile until `stop` is set."""
-        watcher = threading.Thread(
-            target=self._store.watch_objects,
-            args=(WATCHED_KINDS, self.poke, stop),
-            name="compute-domain-watch",
-            daemon=True,
-        )
+
+        def watch() -> None:
+            self._store.watch_objects(WATCHED_KINDS, self.poke, stop)
+            self.poke()  # the watch ends when `stop` is set: wake the loop to see it
+
+        watcher = threading.Thread(target=watch, name="compute-domain-watch", daemon=True)
         watcher.start()
         self.poke()
         next_resync = self._clock() + self._loop.resync

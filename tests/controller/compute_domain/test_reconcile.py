@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from controller.compute_domain import reconcile
@@ -37,9 +38,9 @@ def _template(domain: dict[str, Any]) -> dict[str, Any]:
 
 def _plan(
     domain: dict[str, Any],
-    members: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    members: Sequence[dict[str, Any]] = (),
     *,
-    cliques: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    cliques: Sequence[dict[str, Any]] = (),
     node_ready: dict[str, str | None] | None = None,
     options: Options = OPTIONS,
     now: str = NOW,
