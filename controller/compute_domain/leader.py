@@ -106,6 +106,7 @@ class LeaderElector:
         self._leading = False
         self._renewed_at = 0.0
         self._stopped = threading.Event()
+        self._stop: threading.Event | None = None  # run()'s, so a stop ends writing at once
         self.transitions_seen = 0  # how often this elector became leader
 
     # -- state ---------------------------------------------------------------------
@@ -115,6 +116,7 @@ class LeaderElector:
             return (
                 self._leading
                 and not self._stopped.is_set()
+                and not (self._stop is not None and self._stop.is_set())
                 and self._clock() - self._renewed_at < self.config.renew_deadline
             )
 
@@ -139,6 +141,7 @@ class LeaderElector:
         should exit, as client-go callers do, and start afresh).
         """
         cfg = self.config
+        self._stop = stop
         while not stop.is_set():
             if self._try_acquire_or_renew():
                 break

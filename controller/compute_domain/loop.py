@@ -377,6 +377,8 @@ class ComputeDomainController:
             except NotFoundError:
                 return  # gone already: nothing to hold or release
             finalizers = list(current["metadata"].get("finalizers") or [])
+            if verb == reconcile.ADD_FINALIZER and current["metadata"].get("deletionTimestamp"):
+                return  # deleted since the plan: it takes no new finalizer, nor needs one
             if verb == reconcile.ADD_FINALIZER and FINALIZER not in finalizers:
                 finalizers.append(FINALIZER)
             elif verb == reconcile.REMOVE_FINALIZER and FINALIZER in finalizers:
