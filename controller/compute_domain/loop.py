@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import itertools
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -205,6 +206,7 @@ class ComputeDomainController:
         self._noticed: dict[str, set[tuple[str, str]]] = {}
         self._event_seq = itertools.count()
         self.last_pass_at = 0.0  # clock() of the last finished pass (for health checks)
+        self._sweep_due = math.inf  # when a failed orphan sweep is retried
 
     # -- the loop ------------------------------------------------------------------
     def poke(self) -> None:
@@ -215,7 +217,13 @@ class ComputeDomainController:
         """Watch and reconcile until `stop` is set."""
 
         def watch() -> None:
-            self._store.watch_objects(WATCHED_KINDS, self.poke, stop)
+            while not stop.is_set():
+                try:
+                    self._store.watch_objects(WATCHED_KINDS, self.poke, stop)
+                except Exception:  # the store should not raise; never let the watch die
+                    log.exception("watching the store failed; watching again")
+                    stop.wait(1.0)
+                    self.poke()
             self.poke()  # the watch ends when `stop` is set: wake the loop to see it
 
         watcher = threading.Thread(target=watch, name="compute-domain-watch", daemon=True)
@@ -224,7 +232,7 @@ class ComputeDomainController:
         next_resync = self._clock() + self._loop.resync
         while not stop.is_set():
             now = self._clock()
-            due = min([next_resync, *(r.due for r in self._retry.values())])
+            due = min([next_resync, self._sweep_due, *(r.due for r in self._retry.values())])
             self._wake.wait(max(0.0, min(due - now, 1.0)))
             if stop.is_set():
                 break
@@ -251,7 +259,7 @@ class ComputeDomainController:
         watcher.join(timeout=5)
 
     def _due(self, now: float) -> bool:
-        return any(r.due <= now for r in self._retry.values())
+        return self._sweep_due <= now or any(r.due <= now for r in self._retry.values())
 
     def _forget(self) -> None:
         """Not leading: start from scratch when leadership comes (back)."""
@@ -428,8 +436,9 @@ class ComputeDomainController:
                     writes.append(
                         Write(reconcile.REMOVE_FINALIZER, RESOURCE_CLAIM_TEMPLATE, template, why)
                     )
-        if writes:
-            self._execute(Plan(writes=tuple(writes), notices=()))
+        self._sweep_due = math.inf
+        if writes and not self._execute(Plan(writes=tuple(writes), notices=())):
+            self._sweep_due = self._clock() + self._loop.retry_min
 
     # -- Events --------------------------------------------------------------------
     def _post_notices(self, uid: str, domain: Obj, notices: Sequence[Notice]) -> None:

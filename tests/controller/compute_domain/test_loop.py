@@ -306,3 +306,28 @@ def test_host_managed_domains_are_ready_with_a_single_channel_template(
     params = rct["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
     assert params["allocationMode"] == "Single"
     assert store.list_objects(COMPUTE_DOMAIN_CLIQUE) == []
+
+
+def test_a_failed_orphan_sweep_is_retried_by_the_running_loop(store: MemoryObjectStore) -> None:
+    controller, _ = _running_domain(store, ["n1"])
+    stored = _domain(store)
+    stored["metadata"]["finalizers"] = []
+    store.update_object(COMPUTE_DOMAIN, stored)
+    store.delete_object(COMPUTE_DOMAIN, "ns", "x")  # gone without its finalizer running
+    store.fail_next("delete", ClusterError("injected failure of a delete"))
+    stop = threading.Event()
+    thread = threading.Thread(target=controller.run, args=(stop,))
+    thread.start()
+    try:
+        # Nothing changes after the failed sweep: the loop retries it on its own.
+        wait_until(
+            lambda: (
+                store.list_objects(COMPUTE_DOMAIN_CLIQUE) == []
+                and store.list_objects(RESOURCE_CLAIM_TEMPLATE) == []
+            ),
+            "the orphans to be swept",
+        )
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert controller.stats.errors == 1
