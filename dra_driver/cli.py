@@ -769,6 +769,25 @@ def _sim_flags(parser: argparse.ArgumentParser) -> None:
     )
     modules.add_argument("--shape", help="boot a node of this shape if --sim-state does not exist")
     modules.add_argument("--node-name", default="sim-node", help="its node name (with --shape)")
+    fabric = sim_commands.add_parser(
+        "fabric",
+        help="change a simulated node's NVLink fabric answer (state, clique, health)",
+        description="Set what the GPUs of a running simulated node answer to "
+        "nvmlDeviceGetGpuFabricInfoV, or place the node by NVIDIA's mock cluster topology "
+        "file (domains[]{name, uuid, cliques[]{id, nodes[]}}). Fields not given are kept.",
+    )
+    fabric.add_argument(
+        "--state-file", "--sim-state", type=Path, required=True, help="the node's state file"
+    )
+    fabric.add_argument("--gpu", type=_gpu_index, help="NVML index of the GPU (default: all)")
+    fabric.add_argument(
+        "--state", choices=("completed", "in_progress", "not_started", "not_supported")
+    )
+    fabric.add_argument("--clique", type=int, help="the clique id (0..4294967295)")
+    fabric.add_argument("--cluster-uuid", help="the cluster UUID")
+    fabric.add_argument("--health", choices=("healthy", "degraded", "unhealthy"))
+    fabric.add_argument("--topology", type=Path, help="a mock-NVML cluster topology file")
+    fabric.add_argument("--node", help="the node's name in --topology")
 
 
 MAX_XID = 2**32 - 1
@@ -797,6 +816,19 @@ def _gpu_index(text: str) -> int:
 
 
 def _run_sim(args: argparse.Namespace) -> int:
+    if args.sim_command == "fabric":
+        from dra_driver.hardware.simulated.fabric_command import set_fabric
+
+        return set_fabric(
+            args.state_file,
+            gpu=args.gpu,
+            state=args.state,
+            clique=args.clique,
+            cluster_uuid=args.cluster_uuid,
+            health=args.health,
+            topology=args.topology,
+            node=args.node,
+        )
     if args.sim_command == "modules":
         from dra_driver.hardware.simulated.modules_command import set_modules
 
