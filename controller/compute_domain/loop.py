@@ -256,6 +256,10 @@ class ComputeDomainController:
                 log.warning("listing objects failed, retrying: %s", exc)
                 stop.wait(self._loop.retry_min)
                 self.poke()
+            except Exception:  # never let the loop thread die: log, back off, go on
+                log.exception("a reconcile pass failed; retrying")
+                stop.wait(max(self._loop.retry_min, 1.0))
+                self.poke()
         watcher.join(timeout=5)
 
     def _due(self, now: float) -> bool:
@@ -299,7 +303,13 @@ class ComputeDomainController:
             if retry is not None and retry.due > now and self._seen.get(uid) == inputs:
                 continue
             planned += 1
-            if self._reconcile(uid, objs):
+            try:
+                ok = self._reconcile(uid, objs)
+            except Exception:  # a bug on one domain's data must not stop the others
+                log.exception("reconciling ComputeDomain %s failed", uid)
+                self.stats.error(COMPUTE_DOMAIN.kind)
+                ok = False
+            if ok:
                 self._seen[uid] = inputs
                 self._retry.pop(uid, None)
             else:

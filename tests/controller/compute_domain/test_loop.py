@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from controller.compute_domain import reconcile
 from controller.compute_domain.loop import ComputeDomainController, LoopOptions
 from controller.compute_domain.reconcile import Options
 from dra_driver.compute_domain.membership import clique_rows, member_name
@@ -330,4 +331,23 @@ def test_a_failed_orphan_sweep_is_retried_by_the_running_loop(store: MemoryObjec
     finally:
         stop.set()
         thread.join(timeout=5)
+    assert controller.stats.errors == 1
+
+
+def test_an_unexpected_error_on_one_domain_does_not_stop_the_others(
+    store: MemoryObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = reconcile.plan_domain
+
+    def plan(objs: Any, options: Any, *, now: str) -> Any:
+        if objs.domain["metadata"]["name"] == "broken":
+            raise KeyError("a bug")
+        return real(objs, options, now=now)
+
+    monkeypatch.setattr(reconcile, "plan_domain", plan)
+    add_domain(store, name="broken")
+    add_domain(store, name="fine")
+    controller = _controller(store)
+    controller.reconcile_pass()
+    assert store.get_object(RESOURCE_CLAIM_TEMPLATE, "ns", "fine-channel")
     assert controller.stats.errors == 1
