@@ -15,6 +15,8 @@ The order (computedomain.md §2.2, §2.4; CD-DESIGN.md point 3):
   then one ComputeDomainClique per clique of the members (indices from
   `indices.assign_indices`, kept while a member exists), then the status.
   Host-managed IMEX: finalizer, template (Single) and a Ready status only.
+  A template someone deleted under a live domain loses its finalizer and is
+  made anew, rather than hanging in Terminating until the domain goes.
 - Deleting domain (`deletionTimestamp`): delete the workload template and
   drop its finalizer, so no new claim is made; keep the cliques (IMEX keeps
   running under work that still holds claims) and say `Terminating` with the
@@ -185,6 +187,10 @@ def plan_domain(objs: DomainObjects, options: Options, *, now: str) -> Plan:
     else:
         wanted = template["metadata"]["name"]
         named = [t for t in objs.templates if _meta(t).get("name") == wanted]
+        for t in ours:
+            # Someone deleted the live domain's template: let it go, and make it anew.
+            if _meta(t).get("deletionTimestamp") and FINALIZER in _finalizers(t):
+                writes.extend(_template_teardown([t], domain.ref))
         if not named:
             writes.append(
                 Write(

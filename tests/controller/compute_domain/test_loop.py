@@ -351,3 +351,16 @@ def test_an_unexpected_error_on_one_domain_does_not_stop_the_others(
     controller.reconcile_pass()
     assert store.get_object(RESOURCE_CLAIM_TEMPLATE, "ns", "fine-channel")
     assert controller.stats.errors == 1
+
+
+def test_a_deleted_template_of_a_live_domain_is_let_go_and_made_anew(
+    store: MemoryObjectStore,
+) -> None:
+    controller, _ = _running_domain(store, ["n1"])
+    first = store.get_object(RESOURCE_CLAIM_TEMPLATE, "ns", "x-channel")
+    store.delete_object(RESOURCE_CLAIM_TEMPLATE, "ns", "x-channel")
+    _settle(controller)
+    again = store.get_object(RESOURCE_CLAIM_TEMPLATE, "ns", "x-channel")
+    assert again["metadata"]["uid"] != first["metadata"]["uid"]
+    assert "deletionTimestamp" not in again["metadata"]
+    assert again["metadata"]["finalizers"] == [FINALIZER]
