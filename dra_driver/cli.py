@@ -1191,6 +1191,105 @@ def _run_webhook(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- the table
 
 
+# ---------------------------------------------------------------- compute-domain-controller
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"env {name}={value!r}: expected an integer") from None
+
+
+def _compute_domain_controller_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cluster",
+        default="kube",
+        help="'kube' (in-cluster or kubeconfig) or 'local:DIR' (a directory of YAML objects)",
+    )
+    parser.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then ~/.kube)")
+    parser.add_argument(
+        "--namespace",
+        default=os.environ.get("NAMESPACE") or "",
+        help="the driver's namespace: cliques, members and the Lease live there (env NAMESPACE)",
+    )
+    parser.add_argument(
+        "--max-nodes-per-imex-domain",
+        type=int,
+        default=None,
+        metavar="N",
+        help="nodes per IMEX domain (clique) at most; 18 on GB200 and GB300 "
+        "(env MAX_NODES_PER_IMEX_DOMAIN, else 18)",
+    )
+    parser.add_argument(
+        "--imex-mode",
+        choices=("driverManaged", "hostManaged"),
+        default=os.environ.get("IMEX_MODE") or "driverManaged",
+        help="driverManaged: IMEX runs in the IMEX host, the controller keeps cliques; "
+        "hostManaged: the host runs IMEX, only the finalizer, template and status (env IMEX_MODE)",
+    )
+    parser.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="hold the Lease dra-gpu-compute-domain-controller in --namespace before writing "
+        "(run more than one replica)",
+    )
+    parser.add_argument(
+        "--leader-elect-lease-duration",
+        type=_positive_seconds,
+        default=15.0,
+        metavar="SECONDS",
+        help="how long a Lease holds without renewal before another replica may take it",
+    )
+    parser.add_argument(
+        "--leader-elect-renew-deadline",
+        type=_positive_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="the leader stops writing when it could not renew for this long",
+    )
+    parser.add_argument(
+        "--leader-elect-retry-period",
+        type=_positive_seconds,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between attempts to acquire or renew the Lease",
+    )
+    parser.add_argument(
+        "--healthcheck-port",
+        type=int,
+        metavar="PORT",
+        help="serve HTTP /healthz and /metrics (Prometheus) on this port",
+    )
+
+
+def _run_compute_domain_controller(args: argparse.Namespace) -> int:
+    from controller.compute_domain.main import ControllerCommand, run
+
+    _dump_threads_on_demand()
+    max_nodes = args.max_nodes_per_imex_domain
+    if max_nodes is None:
+        max_nodes = _env_int("MAX_NODES_PER_IMEX_DOMAIN", 18)
+    return run(
+        ControllerCommand(
+            cluster=args.cluster,
+            namespace=args.namespace,
+            max_nodes=max_nodes,
+            imex_mode=args.imex_mode,
+            leader_elect=args.leader_elect,
+            lease_duration=args.leader_elect_lease_duration,
+            renew_deadline=args.leader_elect_renew_deadline,
+            retry_period=args.leader_elect_retry_period,
+            healthcheck_port=args.healthcheck_port,
+            kubeconfig=args.kubeconfig,
+        )
+    )
+
+
 COMMANDS: tuple[Command, ...] = (
     Command(
         "inventory",
@@ -1222,6 +1321,17 @@ COMMANDS: tuple[Command, ...] = (
         "intent files under <kubelet root>/plugins/<driver>/mps ask. Runs as its own "
         "DaemonSet so that plugin upgrades never stop a daemon; exits on SIGTERM and leaves "
         "the daemons running.",
+    ),
+    Command(
+        "compute-domain-controller",
+        "run the ComputeDomain controller (compute-domain.nvidia.com): cliques, status, "
+        "workload templates",
+        _compute_domain_controller_flags,
+        _run_compute_domain_controller,
+        description="Keep each ComputeDomain's finalizer, workload ResourceClaimTemplate, "
+        "ComputeDomainCliques (IMEX indices, one per node, kept while the node is a member) and "
+        "status (nodes, Ready/Degraded/CliqueFull/Terminating conditions, Events), driven by "
+        "watches. Deletion waits until no node holds a channel claim.",
     ),
     Command("sim", "act on a simulated node's hardware", _sim_flags, _run_sim),
     Command(
