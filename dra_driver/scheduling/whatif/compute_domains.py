@@ -99,6 +99,7 @@ class DomainRules:
         max_nodes: int = MAX_NODES_PER_IMEX_DOMAIN,
     ) -> None:
         self._refs = {domain.uid: domain.ref for domain in domains if domain.uid}
+        self._num_nodes = {domain.uid: domain.spec.num_nodes for domain in domains if domain.uid}
         self._withheld = dict(withheld or {})
         self._features = features or Features()
         self._max = max_nodes
@@ -259,11 +260,12 @@ class DomainRules:
         )
 
     def split_domains(self) -> list[str]:
-        """One line per domain whose pods were placed in more than one clique."""
+        """One line per domain whose pods were placed in more than one clique, and per
+        domain whose pods are on fewer nodes than its `numNodes` (never Ready)."""
         cliques: dict[str, dict[str, list[str]]] = {}
         for (domain, clique), nodes in self._members.items():
             cliques.setdefault(domain, {})[clique] = nodes
-        return [
+        lines = [
             f"{self.ref(domain)} spans {len(found)} NVLink cliques ("
             + "; ".join(f"{clique}: {_names(nodes)}" for clique, nodes in sorted(found.items()))
             + "): its pods in different cliques have no NVLink between them (one IMEX domain "
@@ -271,6 +273,17 @@ class DomainRules:
             for domain, found in cliques.items()
             if len(found) > 1
         ]
+        for domain, found in cliques.items():
+            wanted = self._num_nodes.get(domain, 0)
+            count = sum(len(nodes) for nodes in found.values())
+            if count < wanted:
+                lines.append(
+                    f"{self.ref(domain)} has numNodes {wanted}, but its pods are on "
+                    f"{_plural(count, 'node')}: its pods get their channels, and its Ready "
+                    f"condition stays False (WaitingForNodes) until {wanted} nodes have joined "
+                    "(numNodes is deprecated; 0 waits for no count)"
+                )
+        return lines
 
     # ------------------------------------------------------------ bookkeeping
 
@@ -320,6 +333,10 @@ def _names(names: Sequence[str]) -> str:
     if len(names) <= _MAX_NAMES:
         return ", ".join(names)
     return f"{', '.join(names[:_MAX_NAMES])} and {len(names) - _MAX_NAMES} more"
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _with_names(text: str, names: Sequence[str]) -> str:

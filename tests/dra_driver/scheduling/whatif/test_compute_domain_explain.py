@@ -221,8 +221,33 @@ def test_more_pods_than_nodes_without_consumable_capacity_says_one_claim_per_nod
     assert why == (
         "no node can give ComputeDomain default/a's pod an IMEX channel: gb200-node-0, "
         "gb200-node-1 (2 nodes) already give ComputeDomain default/a's other pods their channel "
-        "(channel-0 takes one claim per node)"
+        "(channel-0 takes one claim per node without DRAConsumableCapacity (on from Kubernetes "
+        "1.36, where a domain's pods share their node's channel))"
     )
+
+
+def test_on_kubernetes_1_36_a_domains_pods_share_gb200_nodes_and_another_domain_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CD plugin publishes channel-0 with allowMultipleAllocations; 1.36 keeps it."""
+    text = _domain("a") + _domain("b") + "".join(_pod(f"a-{i}", "a") for i in range(3))
+    path = _write(tmp_path, text + _pod("b-0", "b"))
+    code, placements = _simulate(capsys, path, "--nodes", "gb200-node=2", "--kubernetes", "1.36")
+    assert code == 1
+    assert [(p["pod"], p["node"]) for p in placements] == [
+        ("default/a-0", "gb200-node-0"),
+        ("default/a-1", "gb200-node-0"),
+        ("default/a-2", "gb200-node-0"),
+        ("default/b-0", ""),
+    ]
+    assert placements[3]["reason"].startswith(
+        "allocated on gb200-node-0, but the node's kubelet plugin refuses to prepare it: "
+        "gb200-node-0 already serves ComputeDomain default/a (channel claims default/a-0-channel-"
+    )
+    pinned = _write(tmp_path, text + _pod("b-0", "b", "gb200-node-1"))
+    code, placements = _simulate(capsys, pinned, "--nodes", "gb200-node=2", "--kubernetes", "1.36")
+    assert code == 0
+    assert placements[3]["node"] == "gb200-node-1"
 
 
 def test_with_consumable_capacity_one_domains_pods_share_a_node_and_another_domain_never(

@@ -189,3 +189,25 @@ def test_without_dra_extended_resources_the_workers_say_what_serves_nvidia_com_g
         "DRAExtendedResource feature gate is off"
     )
     assert pods["default/nvbandwidth-test-launcher"]["node"] == "control-plane"
+
+
+def test_on_kubernetes_1_36_the_workers_share_nodes_and_numnodes_4_is_not_reached(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """1.36 turns DRAExtendedResource and DRAConsumableCapacity on: two workers (2 GPUs each)
+    share a 4-GPU node and its channel, so the domain's `numNodes: 4` is never reached."""
+    node = tmp_path / "control-plane.yaml"
+    node.write_text(CONTROL_PLANE)
+    job = str(DEMOS / "nvbandwidth-test-job.yaml")
+    args = ["-f", job, "-f", str(node), "--nodes", "gb200-node=4", "--kubernetes", "1.36"]
+    assert main(["simulate", *args, "-o", "yaml"]) == 0
+    captured = capsys.readouterr()
+    pods = {p["pod"]: p for p in yaml.safe_load(captured.out)}
+    nodes = [_channel(pods[name])[0] for name in _workers("nvbandwidth-test", 4)]
+    assert nodes == ["gb200-node-0", "gb200-node-0", "gb200-node-1", "gb200-node-1"]
+    assert captured.err == (
+        "note: ComputeDomain default/nvbandwidth-test-compute-domain has numNodes 4, but its "
+        "pods are on 2 nodes: its pods get their channels, and its Ready condition stays False "
+        "(WaitingForNodes) until 4 nodes have joined (numNodes is deprecated; 0 waits for no "
+        "count)\n"
+    )
