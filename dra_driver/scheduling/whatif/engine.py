@@ -35,6 +35,11 @@ placed, with the plugin's error. As in a cluster, the allocation stays (the
 devices are taken) and the pod does not run: `Placement.refused_on` names
 the node.
 
+Rules neither the scheduler nor the slices know (one ComputeDomain per node,
+18 nodes of a domain per clique: `compute_domains.DomainRules`) come in as
+node checks too, and as `unfit_reasons`, which give the reason where they are
+what stops a pod (`Simulation.diagnose`).
+
 The engine is pure: inputs are dicts, nothing is read or written.
 """
 
