@@ -40,6 +40,7 @@ from tests.deploy.renders import (
     KUBERNETES,
     NAMESPACE,
     ROOT,
+    VERSION,
     by_identity,
     documents,
     helm,
@@ -684,3 +685,25 @@ def test_the_guides_kustomize_patches_render() -> None:
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]["nodeSelectorTerms"]
     assert terms == [{"matchExpressions": [{"key": CLIQUE, "operator": "Exists"}]}]
+
+
+def test_every_compute_domain_image_is_the_projects_version() -> None:
+    """The component's objects are not under the base's `images:`; a user's own `images:`
+    entry renames them all (test_manifests), so they carry the same name and tag."""
+    images = {
+        container["image"]
+        for doc in _component()
+        if doc["kind"] in {"DaemonSet", "Deployment"}
+        for container in doc["spec"]["template"]["spec"]["containers"]
+    }
+    assert images == {f"ghcr.io/dra-gpu/dra-gpu:{VERSION}"}
+    renamed = render_users_kustomization(
+        ("compute-domains",),
+        "images:\n- name: ghcr.io/dra-gpu/dra-gpu\n  newName: registry.example.com/dra-gpu\n",
+    )
+    assert {
+        container["image"]
+        for doc in renamed
+        if doc["kind"] in {"DaemonSet", "Deployment"}
+        for container in doc["spec"]["template"]["spec"]["containers"]
+    } == {f"registry.example.com/dra-gpu:{VERSION}"}
