@@ -374,11 +374,12 @@ def test_rbac_keeps_one_writer_per_object() -> None:
     assert writers("computedomainmembers/status") == {"imex-host": {"update", "patch"}}
     assert writers("resourceclaimtemplates") == {"controller": {"create", "update", "delete"}}
     assert writers("nodes") == {"plugin": {"update", "patch"}}  # the clique label, own node
-    # Cliques, members and the Lease are in the driver namespace only.
+    # Cliques, members and the Lease are written in the driver namespace only; cliques and
+    # members are read cluster-wide, because the stores watch a kind in every namespace.
     for who, granted in rules.items():
-        for scope, resource, _, _ in granted:
+        for scope, resource, verb, _ in granted:
             if resource.startswith(("computedomaincliques", "computedomainmembers", "leases")):
-                assert scope == "namespace", (who, resource)
+                assert scope == "namespace" or verb in {"get", "list", "watch"}, (who, resource)
     leases = {(verb, name) for _, res, verb, name in rules["controller"] if res == "leases"}
     assert leases == {
         ("create", "*"),
