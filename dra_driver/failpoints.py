@@ -14,8 +14,10 @@ anything. `PREPARE_STEPS` and `UNPREPARE_STEPS` list every point of the claim
 transaction, `MIG_PREPARE_STEPS` and `MIG_UNPREPARE_STEPS` every point of
 dynamic MIG creation and destruction, `MPS_PREPARE_STEPS` and
 `MPS_UNPREPARE_STEPS` every point of an MPS daemon's life, `SHARING_*_STEPS`
-those of time-slicing, `VFIO_*_STEPS` those of VFIO passthrough, so a new
-step cannot be added without the tests covering it.
+those of time-slicing, `VFIO_*_STEPS` those of VFIO passthrough,
+`CD_PREPARE_STEPS` and `CD_UNPREPARE_STEPS` those of an IMEX channel claim of
+the ComputeDomain plugin, so a new step cannot be added without the tests
+covering it.
 
 `IMEX_STANDIN_POINTS` are switches, not crash points: the simulated
 `nvidia-imex` (`dra_driver.hardware.simulated.imex`) asks `armed_value` whether
@@ -104,6 +106,23 @@ VFIO_UNPREPARE_STEPS: Final[tuple[str, ...]] = (
     "vfio-after-release-bound",
 )
 
+
+# The ComputeDomain plugin's channel claim (`kubelet_plugin.compute_domain.driver`):
+# PrepareStarted (with the domain) is recorded, the node's ComputeDomainMember is
+# created, the member is Ready and the CDI spec written, PrepareCompleted recorded ...
+CD_PREPARE_STEPS: Final[tuple[str, ...]] = (
+    "cd-prepare-after-checkpoint-started",
+    "cd-prepare-after-member-created",
+    "cd-prepare-after-cdi-written",
+    "cd-prepare-after-checkpoint-completed",
+)
+# ... and on Unprepare: the CDI spec removed, the member deleted (with the node's last
+# claim of the domain), the claim's entry removed.
+CD_UNPREPARE_STEPS: Final[tuple[str, ...]] = (
+    "cd-unprepare-after-cdi-removed",
+    "cd-unprepare-after-member-deleted",
+    "cd-unprepare-after-checkpoint-removed",
+)
 
 # The simulated IMEX daemon's switches (`armed_value`), each a way a real one fails: refuse to
 # start ("No matching network interface", #289), die after `imex-crash-after:<seconds>` without
