@@ -55,6 +55,7 @@ from typing import Any, Final, Self
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.composition.child_process import ChildProcess, Spawn, popen
 from dra_driver.composition.compute_domain_kubelet import NodeAccess, SchedulerKubelet
+from dra_driver.composition.hardware import open_simulated
 from dra_driver.compute_domain import manifests
 from dra_driver.compute_domain.names import DRIVER_NAME
 from dra_driver.errors import ClusterError, NotFoundError, PluginError
@@ -269,6 +270,12 @@ class SimNode:
 
     def __repr__(self) -> str:
         return f"SimNode({self.name!r}, {self.ip})"
+
+    def ensure_state(self) -> None:
+        """Create the node's simulated hardware state (as its first daemon would), so that
+        it can be changed (`ComputeDomainCluster.set_fabric`) before anything starts."""
+        if not self.sim_state.exists():
+            open_simulated(SHAPE, sim_state=self.sim_state, node_name=self.name)
 
     def daemons(self) -> list[_Daemon]:
         return [self.plugin, self.imex_host, self.gpu_plugin]
