@@ -13,8 +13,9 @@ in for the API server:
                                        the nvidia-imex stand-in)
     <work>/nodes/<node>/kubelet/       the node's kubelet root (plugin sockets, checkpoint)
     <work>/nodes/<node>/cdi/           the node's CDI spec directory
-    <work>/nodes/<node>/imex/          the IMEX host's state directory (configs, pid files)
-    <work>/nodes/<node>/etc-hosts      the node's hosts file (never the machine's /etc/hosts)
+    <work>/nodes/<node>/imex/          the IMEX host's state directory: per domain its
+                                       imexd.cfg, nodes.cfg and the hosts file the IMEX
+                                       stand-in resolves names in (never /etc/hosts)
     <work>/nodes/<node>/*.log          each process's output
 
 Each simulated node is a `gb200-node` (one NVL72 compute tray, clique
@@ -38,6 +39,7 @@ delete a ComputeDomain or a pod.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -59,6 +61,7 @@ from dra_driver.composition.hardware import open_simulated
 from dra_driver.compute_domain import manifests
 from dra_driver.compute_domain.names import DRIVER_NAME
 from dra_driver.errors import ClusterError, NotFoundError, PluginError
+from dra_driver.hardware.simulated.shapes import NVL72_RACK
 from dra_driver.kube.apiserver_rules import NODE, timestamp_now
 from dra_driver.kube.local_store import LocalCluster
 from dra_driver.kube.object_store import COMPUTE_DOMAIN, LEASE
@@ -106,6 +109,8 @@ class ClusterTiming:
     lease_duration: float | None = None  # controller --leader-elect-lease-duration
     renew_deadline: float | None = None
     retry_period: float | None = None
+    imex_poll: float | None = None  # IMEX host --poll-interval (until Ready and connected)
+    imex_ready_poll: float | None = None  # IMEX host --ready-poll-interval
 
 
 def _flag(name: str, value: float | None) -> list[str]:
@@ -201,10 +206,8 @@ class SimNode:
         self.kubelet_root = work / "kubelet"
         self.cdi_root = work / "cdi"
         self.imex_state_dir = work / "imex"
-        self.hosts_file = work / "etc-hosts"
         for directory in (self.kubelet_root, self.cdi_root, self.imex_state_dir):
             directory.mkdir(parents=True, exist_ok=True)
-        self.hosts_file.touch()
         self.registration_socket = registration_socket_path(self.kubelet_root, DRIVER_NAME, None)
         self.access = NodeAccess(name, self.kubelet_root, self.cdi_root, timeout=30.0)
         self.down = False
@@ -227,7 +230,6 @@ class SimNode:
                 f"--kubelet-root={self.kubelet_root}",
                 f"--cdi-root={self.cdi_root}",
                 "--gpu-clique-label",
-                "--healthcheck-port=0",
                 *_flag("fabric-check-interval", timing.fabric_check_interval),
                 *_flag("prepare-wait", timing.prepare_wait),
                 *cluster.plugin_args,
@@ -246,7 +248,8 @@ class SimNode:
                 f"--node-ip={ip}",
                 f"--namespace={DRIVER_NAMESPACE}",
                 f"--state-dir={self.imex_state_dir}",
-                f"--hosts-file={self.hosts_file}",
+                *_flag("poll-interval", timing.imex_poll),
+                *_flag("ready-poll-interval", timing.imex_ready_poll),
                 *cluster.imex_host_args,
             ],
             work / "imex-host.log",
@@ -445,46 +448,12 @@ class ComputeDomainCluster:
         return node
 
     def _create_node_object(self, node: SimNode) -> None:
-        with contextlib.suppress(NotFoundError):
-            self.store.delete_object(NODE, None, node.name)
-        self.store.create_object(
-            NODE,
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": node.name,
-                    "labels": {"kubernetes.io/hostname": node.name},
-                },
-            },
-        )
-        self.set_node_ready(node.name, True)
+        create_node_object(self.store, node.name, node.ip)
 
     def set_node_ready(self, name: str, ready: bool, reason: str = "") -> None:
         """Write the Node's Ready condition (and InternalIP), as the node lifecycle
         controller would after missed heartbeats."""
-        node = self.nodes[name]
-        stored = self.store.get_object(NODE, None, name)
-        now = timestamp_now()
-        stored["status"] = {
-            "addresses": [
-                {"type": "InternalIP", "address": node.ip},
-                {"type": "Hostname", "address": name},
-            ],
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True" if ready else "Unknown",
-                    "reason": "KubeletReady" if ready else (reason or "NodeStatusUnknown"),
-                    "message": "kubelet is posting ready status"
-                    if ready
-                    else "Kubelet stopped posting node status.",
-                    "lastHeartbeatTime": now,
-                    "lastTransitionTime": now,
-                }
-            ],
-        }
-        self.store.update_object_status(NODE, stored)
+        set_node_ready(self.store, name, self.nodes[name].ip, ready, reason)
 
     def start_controller(self, *, leader_elect: bool | None = None) -> ControllerProcess:
         """Start one more controller replica (with leader election when there is more than
@@ -683,6 +652,56 @@ class ComputeDomainCluster:
         if node is None or node.down:
             return None
         return node.access
+
+
+def create_node_object(store: LocalCluster, name: str, ip: str) -> None:
+    """The Node of a simulated node (replacing one of that name): hostname label, Ready."""
+    with contextlib.suppress(NotFoundError):
+        store.delete_object(NODE, None, name)
+    store.create_object(
+        NODE,
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        },
+    )
+    set_node_ready(store, name, ip, True)
+
+
+def set_node_ready(store: LocalCluster, name: str, ip: str, ready: bool, reason: str = "") -> None:
+    """Write the Node's status: its InternalIP and a Ready condition True, or Unknown as the
+    node lifecycle controller sets it when the kubelet stops posting status."""
+    stored = store.get_object(NODE, None, name)
+    now = timestamp_now()
+    stored["status"] = {
+        "addresses": [
+            {"type": "InternalIP", "address": ip},
+            {"type": "Hostname", "address": name},
+        ],
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True" if ready else "Unknown",
+                "reason": "KubeletReady" if ready else (reason or "NodeStatusUnknown"),
+                "message": "kubelet is posting ready status"
+                if ready
+                else "Kubelet stopped posting node status.",
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+        ],
+    }
+    store.update_object_status(NODE, stored)
+
+
+def set_clique(sim_state: Path, node_name: str, clique_id: int) -> None:
+    """Put every GPU of a simulated gb200-node into NVLink clique `clique_id` of the rack's
+    cluster (an NVL72 rack per clique: what a cluster topology file gives each node)."""
+    node = open_simulated(SHAPE, sim_state=sim_state, node_name=node_name)
+    info = dataclasses.replace(NVL72_RACK, clique_id=clique_id)
+    for index in range(len(node.hardware.nvml.gpus())):
+        node.sim.set_fabric(index, info)
 
 
 def channel_pod(

@@ -46,7 +46,7 @@ from dra_driver.kube.apiserver_rules import NODE
 from dra_driver.kube.local_store import LocalCluster
 from dra_driver.kube.object_store import RESOURCE_CLAIM_TEMPLATE
 from dra_driver.kube.objects import Obj
-from dra_driver.scheduling.allocator import AllocatedState, Allocator, Node
+from dra_driver.scheduling.allocator import AllocatedState, Allocator, Features, Node
 from dra_driver.scheduling.allocator.nodes import selector_matches
 from kubelet_plugin.kubelet_client import KubeletClient
 from kubelet_plugin.service import ClaimRef, PrepareResult
@@ -144,8 +144,8 @@ class SchedulerKubelet:
     """Places pods on the simulated nodes and prepares their claims (module docstring).
 
     `nodes(name)` gives the node's access (None: no such node, or it is down).
-    Thread-safe for distinct pods as long as `allocate_lock` serialises the
-    scheduler's part (it does: one scheduler, one allocation at a time).
+    Pods may be run from several threads (one scheduler: allocations are serialised).
+    `features` are the scheduler's gates (default: 1.36's).
     """
 
     def __init__(
@@ -154,7 +154,11 @@ class SchedulerKubelet:
         nodes: Callable[[str], NodeAccess | None],
         *,
         node_names: Callable[[], Sequence[str]],
+        features: Features | None = None,
     ) -> None:
+        # 1.36's gates by default: DRAConsumableCapacity (beta, on) lets several pods of a
+        # domain share a node's channel-0 (published with allowMultipleAllocations).
+        self._features = features or Features.for_release("1.36")
         self._cluster = cluster
         self._nodes = nodes
         self._node_names = node_names
@@ -269,6 +273,7 @@ class SchedulerKubelet:
                 self._cluster.list_resource_slices(),
                 self._cluster.list_device_classes(),
                 allocated=state,
+                features=self._features,
             )
             pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
             pinned = {n for c in claims if (n := _allocated_node(c)) is not None}

@@ -50,6 +50,8 @@ TIMING = ClusterTiming(
     lease_duration=3.0,
     renew_deadline=2.0,
     retry_period=0.5,
+    imex_poll=0.2,
+    imex_ready_poll=0.5,
 )
 
 
