@@ -250,7 +250,7 @@ class _Cluster:
 
     def wait_serving(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
-        for name, access in self.access.items():
+        for name in self.access:
             socket = registration_socket_path(self.work / "nodes" / name / "kubelet", _CD, None)
             while not socket.exists():
                 self._check()
