@@ -161,6 +161,11 @@ class _Daemon:
             self.process.kill()
         self.process.wait(timeout=STOP_TIMEOUT_S)
 
+    def send_term(self) -> None:
+        """SIGTERM without waiting (`terminate` then waits), so many stop at once."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+
     def terminate(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
         """SIGTERM and wait (SIGKILL after `timeout`); the exit code, None if never started."""
         if self.process is None:
@@ -318,8 +323,13 @@ class SimNode:
 
     def imex_daemon_pids(self) -> list[int]:
         """The IMEX daemons (stand-ins) running for this node: processes whose command line
-        names a file under the node's IMEX state directory."""
-        return processes_naming(self.imex_state_dir)
+        names a domain's config under the node's IMEX state directory (`-c <dir>/domains/
+        <uid>/imexd.cfg`; the IMEX host's own names only the directory)."""
+        return [
+            pid
+            for pid in processes_naming(self.imex_state_dir / "domains")
+            if any(arg.endswith(b"/nvidia-imex") for arg in _cmdline(pid))  # not -ctl queries
+        ]
 
     def imex_ctl(self, domain_uid: str, *args: str) -> subprocess.CompletedProcess[str]:
         """Run the node's `nvidia-imex-ctl <args> -c <the domain's imexd.cfg>`."""
@@ -334,8 +344,10 @@ class SimNode:
             check=False,
         )
 
-    def imex_peers(self, domain_uid: str) -> dict[str, str]:
-        """`nvidia-imex-ctl -N -j`: IMEX node name -> connection state (C, N, R, D, I)."""
+    def imex_peers(self, domain_uid: str, *, unresolved: bool = False) -> dict[str, str]:
+        """`nvidia-imex-ctl -N -j`: IMEX node name -> connection state (C, N, R, D, I) of
+        the names that resolve to an address (with `unresolved`, of every line of the nodes
+        file: the unused indices' names resolve to nothing and read I)."""
         answer = self.imex_ctl(domain_uid, "-N", "-j")
         if answer.returncode != 0:
             raise PluginError(
@@ -343,7 +355,11 @@ class SimNode:
                 f"{answer.returncode}: {answer.stderr.strip() or answer.stdout.strip()}"
             )
         data = json.loads(answer.stdout)
-        return {row["host"]: row["status"] for row in (data.get("nodes") or {}).values()}
+        return {
+            row["host"]: row["status"]
+            for row in (data.get("nodes") or {}).values()
+            if unresolved or row.get("address")
+        }
 
     @property
     def driver_root(self) -> Path:
@@ -493,9 +509,12 @@ class ComputeDomainCluster:
     def close(self) -> None:
         """Stop everything started (controllers, node daemons, IMEX daemons), remove the
         work directory unless `keep`."""
-        for controller in self.controllers:
+        daemons = [*self.controllers, *(d for n in self.nodes.values() for d in n.daemons())]
+        for daemon in daemons:  # all at once: each takes a moment to stop cleanly
+            daemon.send_term()
+        for daemon in daemons:
             with contextlib.suppress(Exception):
-                controller.terminate(timeout=5.0)
+                daemon.terminate(timeout=5.0)
         for node in self.nodes.values():
             with contextlib.suppress(Exception):
                 node.stop()
@@ -757,6 +776,14 @@ def processes_naming(path: Path) -> list[int]:
         if needle in cmdline and int(entry) != os.getpid():
             found.append(int(entry))
     return found
+
+
+def _cmdline(pid: int) -> list[bytes]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
 
 
 def kill_pids(pids: Sequence[int]) -> None:

@@ -26,6 +26,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TextIO
 
 from dra_driver import DEFAULT_DRIVER_NAME
@@ -54,7 +55,9 @@ CHANNEL_TEMPLATE = "nvbandwidth-test-compute-domain-channel"
 GPU_TEMPLATE = "four-gpus"
 CHANNEL_PATH = "/dev/nvidia-caps-imex-channels/channel0"
 READY_TIMEOUT_S = 90.0
-TIMING = ClusterTiming(fabric_check_interval=1.0, prepare_wait=20.0)
+TIMING = ClusterTiming(
+    fabric_check_interval=1.0, prepare_wait=20.0, imex_poll=0.2, imex_ready_poll=1.0
+)
 
 
 def demo_manifests() -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
@@ -191,10 +194,12 @@ def run_compute_domain_demo(
             f"the controller created ResourceClaimTemplate {NAMESPACE}/{CHANNEL_TEMPLATE}: "
             f"{config['kind']} domainID {config['domainID']}, {config['allocationMode']}"
         )
-        running: list[RunningPod] = []
-        for worker in workers:
-            pod = cluster.run_pod(worker, timeout=READY_TIMEOUT_S)
-            running.append(pod)
+        # Both workers start together, as their kubelets would start them.
+        with ThreadPoolExecutor(max_workers=len(workers)) as pool:
+            running: list[RunningPod] = list(
+                pool.map(lambda w: cluster.run_pod(w, timeout=READY_TIMEOUT_S), workers)
+            )
+        for pod in running:
             p.line(
                 f"{pod.key} -> {pod.node}: Prepare answered after {pod.prepare_attempts} "
                 f"call(s), {pod.prepare_seconds:.1f} s"
@@ -209,13 +214,14 @@ def run_compute_domain_demo(
             channels_ok &= has_channel
             p.line(f"{pod.key} on {pod.node}:")
             for dev in nodes_got:
-                major_minor = (
-                    f" {dev.get('type', '')} {dev['major']}:{dev['minor']}"
-                    if "major" in dev
-                    else ""
-                )
-                mode = f" mode {dev['fileMode']:o}" if "fileMode" in dev else ""
-                p.line(f"{dev['path']}{major_minor}{mode}", indent=5)
+                if dev["path"] == CHANNEL_PATH:
+                    p.line(
+                        f"{dev['path']} (IMEX channel) {dev.get('type', '')} "
+                        f"{dev.get('major')}:{dev.get('minor')} mode {dev.get('fileMode', 0):o}",
+                        indent=5,
+                    )
+            others = [dev["path"] for dev in nodes_got if dev["path"] != CHANNEL_PATH]
+            p.line(f"and {len(others)} GPU device nodes: {', '.join(others)}", indent=5)
             report["pods"].append(
                 {
                     "pod": pod.key,
@@ -272,7 +278,10 @@ def run_compute_domain_demo(
                 f"{spec.node_name}: IMEX {state.state}, node ID {state.imex_node_id}, peers "
                 + (", ".join(f"{n} {s}" for n, s in sorted(state.peers.items())) or "none")
             )
-            p.line(f"nvidia-imex-ctl -N -j: {json.dumps(ctl, sort_keys=True)}", indent=5)
+            p.line(
+                f"nvidia-imex-ctl -N -j (names with an address): {json.dumps(ctl, sort_keys=True)}",
+                indent=5,
+            )
         report["imexPeers"] = peers
 
         p.step("Delete the workers, then the ComputeDomain")
