@@ -44,7 +44,9 @@ DESCRIPTION = (
 DEFAULT_CYCLES = 200
 DEFAULT_WARMUP = 20
 NAMESPACE = "bench"
-TIMING = ClusterTiming(fabric_check_interval=1.0, prepare_wait=30.0, imex_poll=0.1)
+TIMING = ClusterTiming(
+    fabric_check_interval=1.0, prepare_wait=30.0, imex_poll=0.1, imex_ready_poll=1.0
+)
 
 
 def run(options: BenchOptions) -> BenchResult:

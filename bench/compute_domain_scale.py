@@ -77,7 +77,7 @@ from dra_driver.composition.compute_domain_kubelet import (
 )
 from dra_driver.composition.hardware import open_simulated
 from dra_driver.compute_domain import manifests
-from dra_driver.errors import ConflictError, NotFoundError, PluginError
+from dra_driver.errors import AlreadyExistsError, ConflictError, NotFoundError, PluginError
 from dra_driver.kube.local_store import LocalCluster
 from dra_driver.kube.object_store import COMPUTE_DOMAIN
 from kubelet_plugin.socket_names import registration_socket_path
@@ -123,11 +123,21 @@ def run(options: BenchOptions) -> BenchResult:
 
 
 class _Conflicts:
-    """Counts ConflictErrors raised by LocalCluster writes in this process (409s)."""
+    """Counts the 409s LocalCluster writes in this process answer: a stale resourceVersion
+    (ConflictError) and a create of a name that exists (AlreadyExistsError), by method and
+    kind."""
 
     def __init__(self) -> None:
-        self.count = 0
+        self.by_cause: dict[str, int] = {}
         self._lock = threading.Lock()
+
+    @property
+    def count(self) -> int:
+        return sum(self.by_cause.values())
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.by_cause)
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -147,9 +157,15 @@ class _Conflicts:
             def counted(*args: Any, **kwargs: Any) -> Any:
                 try:
                     return method(*args, **kwargs)
-                except ConflictError:
+                except ConflictError as exc:
+                    kind = next(
+                        (a.kind for a in args if hasattr(a, "kind") and hasattr(a, "plural")),
+                        method.__name__.split("_", 1)[-1],
+                    )
+                    cause = "exists" if isinstance(exc, AlreadyExistsError) else "stale"
+                    key = f"{method.__name__} {kind} ({cause})"
                     with self._lock:
-                        self.count += 1
+                        self.by_cause[key] = self.by_cause.get(key, 0) + 1
                     raise
 
             return counted
@@ -333,7 +349,7 @@ def _run_scale(*, nodes: int, cliques: int, pods_per_node: int) -> dict[str, Any
         cluster.wait_serving()
         setup_s = time.monotonic() - began
         writes_before = cluster.resource_version()
-        conflicts_before = conflicts.count
+        conflicts_before = conflicts.snapshot()
         domains = [f"rack-{k}" for k in range(cliques)]
         t0 = time.monotonic()
         for domain in domains:
@@ -390,7 +406,12 @@ def _run_scale(*, nodes: int, cliques: int, pods_per_node: int) -> dict[str, Any
             "prepare_max_s": round(prepare[-1], 2),
             "writes": writes,
             "writes_per_pod": round(writes / len(pods), 2),
-            "conflicts": conflicts.count - conflicts_before,
+            "conflicts": conflicts.count - sum(conflicts_before.values()),
+            "conflicts_by_cause": {
+                k: v - conflicts_before.get(k, 0)
+                for k, v in conflicts.snapshot().items()
+                if v > conflicts_before.get(k, 0)
+            },
             "controller_conflict_lines": sum(
                 1 for line in controller_log.splitlines() if "onflict" in line or "409" in line
             ),
