@@ -591,6 +591,100 @@ def _run_plugin(args: argparse.Namespace) -> int:
     )
 
 
+# ---------------------------------------------------------------- compute-domain-kubelet-plugin
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _cd_plugin_flags(parser: argparse.ArgumentParser) -> None:
+    _add_node_name_flag(parser, help="the node this plugin serves")
+    parser.add_argument(
+        "--cluster",
+        default="kube",
+        help="'kube' (in-cluster or kubeconfig) or 'local:DIR' (a directory of YAML objects)",
+    )
+    parser.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then ~/.kube)")
+    parser.add_argument(
+        "--namespace",
+        default=os.environ.get("NAMESPACE") or "nvidia-dra-driver-gpu",
+        help="the driver's namespace, where the node's ComputeDomainMembers live (env NAMESPACE)",
+    )
+    parser.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"))
+    parser.add_argument("--cdi-root", type=Path, default=Path("/var/run/cdi"))
+    _add_hardware_flags(parser)
+    _add_driver_root_flags(parser)
+    parser.add_argument(
+        "--imex-mode",
+        choices=("driverManaged", "hostManaged"),
+        default=os.environ.get("IMEX_MODE") or "driverManaged",
+        help="driverManaged: IMEX runs in dra-gpu's IMEX host, Prepare waits for this node's "
+        "member to be Ready; hostManaged: the host runs nvidia-imex, Prepare asks it for READY "
+        "(env IMEX_MODE)",
+    )
+    parser.add_argument(
+        "--imex-host-socket-path",
+        default=os.environ.get("IMEX_HOST_SOCKET_PATH") or "/etc/nvidia-imex/imex_ctrl.sock",
+        help="the host IMEX daemon's control socket (hostManaged; env IMEX_HOST_SOCKET_PATH)",
+    )
+    parser.add_argument(
+        "--gpu-clique-label",
+        action="store_true",
+        default=_env_flag("GPU_CLIQUE_LABEL_ENABLED"),
+        help="set the Node label nvidia.com/gpu.clique to the node's NVLink clique, remove it "
+        "on shutdown (env GPU_CLIQUE_LABEL_ENABLED)",
+    )
+    parser.add_argument(
+        "--fabric-check-interval",
+        type=_positive_seconds,
+        default=10.0,
+        help="seconds between NVLink fabric checks; the slice follows without a restart",
+    )
+    parser.add_argument(
+        "--prepare-wait",
+        type=_positive_seconds,
+        default=45.0,
+        help="how long Prepare waits for IMEX on this node to be Ready before the kubelet retries",
+    )
+    parser.add_argument(
+        "--publish-interval",
+        type=_positive_seconds,
+        default=30.0,
+        help="seconds between ResourceSlice re-syncs",
+    )
+    parser.add_argument(
+        "--healthcheck-port",
+        type=int,
+        metavar="PORT",
+        help="serve the gRPC health service (liveness/readiness probes) on this port",
+    )
+
+
+def _run_cd_plugin(args: argparse.Namespace) -> int:
+    from kubelet_plugin.compute_domain.main import CdPluginOptions, run
+
+    _dump_threads_on_demand()
+    return run(
+        CdPluginOptions(
+            node_name=args.node_name,
+            namespace=args.namespace,
+            open_hardware=lambda: _hardware(args),
+            cluster=args.cluster,
+            kubeconfig=args.kubeconfig,
+            kubelet_root=args.kubelet_root,
+            cdi_root=args.cdi_root,
+            imex_mode=args.imex_mode,
+            imex_host_socket_path=args.imex_host_socket_path,
+            gpu_clique_label=args.gpu_clique_label,
+            fabric_check_interval=args.fabric_check_interval,
+            prepare_wait=args.prepare_wait,
+            publish_interval=args.publish_interval,
+            healthcheck_port=args.healthcheck_port,
+        )
+    )
+
+
 # ---------------------------------------------------------------- mps-host
 
 
@@ -769,6 +863,25 @@ def _sim_flags(parser: argparse.ArgumentParser) -> None:
     )
     modules.add_argument("--shape", help="boot a node of this shape if --sim-state does not exist")
     modules.add_argument("--node-name", default="sim-node", help="its node name (with --shape)")
+    fabric = sim_commands.add_parser(
+        "fabric",
+        help="change a simulated node's NVLink fabric answer (state, clique, health)",
+        description="Set what the GPUs of a running simulated node answer to "
+        "nvmlDeviceGetGpuFabricInfoV, or place the node by NVIDIA's mock cluster topology "
+        "file (domains[]{name, uuid, cliques[]{id, nodes[]}}). Fields not given are kept.",
+    )
+    fabric.add_argument(
+        "--state-file", "--sim-state", type=Path, required=True, help="the node's state file"
+    )
+    fabric.add_argument("--gpu", type=_gpu_index, help="NVML index of the GPU (default: all)")
+    fabric.add_argument(
+        "--state", choices=("completed", "in_progress", "not_started", "not_supported")
+    )
+    fabric.add_argument("--clique", type=int, help="the clique id (0..4294967295)")
+    fabric.add_argument("--cluster-uuid", help="the cluster UUID")
+    fabric.add_argument("--health", choices=("healthy", "degraded", "unhealthy"))
+    fabric.add_argument("--topology", type=Path, help="a mock-NVML cluster topology file")
+    fabric.add_argument("--node", help="the node's name in --topology")
 
 
 MAX_XID = 2**32 - 1
@@ -797,6 +910,19 @@ def _gpu_index(text: str) -> int:
 
 
 def _run_sim(args: argparse.Namespace) -> int:
+    if args.sim_command == "fabric":
+        from dra_driver.hardware.simulated.fabric_command import set_fabric
+
+        return set_fabric(
+            args.state_file,
+            gpu=args.gpu,
+            state=args.state,
+            clique=args.clique,
+            cluster_uuid=args.cluster_uuid,
+            health=args.health,
+            topology=args.topology,
+            node=args.node,
+        )
     if args.sim_command == "modules":
         from dra_driver.hardware.simulated.modules_command import set_modules
 
@@ -1094,6 +1220,105 @@ def _run_webhook(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- the table
 
 
+# ---------------------------------------------------------------- compute-domain-controller
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"env {name}={value!r}: expected an integer") from None
+
+
+def _compute_domain_controller_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cluster",
+        default="kube",
+        help="'kube' (in-cluster or kubeconfig) or 'local:DIR' (a directory of YAML objects)",
+    )
+    parser.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then ~/.kube)")
+    parser.add_argument(
+        "--namespace",
+        default=os.environ.get("NAMESPACE") or "",
+        help="the driver's namespace: cliques, members and the Lease live there (env NAMESPACE)",
+    )
+    parser.add_argument(
+        "--max-nodes-per-imex-domain",
+        type=int,
+        default=None,
+        metavar="N",
+        help="nodes per IMEX domain (clique) at most; 18 on GB200 and GB300 "
+        "(env MAX_NODES_PER_IMEX_DOMAIN, else 18)",
+    )
+    parser.add_argument(
+        "--imex-mode",
+        choices=("driverManaged", "hostManaged"),
+        default=os.environ.get("IMEX_MODE") or "driverManaged",
+        help="driverManaged: IMEX runs in the IMEX host, the controller keeps cliques; "
+        "hostManaged: the host runs IMEX, only the finalizer, template and status (env IMEX_MODE)",
+    )
+    parser.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="hold the Lease dra-gpu-compute-domain-controller in --namespace before writing "
+        "(run more than one replica)",
+    )
+    parser.add_argument(
+        "--leader-elect-lease-duration",
+        type=_positive_seconds,
+        default=15.0,
+        metavar="SECONDS",
+        help="how long a Lease holds without renewal before another replica may take it",
+    )
+    parser.add_argument(
+        "--leader-elect-renew-deadline",
+        type=_positive_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="the leader stops writing when it could not renew for this long",
+    )
+    parser.add_argument(
+        "--leader-elect-retry-period",
+        type=_positive_seconds,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between attempts to acquire or renew the Lease",
+    )
+    parser.add_argument(
+        "--healthcheck-port",
+        type=int,
+        metavar="PORT",
+        help="serve HTTP /healthz and /metrics (Prometheus) on this port",
+    )
+
+
+def _run_compute_domain_controller(args: argparse.Namespace) -> int:
+    from controller.compute_domain.main import ControllerCommand, run
+
+    _dump_threads_on_demand()
+    max_nodes = args.max_nodes_per_imex_domain
+    if max_nodes is None:
+        max_nodes = _env_int("MAX_NODES_PER_IMEX_DOMAIN", 18)
+    return run(
+        ControllerCommand(
+            cluster=args.cluster,
+            namespace=args.namespace,
+            max_nodes=max_nodes,
+            imex_mode=args.imex_mode,
+            leader_elect=args.leader_elect,
+            lease_duration=args.leader_elect_lease_duration,
+            renew_deadline=args.leader_elect_renew_deadline,
+            retry_period=args.leader_elect_retry_period,
+            healthcheck_port=args.healthcheck_port,
+            kubeconfig=args.kubeconfig,
+        )
+    )
+
+
 COMMANDS: tuple[Command, ...] = (
     Command(
         "inventory",
@@ -1102,6 +1327,12 @@ COMMANDS: tuple[Command, ...] = (
         _run_inventory,
     ),
     Command("kubelet-plugin", "run the node daemon", _plugin_flags, _run_plugin),
+    Command(
+        "compute-domain-kubelet-plugin",
+        "run the node daemon of compute-domain.nvidia.com (IMEX channels)",
+        _cd_plugin_flags,
+        _run_cd_plugin,
+    ),
     Command(
         "status",
         "per GPU: MIG mode, time-slice, MPS daemon and the claims it serves, MIG devices; "
@@ -1119,6 +1350,17 @@ COMMANDS: tuple[Command, ...] = (
         "intent files under <kubelet root>/plugins/<driver>/mps ask. Runs as its own "
         "DaemonSet so that plugin upgrades never stop a daemon; exits on SIGTERM and leaves "
         "the daemons running.",
+    ),
+    Command(
+        "compute-domain-controller",
+        "run the ComputeDomain controller (compute-domain.nvidia.com): cliques, status, "
+        "workload templates",
+        _compute_domain_controller_flags,
+        _run_compute_domain_controller,
+        description="Keep each ComputeDomain's finalizer, workload ResourceClaimTemplate, "
+        "ComputeDomainCliques (IMEX indices, one per node, kept while the node is a member) and "
+        "status (nodes, Ready/Degraded/CliqueFull/Terminating conditions, Events), driven by "
+        "watches. Deletion waits until no node holds a channel claim.",
     ),
     Command("sim", "act on a simulated node's hardware", _sim_flags, _run_sim),
     Command(

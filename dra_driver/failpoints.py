@@ -14,8 +14,15 @@ anything. `PREPARE_STEPS` and `UNPREPARE_STEPS` list every point of the claim
 transaction, `MIG_PREPARE_STEPS` and `MIG_UNPREPARE_STEPS` every point of
 dynamic MIG creation and destruction, `MPS_PREPARE_STEPS` and
 `MPS_UNPREPARE_STEPS` every point of an MPS daemon's life, `SHARING_*_STEPS`
-those of time-slicing, `VFIO_*_STEPS` those of VFIO passthrough, so a new
-step cannot be added without the tests covering it.
+those of time-slicing, `VFIO_*_STEPS` those of VFIO passthrough,
+`CD_PREPARE_STEPS` and `CD_UNPREPARE_STEPS` those of an IMEX channel claim of
+the ComputeDomain plugin, so a new step cannot be added without the tests
+covering it.
+
+`IMEX_STANDIN_POINTS` are switches, not crash points: the simulated
+`nvidia-imex` (`dra_driver.hardware.simulated.imex`) asks `armed_value` whether
+one is armed (and with which `name:<value>`), in the same environment variable
+and file, and then misbehaves the way a real daemon can.
 """
 
 from __future__ import annotations
@@ -100,6 +107,36 @@ VFIO_UNPREPARE_STEPS: Final[tuple[str, ...]] = (
 )
 
 
+# The ComputeDomain plugin's channel claim (`kubelet_plugin.compute_domain.driver`):
+# PrepareStarted (with the domain) is recorded, the node's ComputeDomainMember is
+# created, the member is Ready and the CDI spec written, PrepareCompleted recorded ...
+CD_PREPARE_STEPS: Final[tuple[str, ...]] = (
+    "cd-prepare-after-checkpoint-started",
+    "cd-prepare-after-member-created",
+    "cd-prepare-after-cdi-written",
+    "cd-prepare-after-checkpoint-completed",
+)
+# ... and on Unprepare: the CDI spec removed, the member deleted (with the node's last
+# claim of the domain), the claim's entry removed.
+CD_UNPREPARE_STEPS: Final[tuple[str, ...]] = (
+    "cd-unprepare-after-cdi-removed",
+    "cd-unprepare-after-member-deleted",
+    "cd-unprepare-after-checkpoint-removed",
+)
+
+# The simulated IMEX daemon's switches (`armed_value`), each a way a real one fails: refuse to
+# start ("No matching network interface", #289), die after `imex-crash-after:<seconds>` without
+# telling peers, never answer a command (`nvidia-imex-ctl` hangs), identify itself as the next
+# node ID (#1418), and talk to a daemon of another domain (#1447: what the guard prevents).
+IMEX_STANDIN_POINTS: Final[tuple[str, ...]] = (
+    "imex-refuse-start",
+    "imex-crash-after",
+    "imex-hang-query",
+    "imex-wrong-node-id",
+    "imex-accept-foreign",
+)
+
+
 @functools.cache
 def _from_environment() -> tuple[frozenset[str], str | None]:
     """The points armed by `DRA_GPU_FAILPOINTS` and the file `DRA_GPU_FAILPOINTS_FILE` names,
@@ -138,3 +175,18 @@ def _read_armed_file(path: str) -> set[str]:
             return {line.strip() for line in armed if line.strip()}
     except OSError:  # no file: nothing armed
         return set()
+
+
+def armed_value(name: str) -> str | None:
+    """A switch: None when `name` is not armed, "" when armed as `name`, and `value` when
+    armed as `name:<value>` (the environment first, then the file, read at every call)."""
+    armed, armed_file = _from_environment()
+    if not armed and armed_file is None:
+        return None
+    every = sorted(armed) + sorted(_read_armed_file(armed_file) if armed_file is not None else ())
+    for entry in every:
+        if entry == name:
+            return ""
+        if entry.startswith(name + ":"):
+            return entry[len(name) + 1 :]
+    return None

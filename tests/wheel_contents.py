@@ -15,6 +15,8 @@ REQUIRED = (
     "dra_driver/data/deviceclasses.yaml",
     "dra_driver/data/compute-domain-deviceclasses.yaml",
     "dra_driver/data/computedomains-crd.yaml",
+    "dra_driver/data/computedomaincliques-crd.yaml",
+    "dra_driver/data/computedomainmembers-crd.yaml",
     "dra_driver/data/deviceclass-vfio.yaml",
     "dra_driver/scheduling/cel/cel.lark",
     "dra_driver/py.typed",

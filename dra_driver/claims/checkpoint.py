@@ -192,6 +192,27 @@ class TimeSliceRecord(Record):
     interval: str = json_key("interval")
 
 
+@dataclass(frozen=True, kw_only=True)
+class ChannelRecord(Record):
+    """The ComputeDomain an IMEX channel claim (`compute-domain.nvidia.com`) belongs to.
+
+    Saved with the claim's PrepareStarted, before the node's ComputeDomainMember
+    is created, so Unprepare and a restart need neither the ComputeDomain nor
+    the claim (NVIDIA #380: teardown that needs a deleted domain hangs).
+    `member` is the name of the member this claim keeps alive ("" when there
+    is none: host-managed IMEX); it is deleted with the node's last claim of
+    the domain. `channels` is 1 (`Single`) or 2048 (`All`).
+    """
+
+    WHERE: ClassVar[str] = "channel"
+
+    domain_uid: str = json_key("domainUID")
+    domain_namespace: str = json_key("domainNamespace")
+    domain_name: str = json_key("domainName")
+    member: str = json_key("member", default="")
+    channels: int = json_key("channels", default=1)
+
+
 @dataclass(frozen=True)
 class PreparedDevice(Record):
     """One device of a prepared claim, as returned to the kubelet.
@@ -205,7 +226,9 @@ class PreparedDevice(Record):
     GPU, recorded before it is applied so a crash can neither leak nor lose
     the setting. Both were added within schema version 1 (rule 3): a dra-gpu
     from before them cannot prepare shared or time-sliced claims at all, so
-    downgrading with such claims prepared is not supported.
+    downgrading with such claims prepared is not supported. `channel` (an
+    IMEX channel of the ComputeDomain driver, which keeps its own checkpoint
+    directory) was added the same way.
     """
 
     WHERE: ClassVar[str] = "device"
@@ -223,6 +246,7 @@ class PreparedDevice(Record):
     time_slice: TimeSliceRecord | None = json_key("timeSlice", default=None)
     mps: MpsRecord | None = json_key("mps", default=None)
     vfio: VfioRecord | None = json_key("vfio", default=None)
+    channel: ChannelRecord | None = json_key("channel", default=None)
 
 
 @dataclass(frozen=True)

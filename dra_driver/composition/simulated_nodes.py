@@ -28,7 +28,11 @@ as its CD plugin would (`dra_driver.compute_domain.devices`), so ComputeDomain
 channel claims can be placed, and its nodes carry NVIDIA's `nvidia.com/gpu.clique`
 label (`<clusterUUID>.<cliqueId>`, as GPU Feature Discovery or NVIDIA's CD plugin
 sets it), which NVIDIA's docs have workloads select with node affinity; other
-shapes publish and carry neither.
+shapes publish and carry neither, and the CD plugin's reasons for that (no
+multi-node fabric, a fabric not yet completed) are kept per node
+(`SimulatedNodes.compute_domain_withheld`) for `explain`. A request's
+`fabric=`/`clique=` options (`gb200-node:fabric=in-progress`) change the fabric
+the shape's GPUs report.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from controller.slices import build_resource_slices, choose_layout, resource_sli
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.compute_domain.devices import compute_domain_devices
 from dra_driver.compute_domain.names import CLIQUE_NODE_LABEL
+from dra_driver.errors import ConfigError
 from dra_driver.hardware.simulated.boot import booted_node_state
 from dra_driver.hardware.simulated.hardware import SimHardware
 from dra_driver.hardware.simulated.nvml import SimNvml
@@ -78,7 +83,7 @@ def build_simulated_nodes(
     `list_attributes` is the plugin's `--feature-gates DRAListTypeAttributes=true`."""
     built = SimulatedNodes()
     for request in requests:
-        shape = load_shape(request.shape)
+        shape = _shape(request)
         uuids = _ShapeUuids(shape)
         template: _SliceTemplate | None = None
         devices = _ShapeDevices(
@@ -90,12 +95,8 @@ def build_simulated_nodes(
             list_attributes=list_attributes,
             passthrough=passthrough,
         )
-        published = (
-            compute_domain_devices(_inventory(shape, f"{request.prefix}-0"))
-            if shape.fabric is not None
-            else None
-        )
-        labels = {CLIQUE_NODE_LABEL: published.clique} if published and published.clique else {}
+        published = compute_domain_devices(_inventory(shape, f"{request.prefix}-0"))
+        labels = {CLIQUE_NODE_LABEL: published.clique} if published.clique else {}
         for index in range(request.count):
             name = f"{request.prefix}-{index}"
             if template is None:
@@ -114,12 +115,36 @@ def build_simulated_nodes(
                 slices = template.renamed(name)
             built.nodes.append(Node(name, {HOSTNAME_LABEL: name, **labels}))
             built.slices.extend(slices)
-            if published and published.devices:
+            if published.devices:
                 built.slices.extend(
                     compute_domain_resource_slices(published.devices, node_name=name)
                 )
+            elif shape.fabric is not None and index:
+                # The reasons name each GPU by UUID, and every node has its own.
+                withheld = compute_domain_devices(_inventory(shape, name)).withheld
+                built.compute_domain_withheld[name] = withheld
+            else:
+                built.compute_domain_withheld[name] = published.withheld
             built.devices[name] = functools.partial(devices.of, name)
     return built
+
+
+def _shape(request: NodeRequest) -> NodeShape:
+    """The request's shape, with the fabric its options ask for."""
+    shape = load_shape(request.shape)
+    if request.fabric_state is None and request.clique is None:
+        return shape
+    if shape.fabric is None:
+        raise ConfigError(
+            f"--nodes {request.shape}: the shape has no NVLink fabric, so fabric= and clique= "
+            "do not apply (use gb200-node, or a shape file with a fabric block)"
+        )
+    nvlink = shape.fabric
+    if request.fabric_state is not None:
+        nvlink = dataclasses.replace(nvlink, state=request.fabric_state)
+    if request.clique is not None:
+        nvlink = dataclasses.replace(nvlink, clique_id=request.clique)
+    return dataclasses.replace(shape, fabric=nvlink)
 
 
 class _ShapeDevices:

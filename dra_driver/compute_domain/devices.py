@@ -20,6 +20,13 @@ channel claim stays pending with a reason instead of starting without
 NVLink, and the devices appear once the fabric settles, with no restart.
 Both devices also carry the node's clique as `cliqueID` (NVIDIA's node-label
 format, the attribute whole GPUs carry), so a claim can ask for a clique.
+
+`channel-0` is published with `allowMultipleAllocations: true` (CD-DESIGN.md
+point 1): where the cluster has DRAConsumableCapacity (beta in Kubernetes
+1.36), every pod of one domain on a node gets its own claim on it (the
+node's IMEX domain serves them all; NVIDIA allows one channel claim per node,
+computedomain.md §3.4, §7.6). An API server without the gate drops the field,
+and the node is back to NVIDIA's one claim per node. `daemon-0` stays single.
 """
 
 from __future__ import annotations
@@ -58,18 +65,22 @@ def compute_domain_devices(
     if clique is None:
         return ComputeDomainDevices(devices=(), clique=None, withheld=withheld)
     kinds = (CHANNEL_TYPE,) if host_managed else (CHANNEL_TYPE, DAEMON_TYPE)
-    devices = tuple(
-        {
-            "name": device_name(kind, 0),
-            "attributes": {
-                "type": {"string": kind},
-                "id": {"int": 0},
-                CLIQUE_ATTRIBUTE: {"string": clique},
-            },
-        }
-        for kind in kinds
-    )
+    devices = tuple(_device(kind, clique) for kind in kinds)
     return ComputeDomainDevices(devices=devices, clique=clique)
+
+
+def _device(kind: str, clique: str) -> dict[str, Any]:
+    device: dict[str, Any] = {
+        "name": device_name(kind, 0),
+        "attributes": {
+            "type": {"string": kind},
+            "id": {"int": 0},
+            CLIQUE_ATTRIBUTE: {"string": clique},
+        },
+    }
+    if kind == CHANNEL_TYPE:
+        device["allowMultipleAllocations"] = True
+    return device
 
 
 def node_clique(inventory: NodeInventory) -> tuple[str | None, tuple[str, ...]]:

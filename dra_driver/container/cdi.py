@@ -17,6 +17,10 @@ Two rules keep the written file loadable by every runtime:
 
 Names follow NVIDIA's driver: kind `k8s.gpu.nvidia.com/claim`, device
 `<claimUID>-<deviceName>`, file `k8s.gpu.nvidia.com-claim_<claimUID>.yaml`.
+The second driver (`compute-domain.nvidia.com`) writes the same kind of
+claim specs under its own vendor (NVIDIA's `k8s.compute-domain.nvidia.com/
+claim`): the names are one `ClaimKind` value (`GPU_CLAIMS` by default), so
+both drivers share these builders and `CdiStore` instead of copying them.
 
 The driver's user space (libraries, binaries, firmware, config files, IPC
 sockets) comes from `driver_edits`: read-only bind mounts whose
@@ -66,6 +70,45 @@ NVIDIA_MAJOR: Final = 195
 NVIDIACTL_MINOR: Final = 255
 NVIDIA_MODESET_MINOR: Final = 254
 
+
+@dataclass(frozen=True)
+class ClaimKind:
+    """The CDI kind `<vendor>/<class>` of one driver's claim specs, and the names it implies."""
+
+    vendor: str
+    cls: str = CLASS
+
+    @property
+    def kind(self) -> str:
+        """`<vendor>/<class>`, e.g. `k8s.gpu.nvidia.com/claim`."""
+        return f"{self.vendor}/{self.cls}"
+
+    @property
+    def spec_file_prefix(self) -> str:
+        """`<vendor>-<class>_`, what every claim spec file of this kind starts with."""
+        return f"{self.vendor}-{self.cls}_"
+
+    def qualified_device_id(self, claim_uid: str, device_name: str) -> str:
+        """The id returned to the kubelet: `<vendor>/<class>=<uid>-<device>`."""
+        return f"{self.kind}={cdi_device_name(claim_uid, device_name)}"
+
+    def spec_file_name(self, claim_uid: str) -> str:
+        """The claim's transient spec file name: `<vendor>-<class>_<uid>.yaml`."""
+        _check_claim_uid(claim_uid)
+        return f"{self.spec_file_prefix}{claim_uid}{SPEC_FILE_SUFFIX}"
+
+    def claim_uid_from_file_name(self, file_name: str) -> str | None:
+        """The claim UID in one of this kind's spec file names, or None for any other file."""
+        prefix = self.spec_file_prefix
+        if not (file_name.startswith(prefix) and file_name.endswith(SPEC_FILE_SUFFIX)):
+            return None
+        uid = file_name[len(prefix) : -len(SPEC_FILE_SUFFIX)]
+        return uid if is_uid(uid) else None
+
+
+GPU_CLAIMS: Final = ClaimKind(VENDOR)
+"""The GPU driver's claim specs (`k8s.gpu.nvidia.com/claim`)."""
+
 KNOWN_VERSIONS: Final = (
     "0.1.0",
     "0.2.0",
@@ -114,21 +157,17 @@ def cdi_device_name(claim_uid: str, device_name: str) -> str:
 
 def qualified_device_id(claim_uid: str, device_name: str) -> str:
     """The id returned to the kubelet: `k8s.gpu.nvidia.com/claim=<uid>-<device>`."""
-    return f"{KIND}={cdi_device_name(claim_uid, device_name)}"
+    return GPU_CLAIMS.qualified_device_id(claim_uid, device_name)
 
 
 def spec_file_name(claim_uid: str) -> str:
     """The claim's transient spec file name: `k8s.gpu.nvidia.com-claim_<uid>.yaml`."""
-    _check_claim_uid(claim_uid)
-    return f"{SPEC_FILE_PREFIX}{claim_uid}{SPEC_FILE_SUFFIX}"
+    return GPU_CLAIMS.spec_file_name(claim_uid)
 
 
 def claim_uid_from_file_name(file_name: str) -> str | None:
     """The claim UID in one of our spec file names, or None for any other file."""
-    if not (file_name.startswith(SPEC_FILE_PREFIX) and file_name.endswith(SPEC_FILE_SUFFIX)):
-        return None
-    uid = file_name[len(SPEC_FILE_PREFIX) : -len(SPEC_FILE_SUFFIX)]
-    return uid if is_uid(uid) else None
+    return GPU_CLAIMS.claim_uid_from_file_name(file_name)
 
 
 def _check_claim_uid(claim_uid: str) -> None:
@@ -560,7 +599,11 @@ def _link_target(link: str, links: Mapping[str, str]) -> str | None:
 
 
 def claim_spec(
-    claim_uid: str, devices: Sequence[CdiDevice], common: ContainerEdits
+    claim_uid: str,
+    devices: Sequence[CdiDevice],
+    common: ContainerEdits,
+    *,
+    kind: ClaimKind = GPU_CLAIMS,
 ) -> dict[str, Any]:
     """The CDI spec of one claim, as the dict to write (YAML or JSON).
 
@@ -572,7 +615,7 @@ def claim_spec(
     _check_claim_uid(claim_uid)
     spec: dict[str, Any] = {
         "cdiVersion": BASELINE_VERSION,
-        "kind": KIND,
+        "kind": kind.kind,
         "devices": [
             {"name": cdi_device_name(claim_uid, d.name), "containerEdits": d.edits.to_dict()}
             for d in devices

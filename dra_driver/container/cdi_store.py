@@ -4,7 +4,8 @@ Container runtimes scan this directory, so a spec file must appear whole
 (atomic writes) and must disappear when its claim is unprepared. The
 directory is shared with other vendors' specs: this store only ever reads,
 lists or deletes files named `k8s.gpu.nvidia.com-claim_<uid>.yaml` (one per
-prepared claim) and `k8s.gpu.nvidia.com-driver_common-<digest>.yaml` (the
+prepared claim; `<vendor>-claim_<uid>.yaml` for a store of another kind, see
+"Kind" below) and `k8s.gpu.nvidia.com-driver_common-<digest>.yaml` (the
 node's base specs, `dra_driver.container.base_spec`), and `claim_uids()`
 lets the plugin find specs whose claim it no longer knows (left behind by a
 crash) to delete them.
@@ -30,6 +31,11 @@ from before owners, on a CDI directory the plugin's directory lock gives to
 one installation). So a second installation pointed at the same CDI
 directory can never delete the first one's specs. A store without an owner
 (the CLI's tools, tests) sees every spec of ours.
+
+Kind: a store handles the claim specs of one `cdi.ClaimKind` (default the
+GPU driver's, `k8s.gpu.nvidia.com/claim`); the ComputeDomain plugin's store
+is made with `kind=` its own (`k8s.compute-domain.nvidia.com/claim`), so each
+driver lists and deletes only its own claim specs in a shared directory.
 
 Removing is "nothing to do" for anything that cannot be one of our specs:
 an odd claim UID (`../../etc/passwd`, 300 characters), a spec that is not
@@ -80,29 +86,33 @@ def owner_of_data_dir(driver_name: str, data_dir: Path) -> str:
 class CdiStore:
     """Reads and writes this driver's transient claim specs under `root`."""
 
-    def __init__(self, root: Path, *, owner: str | None = None) -> None:
+    def __init__(
+        self, root: Path, *, owner: str | None = None, kind: cdi.ClaimKind = cdi.GPU_CLAIMS
+    ) -> None:
         if owner is not None and ("\n" in owner or "\r" in owner or not owner):
             raise CdiError(f"CDI spec owner {owner!r} must be one non-empty line")
         self.root = Path(root)
         self.owner = owner
+        self.kind = kind
 
     def path_for(self, claim_uid: str) -> Path:
         """Where the spec of `claim_uid` lives (whether or not it exists)."""
-        return self.root / cdi.spec_file_name(claim_uid)
+        return self.root / self.kind.spec_file_name(claim_uid)
 
     def write(self, claim_uid: str, spec: dict[str, Any], *, record: str | None = None) -> Path:
         """Validate `spec` and write it atomically as the claim's spec file.
 
         `record` (one line of text) goes into the first line, a comment.
         Creates `root` if needed. Raises `CdiError` if the spec is invalid,
-        is not of kind `k8s.gpu.nvidia.com/claim`, or cannot be written.
+        is not of the store's kind (`k8s.gpu.nvidia.com/claim` by default), or
+        cannot be written.
         """
         if record is not None and ("\n" in record or "\r" in record):
             raise CdiError(f"CDI spec for claim {claim_uid}: the record must be one line")
-        if spec.get("kind") != cdi.KIND:
+        if spec.get("kind") != self.kind.kind:
             raise CdiError(
                 f"CDI spec for claim {claim_uid}: kind is {spec.get('kind')!r}, "
-                f"expected {cdi.KIND!r}"
+                f"expected {self.kind.kind!r}"
             )
         cdi.validate_spec(spec)
         path = self.path_for(claim_uid)
@@ -270,7 +280,9 @@ class CdiStore:
         With an `owner`, specs of other owners are left out.
         """
         names = self._file_names()
-        uids = {uid for name in names if (uid := cdi.claim_uid_from_file_name(name)) is not None}
+        uids = {
+            uid for name in names if (uid := self.kind.claim_uid_from_file_name(name)) is not None
+        }
         if self.owner is None:
             return uids
         return {uid for uid in uids if self._owned_or_gone(uid)}
@@ -297,7 +309,7 @@ class CdiStore:
         except OSError as exc:
             raise CdiError(f"{self.root}: cannot list CDI specs: {exc.strerror or exc}") from exc
         markers = (
-            fsutil.temp_prefix_for(cdi.SPEC_FILE_PREFIX),
+            fsutil.temp_prefix_for(self.kind.spec_file_prefix),
             fsutil.temp_prefix_for(base_spec.FILE_PREFIX),
         )
         for path in candidates:

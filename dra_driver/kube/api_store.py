@@ -16,6 +16,14 @@ Every failure becomes a `ClusterError` that names the object: a 404 becomes
 `NotFoundError`, a 409 becomes `ConflictError` (`AlreadyExistsError` when a
 create finds the name taken), and anything else carries the HTTP status and
 the apiserver's message.
+
+The `ObjectStore` half (`dra_driver.kube.object_store`: ComputeDomains and
+their cliques and members, ResourceClaimTemplates, Leases, Nodes, Events)
+goes through the same raw requests, by kind: the URL comes from the kind's
+group/version and plural, lists take a `labelSelector`. `watch_objects`
+runs one watch per kind (list, then watch from the list's resourceVersion),
+each in a thread, and calls `on_change` one call at a time; a failed or
+expired watch is logged and started again with backoff, never raised.
 """
 
 from __future__ import annotations
@@ -26,13 +34,14 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import quote
 
 import kubernetes.client
 import kubernetes.config
 import kubernetes.watch
+import kubernetes.watch.watch
 import urllib3
 
 from dra_driver.backoff import backoff_delay
@@ -330,6 +339,208 @@ class KubeCluster:
                 f"apiserver version: cannot parse major/minor from {info!r}"
             ) from exc
 
+    # ObjectStore (dra_driver.kube.object_store): any kind
+
+    def get_object(self, kind: ResourceKind, namespace: str | None, name: str) -> Obj:
+        namespace = namespace if kind.namespaced else None
+        rules.check_name(kind, namespace, name)
+        return self._send(kind, "GET", namespace, name, None)
+
+    def list_objects(
+        self,
+        kind: ResourceKind,
+        namespace: str | None = None,
+        *,
+        labels: Mapping[str, str] | None = None,
+    ) -> list[Obj]:
+        return self._list_kind(kind, namespace, labels)
+
+    def create_object(self, kind: ResourceKind, obj: Obj) -> Obj:
+        namespace, name = rules.object_key(kind, obj)
+        return self._send(kind, "POST", namespace, name, obj)
+
+    def update_object(self, kind: ResourceKind, obj: Obj) -> Obj:
+        namespace, name = rules.object_key(kind, obj)
+        return self._send(kind, "PUT", namespace, name, obj)
+
+    def update_object_status(self, kind: ResourceKind, obj: Obj) -> Obj:
+        namespace, name = rules.object_key(kind, obj)
+        if not kind.has_status:
+            raise ClusterError(
+                f"{rules.describe(kind, namespace, name)}: a {kind.kind} has no status "
+                f"subresource; write it with update_object"
+            )
+        return self._send(kind, "PUT", namespace, name, obj, subresource="status")
+
+    def delete_object(self, kind: ResourceKind, namespace: str | None, name: str) -> None:
+        namespace = namespace if kind.namespaced else None
+        rules.check_name(kind, namespace, name)
+        with contextlib.suppress(NotFoundError):
+            self._send(kind, "DELETE", namespace, name, None)
+
+    def watch_objects(
+        self,
+        kinds: Sequence[ResourceKind],
+        on_change: Callable[[], None],
+        stop: threading.Event,
+    ) -> None:
+        calling = threading.Lock()
+
+        def notify() -> None:
+            with calling:
+                try:
+                    on_change()
+                except Exception:
+                    log.exception("watching %s: on_change failed", kind_names)
+
+        kind_names = ", ".join(kind.plural for kind in kinds)
+        threads = [
+            threading.Thread(
+                target=self._watch_kind,
+                args=(kind, notify, stop),
+                name=f"watch-{kind.plural}",
+                daemon=True,
+            )
+            for kind in kinds
+        ]
+        for thread in threads:
+            thread.start()
+        stop.wait()
+        for thread in threads:
+            thread.join(timeout=5)
+
+    def _watch_kind(
+        self, kind: ResourceKind, notify: Callable[[], None], stop: threading.Event
+    ) -> None:
+        """List, then watch from the list's resourceVersion, again and again until `stop`."""
+        current: list[Any] = []  # the open watch response, for the closer
+        finished = threading.Event()
+
+        def close_on_stop() -> None:
+            stop.wait()
+            while not finished.is_set():
+                for response in list(current):
+                    with contextlib.suppress(ValueError, RuntimeError, OSError, AttributeError):
+                        response.shutdown()
+                finished.wait(0.05)
+
+        threading.Thread(target=close_on_stop, name="object-watch-closer", daemon=True).start()
+        failures = 0
+        try:
+            while not stop.is_set():
+                try:
+                    version = self._collection_version(kind)
+                    notify()  # whatever changed before this watch is in the caller's next look
+                    response = self._open_watch(kind, version)
+                    current[:] = [response]
+                    try:
+                        for line in kubernetes.watch.watch.iter_resp_lines(response):  # type: ignore[no-untyped-call]
+                            if stop.is_set():
+                                break
+                            if not line:
+                                continue
+                            event = json.loads(line)
+                            if isinstance(event, dict) and event.get("type") == "ERROR":
+                                raise ClusterError(
+                                    f"watch of {kind.plural} answered {event.get('object')!r}"
+                                )
+                            failures = 0
+                            notify()
+                    finally:
+                        current.clear()
+                        with contextlib.suppress(Exception):
+                            response.release_conn()
+                except Exception as exc:
+                    if stop.is_set():
+                        return  # the closer ended the read
+                    failures += 1
+                    delay = backoff_delay(failures)
+                    # Expected failures (the apiserver, the network) in one line; anything
+                    # else with its traceback, but the watch goes on either way.
+                    log.warning(
+                        "watching %s failed, again in %.1f s: %s",
+                        kind.plural,
+                        delay,
+                        exc,
+                        exc_info=not isinstance(exc, _WATCH_ERRORS),
+                    )
+                    stop.wait(delay)
+        finally:
+            finished.set()
+
+    def _open_watch(self, kind: ResourceKind, version: str) -> Any:
+        """The streaming urllib3 response of a watch of every `kind` object from `version`."""
+        query = [("watch", "true"), ("timeoutSeconds", str(WATCH_SECONDS))]
+        if version:
+            query.append(("resourceVersion", version))
+        what = f"{kind.kind} objects"
+
+        def request() -> Any:
+            serialized = self._client.param_serialize(
+                method="GET",
+                resource_path=_collection_path(kind, None),
+                header_params={"Accept": "application/json"},
+                query_params=query,
+                auth_settings=["BearerToken"],
+            )
+            response = self._client.call_api(
+                *serialized, _request_timeout=WATCH_SECONDS + self._timeout
+            )
+            if not 200 <= response.status <= 299:
+                response.read()  # type: ignore[no-untyped-call]
+                raise _api_error(what, "watch", response.status, response.reason, response.data)
+            return response.response
+
+        return self._call(what, "watch", request)
+
+    def _collection_version(self, kind: ResourceKind) -> str:
+        """The resourceVersion to watch `kind` from: a list of one item is enough (the
+        caller looks at the objects itself when told of a change)."""
+        page = self._request(
+            f"{kind.kind} objects",
+            "list",
+            "GET",
+            _collection_path(kind, None),
+            query=[("limit", "1")],
+            kind=kind,
+        )
+        return str((page.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _list_kind(
+        self,
+        kind: ResourceKind,
+        namespace: str | None,
+        labels: Mapping[str, str] | None,
+    ) -> list[Obj]:
+        """All objects of `kind` (in `namespace`, with `labels`)."""
+        if not kind.namespaced:
+            namespace = None
+        elif namespace is not None:
+            rules.check_namespace(kind, namespace)
+        selector = ",".join(f"{key}={value}" for key, value in sorted((labels or {}).items()))
+        what = f"{kind.kind} objects"
+        if namespace is not None:
+            what += f" in namespace {namespace}"
+        if selector:
+            what += f" with labels {selector}"
+        items: list[Obj] = []
+        token = ""
+        while True:
+            query = [("limit", str(_LIST_PAGE_SIZE))]
+            if selector:
+                query.append(("labelSelector", selector))
+            if token:
+                query.append(("continue", token))
+            page = self._request(
+                what, "list", "GET", _collection_path(kind, namespace), query=query, kind=kind
+            )
+            for item in page.get("items") or []:
+                items.append({"apiVersion": kind.api_version, "kind": kind.kind} | item)
+            meta = page.get("metadata") or {}
+            token = meta.get("continue") or ""
+            if not token:
+                return items
+
     # Plumbing
 
     def _raw_options(self) -> dict[str, Any]:
@@ -396,7 +607,7 @@ class KubeCluster:
         method: str,
         namespace: str | None,
         name: str,
-        body: Obj,
+        body: Obj | None,
         *,
         subresource: str | None = None,
         query: list[tuple[str, str]] | None = None,
@@ -408,10 +619,7 @@ class KubeCluster:
         client serialises the body as JSON, which is YAML) and the field
         manager in `query`.
         """
-        path = _api_path(kind.api_version)
-        if kind.namespaced:
-            path += f"/namespaces/{quote(str(namespace), safe='')}"
-        path += f"/{kind.plural}"
+        path = _collection_path(kind, namespace)
         if method != "POST":
             path += f"/{quote(name, safe='')}"
         if subresource:
@@ -420,12 +628,32 @@ class KubeCluster:
         verb = {"POST": "create", "PUT": "update", "PATCH": "apply"}.get(method, method.lower())
         if subresource:
             verb += f" {subresource}"
+        return self._request(
+            what, verb, method, path, body=body, query=query, content_type=content_type
+        )
+
+    def _request(
+        self,
+        what: str,
+        verb: str,
+        method: str,
+        path: str,
+        *,
+        body: Obj | None = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+        kind: ResourceKind | None = None,
+    ) -> Obj:
+        """One raw request; the JSON answer, or a ClusterError naming `what`."""
 
         def request() -> Any:
+            headers = {"Accept": "application/json"}
+            if body is not None:
+                headers["Content-Type"] = content_type
             serialized = self._client.param_serialize(
                 method=method,
                 resource_path=path,
-                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                header_params=headers,
                 query_params=query,
                 body=body,
                 auth_settings=["BearerToken"],
@@ -433,14 +661,30 @@ class KubeCluster:
             response = self._client.call_api(*serialized, _request_timeout=self._timeout)
             response.read()  # type: ignore[no-untyped-call]
             if not 200 <= response.status <= 299:
-                raise _api_error(what, verb, response.status, response.reason, response.data)
+                raise _api_error(
+                    what, verb, response.status, response.reason, response.data, kind=kind
+                )
             return response
 
         return self._decode(what, verb, request)
 
 
+def _collection_path(kind: ResourceKind, namespace: str | None) -> str:
+    """The URL path of a kind's collection (in `namespace`; all namespaces when None)."""
+    path = _api_path(kind.api_version)
+    if kind.namespaced and namespace is not None:
+        path += f"/namespaces/{quote(namespace, safe='')}"
+    return f"{path}/{kind.plural}"
+
+
 def _api_error(
-    what: str, verb: str, status: int | None, reason: str | None, body: str | bytes | None
+    what: str,
+    verb: str,
+    status: int | None,
+    reason: str | None,
+    body: str | bytes | None,
+    *,
+    kind: ResourceKind | None = None,
 ) -> ClusterError:
     """The ClusterError for an HTTP error answer, with the apiserver's own message."""
     message, status_reason = "", ""
@@ -458,7 +702,12 @@ def _api_error(
     if message:
         text += f": {message.strip()}"
     if status == 404:
-        if verb == "list":
+        if verb == "list" and kind is not None and kind.api_version.startswith("resource.nvidia"):
+            return ClusterError(
+                f"{text} (is the {kind.plural}.{kind.api_version.split('/')[0]} CRD installed? "
+                f"`dra-gpu` ships it in dra_driver/data)"
+            )
+        if verb == "list" and (kind is None or kind.api_version == API_VERSION):
             return ClusterError(
                 f"{text} (is {API_VERSION} served? it needs Kubernetes 1.34 or later)"
             )

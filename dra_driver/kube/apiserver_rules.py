@@ -82,7 +82,8 @@ RESOURCE_CLAIM: Final = ResourceKind(
     field_labels=("metadata.name", "metadata.namespace"),
 )
 NODE: Final = ResourceKind("Node", "nodes", namespaced=False, has_status=True, api_version="v1")
-"""Read only: the plugin looks up its Node's uid to own its slices."""
+"""The GPU plugin reads its Node's uid to own its slices; the ComputeDomain plugin
+labels it (`nvidia.com/gpu.clique`) through `ObjectStore.update_object`."""
 EVENT: Final = ResourceKind(
     "Event", "events", namespaced=True, has_status=False, api_version="events.k8s.io/v1"
 )
@@ -260,7 +261,8 @@ def prepare_update(
 
     Raises `ConflictError` when `obj` carries a `metadata.resourceVersion` or
     `metadata.uid` that no longer matches `stored`. The server-owned metadata
-    is carried over; `generation` goes up when `spec` changes. With
+    is carried over; `generation` goes up when `spec` changes; an object
+    being deleted takes no new finalizers (`ClusterError`). With
     `status_only` (the `/status` subresource) only `status` is taken from
     `obj`; otherwise `status` is kept from `stored`.
     """
@@ -305,6 +307,16 @@ def prepare_update(
                 new.pop("status", None)
         if new.get("spec") != stored.get("spec"):
             new["metadata"]["generation"] = int(stored_meta.get("generation", 1)) + 1
+        if stored_meta.get("deletionTimestamp"):
+            added = set(new["metadata"].get("finalizers") or []) - set(
+                stored_meta.get("finalizers") or []
+            )
+            if added:
+                raise ClusterError(
+                    f"{what}: metadata.finalizers: Forbidden: no new finalizers can be added "
+                    f"if the object is being deleted, found new finalizers "
+                    f"{sorted(added)!r}"
+                )
     new = _ordered(new)
     if new == stored:
         return None

@@ -9,8 +9,12 @@ can read, diff and hand-edit the "cluster":
     DIR/resourceslices/<name>.yaml
     DIR/deviceclasses/<name>.yaml
     DIR/resourceclaims/<namespace>/<name>.yaml
-    DIR/nodes/<name>.yaml                 (read only; optional)
+    DIR/nodes/<name>.yaml                 (optional; labels written through `update_object`)
     DIR/events/<namespace>/<name>.yaml    (events.k8s.io/v1 Events the plugin reports)
+    DIR/<plural>/<namespace>/<name>.yaml  (any other `ResourceKind` of the `ObjectStore`
+                                           protocol: ComputeDomains, their members, ...;
+                                           cluster-scoped kinds: DIR/<plural>/<name>.yaml)
+    DIR/<plural>/.last-write              (the resourceVersion of the kind's last write)
     DIR/.parsed/...                       (a cache: files as parsed, in JSON; may be deleted)
 
 Writes follow the apiserver's rules (`apiserver_rules`), are atomic (readers
@@ -24,6 +28,18 @@ version (its inode, mtime and size), so listing unchanged slices again is cheap.
 Watching slices is polling: the directory's mtime and its entries (name,
 inode, size, mtime) are compared every `SLICE_POLL_SECONDS`, which is cheap
 (no file is read) and sees writes by any process.
+
+The `ObjectStore` half (`dra_driver.kube.object_store`) serves any kind the
+same way, with the apiserver's finalizer rule (a delete only marks an object
+with finalizers; the update that empties them removes it) and the immutable
+ComputeDomain spec. Watching those kinds polls one small file per kind,
+`.last-write`, which every write of the kind (delete included) replaces under
+the lock with the resourceVersion it took: a counter cannot come back to an
+old value, so no change is missed however fast writes follow each other, and
+a poll costs a read and a few stats per kind however many objects there are
+(64 nodes each running two watchers stay cheap). The mtimes of the kind's
+directory and its namespace directories are compared too, so a file put
+there by hand (an editor's rename, a `cp`) is seen.
 """
 
 from __future__ import annotations
@@ -33,7 +49,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -57,14 +73,18 @@ from dra_driver.kube.apiserver_rules import (
 )
 from dra_driver.kube.objects import Obj
 
-__all__ = ["SLICE_POLL_SECONDS", "LocalCluster", "dump_yaml"]
+__all__ = ["OBJECT_POLL_SECONDS", "SLICE_POLL_SECONDS", "LocalCluster", "dump_yaml"]
 
 log = logging.getLogger(__name__)
 
 SLICE_POLL_SECONDS = 0.5
 """How often `watch_resource_slices` looks at the slice directory."""
 
+OBJECT_POLL_SECONDS = 0.25
+"""How often `watch_objects` looks at the watched kinds' `.last-write` files."""
+
 _LOCK_FILE = ".lock"
+_LAST_WRITE_FILE = ".last-write"
 # A write holds the lock for one file write; a minute means a stuck process, not a busy one.
 LOCK_TIMEOUT_S = 60.0
 _VERSION_FILE = ".resource-version"
@@ -260,6 +280,120 @@ class LocalCluster:
     def server_version(self) -> tuple[int, int] | None:
         return self._server_version
 
+    # ObjectStore (dra_driver.kube.object_store): any kind
+
+    def get_object(self, kind: ResourceKind, namespace: str | None, name: str) -> Obj:
+        return self._get(kind, namespace if kind.namespaced else None, name)
+
+    def list_objects(
+        self,
+        kind: ResourceKind,
+        namespace: str | None = None,
+        *,
+        labels: Mapping[str, str] | None = None,
+    ) -> list[Obj]:
+        if not kind.namespaced:
+            found = self._list_dir(kind, None)
+        elif namespace is not None:
+            rules.check_namespace(kind, namespace)
+            found = self._list_dir(kind, namespace)
+        else:
+            found = []
+            for ns_dir in sorted(self._entries(self._root / kind.plural)):
+                if ns_dir.is_dir() and not ns_dir.name.startswith("."):
+                    found.extend(self._list_dir(kind, ns_dir.name))
+        if not labels:
+            return found
+        return [obj for obj in found if _has_labels(obj, labels)]
+
+    def create_object(self, kind: ResourceKind, obj: Obj) -> Obj:
+        return self._create(kind, obj)
+
+    def update_object(self, kind: ResourceKind, obj: Obj) -> Obj:
+        namespace, name = rules.object_key(kind, obj)
+        with self._write_lock():
+            stored = self._get(kind, namespace, name)
+            new = rules.prepare_update(kind, stored, obj)
+            if new is None:
+                return stored
+            rules.check_immutable_spec(kind, stored, new)
+            if rules.deletion_finished(new):
+                self._remove_locked(kind, namespace, name)
+                return new
+            return self._store_new(kind, new)
+
+    def update_object_status(self, kind: ResourceKind, obj: Obj) -> Obj:
+        namespace, name = rules.object_key(kind, obj)
+        if not kind.has_status:
+            raise ClusterError(
+                f"{rules.describe(kind, namespace, name)}: a {kind.kind} has no status "
+                f"subresource; write it with update_object"
+            )
+        return self._update(kind, obj, status_only=True)
+
+    def delete_object(self, kind: ResourceKind, namespace: str | None, name: str) -> None:
+        namespace = namespace if kind.namespaced else None
+        with self._write_lock():
+            try:
+                stored = self._get(kind, namespace, name)
+            except NotFoundError:
+                return
+            marked = rules.prepare_delete(stored)
+            if marked is None:
+                self._remove_locked(kind, namespace, name)
+            elif marked is not stored:
+                self._store_new(kind, marked)
+
+    def watch_objects(
+        self,
+        kinds: Sequence[ResourceKind],
+        on_change: Callable[[], None],
+        stop: threading.Event,
+    ) -> None:
+        seen: tuple[tuple[object, ...], ...] | None = None
+        failures = 0
+        names = ", ".join(kind.plural for kind in kinds)
+        while not stop.is_set():
+            try:
+                current = tuple(self._kind_signature(kind) for kind in kinds)
+            except (OSError, UnicodeDecodeError) as exc:
+                failures += 1
+                log.warning("local cluster %s: cannot watch %s: %s", self._root, names, exc)
+                stop.wait(backoff_delay(failures))
+                continue
+            failures = 0
+            if current != seen:
+                # The first look counts too, as for slices: whatever changed before the
+                # watch began is seen by the caller's first look.
+                seen = current
+                try:
+                    on_change()
+                except Exception:
+                    log.exception(
+                        "local cluster %s: watching %s: on_change failed", self._root, names
+                    )
+            stop.wait(OBJECT_POLL_SECONDS)
+
+    def _kind_signature(self, kind: ResourceKind) -> tuple[object, ...]:
+        """The kind's last-write resourceVersion and its directories' mtimes (a file put
+        there by hand, not through this class, renames into one of them)."""
+        directory = self._root / kind.plural
+        try:
+            last = read_regular(directory / _LAST_WRITE_FILE).decode("ascii").strip()
+        except FileNotFoundError:
+            last = ""
+        try:
+            mtimes = [directory.stat().st_mtime_ns]
+            if kind.namespaced:
+                with os.scandir(directory) as entries:
+                    for entry in entries:
+                        if not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False):
+                            with contextlib.suppress(FileNotFoundError):
+                                mtimes.append(entry.stat(follow_symlinks=False).st_mtime_ns)
+        except FileNotFoundError:
+            mtimes = []
+        return last, tuple(sorted(mtimes))
+
     # Storage
 
     def _path(self, kind: ResourceKind, namespace: str | None, name: str) -> Path:
@@ -424,9 +558,27 @@ class LocalCluster:
     def _store_new(self, kind: ResourceKind, obj: Obj) -> Obj:
         """Store `obj` under the next resourceVersion; call with the write lock held."""
         meta = obj["metadata"]
-        meta["resourceVersion"] = str(self._next_resource_version())
+        version = self._next_resource_version()
+        meta["resourceVersion"] = str(version)
         self._write_file(self._path(kind, meta.get("namespace"), meta["name"]), dump_yaml(obj))
+        self._mark_written(kind, version)
         return obj
+
+    def _mark_written(self, kind: ResourceKind, version: int) -> None:
+        """Record the kind's last write for `watch_objects`; call with the write lock held."""
+        self._write_file(self._root / kind.plural / _LAST_WRITE_FILE, f"{version}\n")
+
+    def _remove_locked(self, kind: ResourceKind, namespace: str | None, name: str) -> None:
+        """Remove the object's file (gone already is fine); call with the write lock held."""
+        path = self._path(kind, namespace, name)
+        try:
+            removed = remove_file(path)
+        except OSError as exc:
+            raise ClusterError(
+                f"{rules.describe(kind, namespace, name)}: cannot delete {path}: {exc}"
+            ) from exc
+        if removed:
+            self._mark_written(kind, self._next_resource_version())
 
     def _create(self, kind: ResourceKind, obj: Obj) -> Obj:
         namespace, name = rules.object_key(kind, obj)
@@ -465,14 +617,14 @@ class LocalCluster:
             return self._update_locked(kind, stored, obj)
 
     def _delete(self, kind: ResourceKind, namespace: str | None, name: str) -> None:
-        path = self._path(kind, namespace, name)
+        self._path(kind, namespace, name)  # checks the name before taking the lock
         with self._write_lock():
-            try:
-                remove_file(path)
-            except OSError as exc:
-                raise ClusterError(
-                    f"{rules.describe(kind, namespace, name)}: cannot delete {path}: {exc}"
-                ) from exc
+            self._remove_locked(kind, namespace, name)
+
+
+def _has_labels(obj: Obj, labels: Mapping[str, str]) -> bool:
+    have = (obj.get("metadata") or {}).get("labels") or {}
+    return all(have.get(key) == value for key, value in labels.items())
 
 
 def _identity_stamp(identity: tuple[int, int, int]) -> str:

@@ -133,6 +133,8 @@ def test_wheel_contents_rejects_test_code_and_missing_package_data() -> None:
         "dra_driver/data/deviceclass-vfio.yaml",
         "dra_driver/data/compute-domain-deviceclasses.yaml",
         "dra_driver/data/computedomains-crd.yaml",
+        "dra_driver/data/computedomaincliques-crd.yaml",
+        "dra_driver/data/computedomainmembers-crd.yaml",
         "dra_driver/scheduling/cel/cel.lark",
         "dra_driver/py.typed",
         "dra_gpu-0.1.0.dist-info/entry_points.txt",

@@ -18,20 +18,29 @@ import yaml
 from dra_driver.errors import ClusterError
 from dra_driver.kube import apiserver_rules as cluster_rules
 from dra_driver.kube import device_status
-from dra_driver.kube.cluster import API_VERSION, Cluster, ConflictError
+from dra_driver.kube.cluster import Cluster, ConflictError
+from dra_driver.kube.object_store import OBJECT_STORE_KINDS
 
-_FAKE_API_GROUPS: dict[tuple[str, ...], dict[str, cluster_rules.ResourceKind]] = {
-    ("apis", "resource.k8s.io", "v1"): {
-        kind.plural: kind
-        for kind in (
-            cluster_rules.RESOURCE_SLICE,
-            cluster_rules.DEVICE_CLASS,
-            cluster_rules.RESOURCE_CLAIM,
-        )
-    },
-    ("api", "v1"): {"nodes": cluster_rules.NODE},
-    ("apis", "events.k8s.io", "v1"): {"events": cluster_rules.EVENT},
-}
+
+def _api_groups() -> dict[tuple[str, ...], dict[str, cluster_rules.ResourceKind]]:
+    """URL prefix (`apis/<group>/<version>` or `api/v1`) -> plural -> kind, for every kind
+    the GPU driver's `Cluster` and the `ObjectStore` use."""
+    groups: dict[tuple[str, ...], dict[str, cluster_rules.ResourceKind]] = {}
+    for kind in (
+        cluster_rules.RESOURCE_SLICE,
+        cluster_rules.DEVICE_CLASS,
+        cluster_rules.RESOURCE_CLAIM,
+        *OBJECT_STORE_KINDS,
+    ):
+        if "/" in kind.api_version:
+            prefix: tuple[str, ...] = ("apis", *kind.api_version.split("/"))
+        else:
+            prefix = ("api", kind.api_version)
+        groups.setdefault(prefix, {})[kind.plural] = kind
+    return groups
+
+
+_FAKE_API_GROUPS = _api_groups()
 _WATCH_POLL_SECONDS = 0.05
 
 
@@ -65,7 +74,14 @@ class FakeApiServer:
     a `watch=true` list of any of them streams ADDED events for what exists,
     then ADDED/MODIFIED/DELETED as objects change, until `timeoutSeconds`.
     Nodes (`/api/v1`, add them with `add_node`) and events.k8s.io/v1 Events
-    answer the same calls. It
+    answer the same calls, and so do the `ObjectStore` kinds
+    (`dra_driver.kube.object_store`: ComputeDomains and their cliques and
+    members under resource.nvidia.com/v1beta1, ResourceClaimTemplates,
+    coordination.k8s.io/v1 Leases), with `labelSelector` (`k=v` terms) on lists
+    and watches, `/status` for kinds with a status subresource, the immutable
+    ComputeDomain spec (422), and finalizers: a DELETE of an object with
+    finalizers only sets its deletionTimestamp, and the update that empties
+    them removes it. It
     listens on 127.0.0.1 on an ephemeral port, in a daemon thread. Writes
     follow `dra_driver.kube.apiserver_rules`, as in kube-apiserver: new UIDs on
     create, resourceVersion preconditions (409 Conflict), 409 AlreadyExists,
@@ -260,8 +276,16 @@ class FakeApiServer:
                 return 200, self._update(kind, namespace, name, body, status_only=False)
             if method == "DELETE":
                 obj = self._get(kind, namespace, name)
-                del self._objects[(kind.plural, namespace, name)]
-                return 200, obj
+                marked = cluster_rules.prepare_delete(obj)
+                if marked is None:
+                    del self._objects[(kind.plural, namespace, name)]
+                    self._resource_version += 1
+                    return 200, obj
+                if marked is not obj:
+                    self._resource_version += 1
+                    marked["metadata"]["resourceVersion"] = str(self._resource_version)
+                    self._objects[(kind.plural, namespace, name)] = marked
+                return 202, marked
         elif len(rest) == 3 and rest[2] == "status" and kind.has_status:
             name = rest[1]
             if method == "GET":
@@ -298,6 +322,7 @@ class FakeApiServer:
             wanted = cluster_rules.parse_field_selector(
                 ",".join(query.get("fieldSelector", [])), kind
             )
+            labels = _parse_label_selector(query)
         except (_ApiFailure, ClusterError) as exc:
             handler.send_error(404 if isinstance(exc, _ApiFailure) else 400, str(exc))
             return
@@ -322,6 +347,7 @@ class FakeApiServer:
                     if plural == rest[0]
                     and namespace in (None, ns)
                     and cluster_rules.matches_field_selector(obj, wanted)
+                    and _has_labels(obj, labels)
                 }
 
         seen: dict[str, dict[str, Any]] = {}
@@ -361,7 +387,7 @@ class FakeApiServer:
     ) -> dict[str, Any]:
         obj = self._objects.get((kind.plural, namespace, name))
         if obj is None:
-            raise _ApiFailure(404, "NotFound", f'{kind.plural}.resource.k8s.io "{name}" not found')
+            raise _ApiFailure(404, "NotFound", f'{_resource(kind)} "{name}" not found')
         return obj
 
     def _list(
@@ -374,6 +400,7 @@ class FakeApiServer:
             wanted = cluster_rules.parse_field_selector(
                 ",".join(query.get("fieldSelector", [])), kind
             )
+            labels = _parse_label_selector(query)
         except ClusterError as exc:
             raise _ApiFailure(400, "BadRequest", str(exc)) from exc
         matching = [
@@ -382,6 +409,7 @@ class FakeApiServer:
             if plural == kind.plural
             and namespace in (None, ns)
             and cluster_rules.matches_field_selector(obj, wanted)
+            and _has_labels(obj, labels)
         ]
         start = int(query.get("continue", ["0"])[0])
         limit = int(query.get("limit", ["0"])[0]) or len(matching)
@@ -392,7 +420,7 @@ class FakeApiServer:
         items = [{k: v for k, v in obj.items() if k not in ("apiVersion", "kind")} for obj in page]
         return {
             "kind": f"{kind.kind}List",
-            "apiVersion": API_VERSION,
+            "apiVersion": kind.api_version,
             "metadata": metadata,
             "items": items,
         }
@@ -406,7 +434,7 @@ class FakeApiServer:
                 body = cluster_rules.drop_disabled_fields(body, self.disabled_gates)
             if (kind.plural, ns, name) in self._objects:
                 raise _ApiFailure(
-                    409, "AlreadyExists", f'{kind.plural}.resource.k8s.io "{name}" already exists'
+                    409, "AlreadyExists", f'{_resource(kind)} "{name}" already exists'
                 )
             new = cluster_rules.prepare_create(kind, body, namespace=ns, keep_uid=False)
         except ClusterError as exc:
@@ -436,11 +464,13 @@ class FakeApiServer:
                     f"({name})"
                 )
             new = cluster_rules.prepare_update(kind, stored, body, status_only=status_only)
+            if new is not None and not status_only:
+                cluster_rules.check_immutable_spec(kind, stored, new)
         except ConflictError as exc:
             raise _ApiFailure(
                 409,
                 "Conflict",
-                f'Operation cannot be fulfilled on {kind.plural}.resource.k8s.io "{name}": '
+                f'Operation cannot be fulfilled on {_resource(kind)} "{name}": '
                 f"the object has been modified; please apply your changes to the latest "
                 f"version and try again ({exc})",
             ) from exc
@@ -449,6 +479,9 @@ class FakeApiServer:
         if new is None:
             return stored
         self._resource_version += 1
+        if cluster_rules.deletion_finished(new):
+            del self._objects[(kind.plural, body_ns, name)]
+            return new
         new["metadata"]["resourceVersion"] = str(self._resource_version)
         self._objects[(kind.plural, body_ns, name)] = new
         return new
@@ -501,6 +534,32 @@ class FakeApiServer:
         new["metadata"]["resourceVersion"] = str(self._resource_version)
         self._objects[("resourceclaims", namespace, name)] = new
         return new
+
+
+def _resource(kind: cluster_rules.ResourceKind) -> str:
+    """How the apiserver names a resource in messages: `computedomains.resource.nvidia.com`."""
+    group = kind.api_version.split("/")[0] if "/" in kind.api_version else ""
+    return f"{kind.plural}.{group}" if group else kind.plural
+
+
+def _parse_label_selector(query: dict[str, list[str]]) -> dict[str, str]:
+    """`a=b,c==d` -> {a: b, c: d}; the equality terms dra-gpu sends, nothing else."""
+    wanted: dict[str, str] = {}
+    for term in filter(
+        None, (t.strip() for t in ",".join(query.get("labelSelector", [])).split(","))
+    ):
+        if "!=" in term or "(" in term:
+            raise ClusterError(f"label selector term {term!r} is not supported by the fake")
+        key, sep, value = term.replace("==", "=").partition("=")
+        if not sep:
+            raise ClusterError(f"label selector term {term!r} has no '='")
+        wanted[key] = value
+    return wanted
+
+
+def _has_labels(obj: dict[str, Any], wanted: dict[str, str]) -> bool:
+    have = (obj.get("metadata") or {}).get("labels") or {}
+    return all(have.get(key) == value for key, value in wanted.items())
 
 
 def _fake_key(item: tuple[tuple[str, str | None, str], Any]) -> tuple[str, str, str]:

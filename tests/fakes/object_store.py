@@ -46,8 +46,10 @@ class MemoryObjectStore:
 
     # -- ObjectStore -----------------------------------------------------------------
     def get_object(self, kind: ResourceKind, namespace: str | None, name: str) -> Obj:
+        namespace = namespace if kind.namespaced else None
+        rules.check_name(kind, namespace, name)
         with self._lock:
-            obj = self._objects.get((kind.plural, namespace if kind.namespaced else None, name))
+            obj = self._objects.get((kind.plural, namespace, name))
             if obj is None:
                 raise rules.not_found(kind, namespace, name)
             return copy.deepcopy(obj)
@@ -59,9 +61,11 @@ class MemoryObjectStore:
         *,
         labels: Mapping[str, str] | None = None,
     ) -> list[Obj]:
+        if kind.namespaced and namespace is not None:
+            rules.check_namespace(kind, namespace)
         with self._lock:
             out = []
-            for (plural, ns, _), obj in sorted(self._objects.items()):
+            for (plural, ns, _), obj in sorted(self._objects.items(), key=_sort_key):
                 if plural != kind.plural or (namespace is not None and ns != namespace):
                     continue
                 have = obj["metadata"].get("labels") or {}
@@ -85,12 +89,20 @@ class MemoryObjectStore:
         return self._update(kind, obj, status_only=False)
 
     def update_object_status(self, kind: ResourceKind, obj: Obj) -> Obj:
+        if not kind.has_status:
+            ns, name = rules.object_key(kind, obj)
+            raise ClusterError(
+                f"{rules.describe(kind, ns, name)}: a {kind.kind} has no status "
+                f"subresource; write it with update_object"
+            )
         return self._update(kind, obj, status_only=True)
 
     def delete_object(self, kind: ResourceKind, namespace: str | None, name: str) -> None:
+        namespace = namespace if kind.namespaced else None
+        rules.check_name(kind, namespace, name)
         with self._lock:
             self._maybe_fail("delete")
-            key = (kind.plural, namespace if kind.namespaced else None, name)
+            key = (kind.plural, namespace, name)
             stored = self._objects.get(key)
             if stored is None:
                 return
@@ -154,3 +166,8 @@ class MemoryObjectStore:
     def _bump(self) -> None:
         self._version += 1
         self._changed.notify_all()
+
+
+def _sort_key(item: tuple[tuple[str, str | None, str], Obj]) -> tuple[str, str, str]:
+    (plural, ns, name), _obj = item
+    return plural, ns or "", name

@@ -11,8 +11,11 @@ modules, the driver binaries and GSP firmware. Each library is a tiny ELF
 shared object (`dra_driver.hardware.simulated.elf`) carrying the SONAME the
 real library has, next to the soname and `.so` links the distribution's
 packages install. Config files hold what the driver's own files say;
-binaries are executable, and `nvidia-cuda-mps-control` runs the simulated MPS
-control daemon (`dra_driver.hardware.simulated.mps_control`).
+binaries are executable, `nvidia-cuda-mps-control` runs the simulated MPS
+control daemon (`dra_driver.hardware.simulated.mps_control`), and
+`nvidia-imex`/`nvidia-imex-ctl` (NVIDIA's IMEX package, which nvcdi mounts
+where it is installed, as on GB200 nodes) run the IMEX stand-ins
+(`dra_driver.hardware.simulated.imex`).
 
 Two layouts: `debian` (Ubuntu's packages, `/usr/lib/x86_64-linux-gnu`, the
 X.Org modules in its `nvidia/xorg`) and `rhel` (`/usr/lib64`, the X.Org
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from dra_driver.hardware.simulated import mps_control
+from dra_driver.hardware.simulated import imex, mps_control
 from dra_driver.hardware.simulated.elf import shared_object
 
 Layout = Literal["debian", "rhel"]
@@ -108,12 +111,15 @@ BINARIES: Final = (
     "nvidia-persistenced",
     "nvidia-cuda-mps-control",
     "nvidia-cuda-mps-server",
+    "nvidia-imex",
+    "nvidia-imex-ctl",
     "nvidia-xconfig",
 )
 _FIRMWARE: Final = ("gsp_ga10x.bin", "gsp_tu10x.bin")
-_RUNNABLE: Final = {
-    "nvidia-cuda-mps-control": mps_control.launcher()
-}  # what simulated binaries run
+_RUNNABLE: Final = {  # what simulated binaries run
+    "nvidia-cuda-mps-control": mps_control.launcher(),
+    **imex.launchers(),
+}
 
 _VULKAN_ICD: Final = (
     b'{\n    "file_format_version" : "1.0.1",\n    "ICD": {\n'

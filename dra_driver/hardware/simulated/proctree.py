@@ -1,7 +1,8 @@
 """A fake `/proc` tree that mirrors the simulated hardware.
 
 The kubelet plugin reads four things from procfs that NVML does not tell it:
-the dynamic majors in `/proc/devices`, the MIG capability minors under
+the dynamic majors in `/proc/devices` (the ComputeDomain plugin: that of
+`nvidia-caps-imex-channels`, and the `fabric-imex-mgmt` capability), the MIG capability minors under
 `/proc/driver/nvidia/capabilities/` (and the static table of every possible
 one in `/proc/driver/nvidia-caps/mig-minors`), the boot id, and which pod a GPU
 process belongs to (`/proc/<pid>/cgroup` of each simulated workload, as a
@@ -31,6 +32,15 @@ NVIDIA_UVM_MAJOR = 511
 CAP_MODE = 292  # 0o444, the default DeviceFileMode of MIG GI/CI capabilities
 CONFIG_CAP = (1, 256)  # mig/config: minor 1, mode 0o400
 MONITOR_CAP = (2, 292)  # mig/monitor: minor 2, mode 0o444
+# The IMEX channels' major is not in the reference (computedomain.md §8.1 names only the
+# line). Picked as the kernel gives dynamic majors out: downward from the top of the extended
+# range, so the next free one below nvidia-uvm's 511.
+NVIDIA_CAPS_IMEX_CHANNELS_MAJOR = 510
+# /proc/driver/nvidia/capabilities/fabric-imex-mgmt: NVIDIA reads DeviceFileMinor/Mode/Modify
+# there (§3.6); the reference gives no values. The minor is the first after every
+# predetermined MIG capability minor (gpu31/gi14/ci7 is 4322, gpu-mig-nvml.md §5), so it
+# cannot collide with one; the mode is that of mig/config, the other admin capability (0o400).
+FABRIC_IMEX_MGMT_CAP = (4323, 256)
 
 _CHAR_DEVICES = (
     (1, "mem"),
@@ -53,6 +63,7 @@ _CHAR_DEVICES = (
     (NVIDIA_MAJOR, "nvidiactl"),
     (226, "drm"),
     (NVIDIA_CAPS_MAJOR, "nvidia-caps"),
+    (NVIDIA_CAPS_IMEX_CHANNELS_MAJOR, "nvidia-caps-imex-channels"),
     (NVIDIA_UVM_MAJOR, "nvidia-uvm"),
 )
 _BLOCK_DEVICES = ((7, "loop"), (8, "sd"), (9, "md"), (259, "blkext"))
@@ -116,6 +127,7 @@ class ProcTree:
             self.root / "devices": render_devices(state.unloaded_modules),
             self.caps / "mig" / "config": render_cap(*CONFIG_CAP),
             self.caps / "mig" / "monitor": render_cap(*MONITOR_CAP),
+            self.caps / "fabric-imex-mgmt": render_cap(*FABRIC_IMEX_MGMT_CAP),
             self.root / "driver" / "nvidia-caps" / "mig-minors": _MIG_MINORS,
             self.root / "sys" / "kernel" / "random" / "boot_id": state.boot_id + "\n",
         }

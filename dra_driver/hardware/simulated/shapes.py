@@ -222,7 +222,7 @@ _FABRIC_STATES: Final = {
 # A health mask that agrees with each summary, as NVIDIA's mock derives the summary from the
 # mask: healthy; route unhealthy TRUE (1 in bits 4-5); degraded bandwidth TRUE (1 in bits
 # 0-1) for limited capacity; nothing reported.
-_HEALTH_MASKS: Final = {
+HEALTH_MASKS: Final = {
     fabric.HEALTH_HEALTHY: fabric.HEALTHY_MASK,
     fabric.HEALTH_UNHEALTHY: (fabric.HEALTHY_MASK & ~(0x3 << 4)) | (1 << 4),
     fabric.HEALTH_LIMITED_CAPACITY: (fabric.HEALTHY_MASK & ~0x3) | 1,
@@ -297,7 +297,7 @@ def _fabric(path: Path, doc: Any) -> FabricInfo:
         clique_id=clique,
         state=state,
         status=status,
-        health_mask=_HEALTH_MASKS[health],
+        health_mask=HEALTH_MASKS[health],
         health_summary=health,
     )
 

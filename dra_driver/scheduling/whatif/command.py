@@ -23,9 +23,11 @@ from dra_driver.node.device_classes import default_device_classes
 from dra_driver.scheduling.allocator import Features, Node, Release
 from dra_driver.scheduling.whatif.admission import check_objects
 from dra_driver.scheduling.whatif.claims import PodClaim
+from dra_driver.scheduling.whatif.compute_domains import DomainRules
 from dra_driver.scheduling.whatif.diagnosis import Diagnosis
 from dra_driver.scheduling.whatif.documents import read_documents
 from dra_driver.scheduling.whatif.engine import (
+    ChainedChecks,
     NodeChecks,
     Simulation,
     WorkItem,
@@ -67,6 +69,7 @@ class Scenario:
     slices: list[Obj] = field(default_factory=list)
     classes: list[Obj] = field(default_factory=list)
     node_checks: NodeChecks | None = None
+    withheld: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 PARTITIONABLE_GATE: Final = "DRAPartitionableDevices"
@@ -179,6 +182,7 @@ def load_scenario(options: ScenarioOptions, err: TextIO | None = None) -> Scenar
         )
         scenario.nodes, scenario.slices = built.nodes, built.slices
         scenario.node_checks = PluginChecks(built.devices)
+        scenario.withheld = dict(built.compute_domain_withheld)
     scenario.slices = scenario.slices + inputs.slices
     by_name = {node.name: node for node in scenario.nodes}
     for node in nodes_from_objects(inputs.nodes, inputs.slices):
@@ -222,6 +226,10 @@ def run_simulate(
             placements = simulation.run(workload.items, progress=bar)
         finally:
             bar.close()
+        rules = simulation.unfit_reasons
+        if isinstance(rules, DomainRules):
+            for line in rules.split_domains():
+                err.write(f"note: {line}\n")
         if output == "yaml":
             out.write(render_yaml(placements))
         elif output == "json":
@@ -234,13 +242,26 @@ def run_simulate(
 
 
 def _simulation(scenario: Scenario, workload: Workload, features: Features) -> Simulation:
+    """The simulation of a scenario; with ComputeDomains, their rules too (`compute_domains`)."""
+    checks = scenario.node_checks
+    rules = None
+    if scenario.inputs.compute_domains:
+        rules = DomainRules(
+            domains=scenario.inputs.compute_domains,
+            slices=scenario.slices,
+            claims=workload.claims,
+            withheld=scenario.withheld,
+            features=features,
+        )
+        checks = rules if checks is None else ChainedChecks([checks, rules])
     return Simulation(
         slices=scenario.slices,
         classes=scenario.classes,
         nodes=scenario.nodes,
         claims=workload.claims,
         features=features,
-        node_checks=scenario.node_checks,
+        node_checks=checks,
+        unfit_reasons=rules,
     )
 
 
@@ -344,12 +365,17 @@ def _from_cluster(
         for c in objects.claims
     }
     classes = objects.classes or default_device_classes()
+    # The cluster's channel claims and slices say which node serves which ComputeDomain
+    # (named by UID: the domains themselves are not read).
+    rules = DomainRules(domains=(), slices=objects.slices, claims=claims, features=features)
     simulation = Simulation(
         slices=objects.slices,
         classes=classes,
         nodes=objects.nodes,
         claims=claims,
         features=features,
+        node_checks=rules,
+        unfit_reasons=rules,
     )
     if pod_key and objects.pod is not None:
         namespace, name = pod_key.split("/", 1)
@@ -405,8 +431,14 @@ def _explain(
     diagnosis = None
     if pending and not problem:
         labels = {claim.claim: claim.name for claim in item.claims}
-        diagnosis = simulation.diagnoser.diagnose(pending, nodes, labels=labels)
+        diagnosis = simulation.diagnose(pending, nodes, labels=labels)
     refused = _refused(simulation, keys, pending, diagnosis)
+    notes: list[str] = []
+    rules = simulation.unfit_reasons
+    if isinstance(rules, DomainRules) and diagnosis is not None and diagnosis.fitting:
+        note = rules.clique_note(pending, diagnosis.fitting[0].node.name)
+        if note:
+            notes.append(note)
     out.write(
         render_report(
             subject=subject,
@@ -417,6 +449,7 @@ def _explain(
             verbose=verbose,
             problem=problem,
             refused=refused,
+            notes=notes,
         )
     )
     if problem or refused or (diagnosis is not None and not diagnosis.fitting):

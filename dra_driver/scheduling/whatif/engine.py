@@ -35,6 +35,11 @@ placed, with the plugin's error. As in a cluster, the allocation stays (the
 devices are taken) and the pod does not run: `Placement.refused_on` names
 the node.
 
+Rules neither the scheduler nor the slices know (one ComputeDomain per node,
+18 nodes of a domain per clique: `compute_domains.DomainRules`) come in as
+node checks too, and as `unfit_reasons`, which give the reason where they are
+what stops a pod (`Simulation.diagnose`).
+
 The engine is pure: inputs are dicts, nothing is read or written.
 """
 
@@ -54,7 +59,7 @@ from dra_driver.scheduling.allocator import AllocatedState, Allocator, Features,
 from dra_driver.scheduling.allocator.nodes import selector_matches
 from dra_driver.scheduling.whatif import hints
 from dra_driver.scheduling.whatif.claims import PodClaim, claim_uid, resolve_pod_claims
-from dra_driver.scheduling.whatif.diagnosis import Diagnoser
+from dra_driver.scheduling.whatif.diagnosis import Diagnoser, Diagnosis
 from dra_driver.scheduling.whatif.extended import attach_extended_resource_claim, class_mapping
 from dra_driver.scheduling.whatif.inputs import SimulationInputs
 from dra_driver.scheduling.whatif.workloads import ExpandedPod, expand_workload
@@ -213,6 +218,36 @@ class NodeChecks(Protocol):
         ...
 
 
+class UnfitReasons(Protocol):
+    """A better reason than the device accounting's, where a rule outside the slices decides
+    (`dra_driver.scheduling.whatif.compute_domains`)."""
+
+    def why_unfit(self, claims: Sequence[Obj], nodes: Sequence[Node]) -> str | None:
+        """Why `claims` fit on none of `nodes`, or None to keep the diagnosis' summary."""
+        ...
+
+
+class ChainedChecks:
+    """Several `NodeChecks` in turn: the first refusal wins (each looks at its own driver's
+    devices, so a claim is committed by those that accept it)."""
+
+    def __init__(self, checks: Sequence[NodeChecks]) -> None:
+        self._checks = list(checks)
+
+    def refusal(self, node: str, claim: Mapping[str, Any], *, commit: bool = True) -> str | None:
+        for check in self._checks:
+            error = check.refusal(node, claim, commit=commit)
+            if error is not None:
+                return error
+        return None
+
+    def withdrawn(self, node: str) -> set[tuple[str, str, str]]:
+        found: set[tuple[str, str, str]] = set()
+        for check in self._checks:
+            found |= check.withdrawn(node)
+        return found
+
+
 def refusal_text(node: str, error: str) -> str:
     """A pod's reason when the plugin of the node it was allocated on refuses a claim."""
     return f"allocated on {node}, but the node's kubelet plugin refuses to prepare it: {error}"
@@ -230,9 +265,11 @@ class Simulation:
         claims: Mapping[str, Obj],
         features: Features | None = None,
         node_checks: NodeChecks | None = None,
+        unfit_reasons: UnfitReasons | None = None,
     ) -> None:
         self.features = features or Features()
         self.node_checks = node_checks
+        self.unfit_reasons = unfit_reasons
         self._refused: dict[str, tuple[str, str]] = {}  # claim key -> (node, plugin error)
         self.nodes = list(nodes)
         self.claims: dict[str, Obj] = dict(claims)
@@ -468,11 +505,28 @@ class Simulation:
         key = (signature + json.dumps(sorted(_labels(item).values())), self.state.version)
         cached = self._reasons.get(key)
         if cached is None:
-            cached = self.diagnoser.diagnose(
+            cached = self.diagnose(
                 claims, candidates, labels=_labels(item), known_unfit=True
             ).summary
             self._reasons[key] = cached
         return cached
+
+    def diagnose(
+        self,
+        claims: Sequence[Obj],
+        nodes: Sequence[Node],
+        *,
+        labels: Mapping[str, str] | None = None,
+        known_unfit: bool = False,
+    ) -> Diagnosis:
+        """The diagnoser's view of `claims` on `nodes`; where nothing fits, the summary is
+        `unfit_reasons`' when it has one (a rule the device accounting cannot see)."""
+        diagnosis = self.diagnoser.diagnose(claims, nodes, labels=labels, known_unfit=known_unfit)
+        if self.unfit_reasons is not None and not diagnosis.error and not diagnosis.fitting:
+            better = self.unfit_reasons.why_unfit(claims, nodes)
+            if better:
+                diagnosis.summary = better
+        return diagnosis
 
 
 def _labels(item: WorkItem) -> dict[str, str]:

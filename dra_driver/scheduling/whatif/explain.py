@@ -62,10 +62,13 @@ def render_report(
     verbose: bool = False,
     problem: str = "",
     refused: tuple[str, str] | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
     """The whole report (see the module docstring). `diagnosis` is None when every
     claim is allocated; `problem` is set when the subject cannot be scheduled at all;
-    `refused` is (node, error) when the node's kubelet plugin would refuse a claim."""
+    `refused` is (node, error) when the node's kubelet plugin would refuse a claim;
+    `notes` are printed under a fitting outcome (what the pod gets there that it may not
+    expect)."""
     lines = [subject]
     for done in allocated:
         lines.append(
@@ -97,6 +100,7 @@ def render_report(
     if fitting:
         first = fitting[0].node.name
         lines.append(f"Outcome: fits on {len(fitting)} of {_plural(total, 'node')}; first: {first}")
+        lines.extend(f"Note: {note}" for note in notes)
     else:
         where = diagnosis.nodes[0].node.name if total == 1 else f"any of {total} nodes"
         lines.append(f"Outcome: does not fit on {where}")

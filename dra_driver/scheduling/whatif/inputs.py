@@ -1,7 +1,7 @@
 """Sorting the objects a simulation is given into what the scheduler would see.
 
 A manifest mixes workloads (Pods, Deployments, Jobs, ReplicaSets,
-StatefulSets), the claims and templates they use, cluster objects
+StatefulSets, Kubeflow MPIJobs), the claims and templates they use, cluster objects
 (DeviceClasses, ResourceSlices, Nodes, and Namespaces, whose labels decide
 admin access) and things the simulator has no opinion about (Services,
 ConfigMaps). `collect_inputs` keeps the first kind in document order (the
@@ -42,14 +42,18 @@ RESOURCE_GROUP: Final = "resource.k8s.io"
 _V1_SHAPED: Final = frozenset({"v1", "v1beta2"})
 _V1BETA1: Final = "v1beta1"
 
-WORKLOAD_KINDS: Final = frozenset({"Pod", "Deployment", "ReplicaSet", "StatefulSet", "Job"})
+WORKLOAD_KINDS: Final = frozenset(
+    {"Pod", "Deployment", "ReplicaSet", "StatefulSet", "Job", "MPIJob"}
+)
 _WORKLOAD_GROUPS: Final = {
     "Pod": ("",),
     "Deployment": ("apps",),
     "ReplicaSet": ("apps",),
     "StatefulSet": ("apps",),
     "Job": ("batch",),
+    "MPIJob": ("kubeflow.org",),
 }
+_WORKLOAD_VERSIONS: Final = {"MPIJob": "v2beta1"}  # the operator's v1 has another shape
 _RESOURCE_KINDS: Final = frozenset(
     {"ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "ResourceSlice"}
 )
@@ -103,7 +107,11 @@ def collect_inputs(
         obj = item.obj
         kind = str(obj.get("kind") or "")
         group, version = api_group(obj)
-        if kind in WORKLOAD_KINDS and group in _WORKLOAD_GROUPS[kind]:
+        if (
+            kind in WORKLOAD_KINDS
+            and group in _WORKLOAD_GROUPS[kind]
+            and version == _WORKLOAD_VERSIONS.get(kind, version)
+        ):
             normalized = _with_namespace(obj, default_namespace, item.source)
             _check_unique(seen, kind, normalized, item.source)
             inputs.items.append(dataclasses.replace(item, obj=normalized))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from dra_driver.composition.hardware import open_hardware
@@ -37,3 +39,30 @@ def test_derived_devices_equal_a_full_build(shape: str, mig: str) -> None:
 
     assert built.devices[f"{shape}-2"]() == full
     assert built.devices[f"{shape}-0"]() != full  # other GPU UUIDs
+
+
+def test_nodes_without_an_imex_channel_say_why_each_with_its_own_gpus() -> None:
+    """What `explain` quotes: the CD plugin's reasons, per node, naming that node's GPUs."""
+    shape = (
+        Path(__file__).parents[1]
+        / "scheduling/whatif/data/compute-domains/gb200-fabric-in-progress.yaml"
+    )
+    built = build_simulated_nodes(
+        [NodeRequest("gb200-node", 1), NodeRequest(str(shape), 2), NodeRequest("dgx-h100", 1)]
+    )
+    withheld = built.compute_domain_withheld
+    assert sorted(withheld) == [
+        "dgx-h100-0",
+        "gb200-fabric-in-progress-0",
+        "gb200-fabric-in-progress-1",
+    ]
+    assert withheld["dgx-h100-0"] == (
+        "no GPU is in a multi-node NVLink clique (no fabric, or NVLink without a cluster): "
+        "ComputeDomains need GB200/GB300-class multi-node NVLink",
+    )
+    for name in ("gb200-fabric-in-progress-0", "gb200-fabric-in-progress-1"):
+        uuids = [device.gpu.uuid for device in built.devices[name]()]
+        reasons = withheld[name]
+        assert len(reasons) == 4
+        assert all(f"({uuid})" in reason for uuid, reason in zip(uuids, reasons, strict=True))
+        assert all("NVLink fabric registering (state in-progress" in r for r in reasons)

@@ -29,6 +29,8 @@ def _with_fabric(inventory: NodeInventory, index: int, info: FabricInfo | None) 
 
 
 def test_a_gb200_node_publishes_nvidias_channel_and_daemon() -> None:
+    """NVIDIA's two devices; channel-0 may be allocated to several claims (one per pod of the
+    domain on the node, where the cluster has DRAConsumableCapacity), daemon-0 may not."""
     published = compute_domain_devices(_node())
     assert published.clique == CLIQUE
     assert published.withheld == ()
@@ -40,6 +42,7 @@ def test_a_gb200_node_publishes_nvidias_channel_and_daemon() -> None:
                 "id": {"int": 0},
                 "cliqueID": {"string": CLIQUE},
             },
+            "allowMultipleAllocations": True,
         },
         {
             "name": "daemon-0",

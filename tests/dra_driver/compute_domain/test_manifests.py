@@ -9,13 +9,25 @@ from typing import Any
 import jsonschema
 import pytest
 
+from dra_driver.compute_domain import membership
 from dra_driver.compute_domain.api import decode_compute_domain
 from dra_driver.compute_domain.devices import compute_domain_devices
-from dra_driver.compute_domain.manifests import custom_resource_definition, device_classes
+from dra_driver.compute_domain.manifests import (
+    clique_resource_definition,
+    custom_resource_definition,
+    custom_resource_definitions,
+    device_classes,
+    member_resource_definition,
+)
 from dra_driver.errors import ConfigError
 from dra_driver.hardware.simulated.hardware import SimHardware
 from dra_driver.hardware.simulated.nvml import SimNvml
 from dra_driver.hardware.simulated.shapes import load_shape
+from dra_driver.kube.object_store import (
+    COMPUTE_DOMAIN,
+    COMPUTE_DOMAIN_CLIQUE,
+    COMPUTE_DOMAIN_MEMBER,
+)
 from dra_driver.kube.strict_schema import describe, strict_errors
 from dra_driver.kube.validation import Context, validate_device_class_spec
 from dra_driver.node.device_classes import default_device_classes
@@ -52,9 +64,9 @@ def test_the_gpu_drivers_default_classes_do_not_include_them() -> None:
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_the_manifests_are_valid_for_the_api_server(release: str) -> None:
-    for doc in [*device_classes(), custom_resource_definition()]:
+    for doc in [*device_classes(), *custom_resource_definitions()]:
         errors = strict_errors(doc, release)
-        assert errors == [], [describe(error) for error in errors]
+        assert errors == [], [describe(error) for error in errors or []]
     for doc in device_classes():
         assert validate_device_class_spec(doc["spec"], Context()) == []
 
@@ -82,9 +94,10 @@ def test_each_class_selects_its_published_device() -> None:
     }
 
 
-def _schema() -> dict[str, Any]:
-    (version,) = custom_resource_definition()["spec"]["versions"]
-    return _strict(version["schema"]["openAPIV3Schema"])
+def _schema(crd: dict[str, Any] | None = None) -> dict[str, Any]:
+    (version,) = (crd or custom_resource_definition())["spec"]["versions"]
+    schema: dict[str, Any] = _strict(version["schema"]["openAPIV3Schema"])
+    return schema
 
 
 def _strict(schema: Any) -> Any:
@@ -199,3 +212,110 @@ def test_the_crd_has_nvidias_rules() -> None:
         "index",
         "status",
     }
+
+
+def test_every_crd_serves_its_object_store_kind() -> None:
+    """The CRDs and the `ResourceKind`s the stores use (URL plural, scope, /status) agree."""
+    crds = {crd["spec"]["names"]["kind"]: crd for crd in custom_resource_definitions()}
+    assert list(crds) == ["ComputeDomain", "ComputeDomainClique", "ComputeDomainMember"]
+    for kind in (COMPUTE_DOMAIN, COMPUTE_DOMAIN_CLIQUE, COMPUTE_DOMAIN_MEMBER):
+        crd = crds[kind.kind]
+        group, version_name = kind.api_version.split("/")
+        assert crd["metadata"]["name"] == f"{kind.plural}.{group}"
+        assert crd["spec"]["names"]["plural"] == kind.plural
+        assert (crd["spec"]["scope"] == "Namespaced") == kind.namespaced
+        (version,) = crd["spec"]["versions"]
+        assert version["name"] == version_name
+        assert ("status" in version.get("subresources", {})) == kind.has_status
+
+
+def _member() -> dict[str, Any]:
+    spec = membership.MemberSpec(
+        domain_uid="3f1c0f4e-0000-4000-8000-000000000001",
+        domain_namespace="team-a",
+        domain_name="imex",
+        node_name="gb-0",
+        clique_id="00000000-0000-0000-0000-000000000001.0",
+    )
+    member = membership.build_member(spec, namespace="dra-gpu")
+    member["status"] = membership.member_status_body(
+        membership.MemberStatus(
+            state=membership.MemberState.READY,
+            ip_address="127.0.1.1",
+            reason="ImexReady",
+            message="IMEX is READY",
+            imex_node_id=0,
+            peers={"gb-1": membership.PeerState.CONNECTED},
+            last_transition_time="2026-11-28T12:00:00Z",
+        )
+    )
+    return member
+
+
+def _valid(crd: dict[str, Any], doc: dict[str, Any]) -> bool:
+    return not list(jsonschema.Draft202012Validator(_schema(crd)).iter_errors(doc))
+
+
+def test_the_member_crd_takes_what_the_plugin_and_the_imex_host_write() -> None:
+    crd = member_resource_definition()
+    member = _member()
+    assert _valid(crd, member)
+    pending = copy.deepcopy(member)
+    pending["status"] = membership.member_status_body(membership.MemberStatus())
+    assert _valid(crd, pending)
+    no_fabric = copy.deepcopy(member)
+    no_fabric["spec"]["cliqueID"] = ""
+    assert _valid(crd, no_fabric)
+    # What neither writer writes is refused: an unknown state, a peer legend IMEX does not
+    # print, a spec without its domain.
+    for path, value in (
+        (("status", "state"), "Up"),
+        (("status", "peers", 0, "state"), "X"),
+        (("spec", "domainUID"), None),
+    ):
+        bad = copy.deepcopy(member)
+        target: Any = bad
+        for part in path[:-1]:
+            target = target[part]
+        if value is None:
+            del target[path[-1]]
+        else:
+            target[path[-1]] = value
+        assert not _valid(crd, bad), path
+    (version,) = crd["spec"]["versions"]
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["State"] == ".status.state"
+    assert columns["IP"] == ".status.ipAddress"
+    assert columns["Node"] == ".spec.nodeName"
+
+
+def test_the_clique_crd_is_nvidias_shape_and_takes_what_the_controller_writes() -> None:
+    crd = clique_resource_definition()
+    (version,) = crd["spec"]["versions"]
+    assert "subresources" not in version
+    properties = version["schema"]["openAPIV3Schema"]["properties"]
+    assert "spec" not in properties
+    assert "status" not in properties
+    daemons = properties["daemons"]
+    assert daemons["x-kubernetes-list-type"] == "map"
+    assert daemons["x-kubernetes-list-map-keys"] == ["nodeName"]
+    assert set(daemons["items"]["properties"]) == {
+        "nodeName",
+        "ipAddress",
+        "cliqueID",
+        "index",
+        "status",
+    }
+    clique_id = "00000000-0000-0000-0000-000000000001.0"
+    clique = membership.build_clique(
+        "3f1c0f4e-0000-4000-8000-000000000001",
+        clique_id,
+        [
+            membership.CliqueRow("gb-0", "127.0.1.1", clique_id, 0, "Ready"),
+            membership.CliqueRow("gb-1", "", clique_id, 1, "NotReady"),
+        ],
+        namespace="dra-gpu",
+    )
+    assert _valid(crd, clique)
+    clique["daemons"][0]["status"] = "Up"
+    assert not _valid(crd, clique)

@@ -24,6 +24,7 @@ def test_proc_devices_has_the_nvidia_majors(tmp_path: Path):
     assert host.char_major("nvidiactl") == 195
     assert host.char_major("nvidia-caps") == 236
     assert host.char_major("nvidia-uvm") == 511
+    assert host.char_major("nvidia-caps-imex-channels") == 510  # IMEX channels (ComputeDomains)
     text = (tmp_path / "proc" / "devices").read_text()
     assert text.startswith("Character devices:\n  1 mem\n")
     assert "\n\nBlock devices:\n" in text

@@ -109,7 +109,10 @@ def test_nodes_without_a_multi_node_fabric_get_no_channel(
     assert code == 1
     (placement,) = placements
     assert placement["placed"] is False
-    assert "compute-domain-default-channel.nvidia.com" in placement["reason"]
+    assert placement["reason"].startswith(
+        "the node publishes no compute-domain.nvidia.com devices: dgx-h100-0: no GPU is in a "
+        "multi-node NVLink clique"
+    )
 
 
 def test_a_malformed_compute_domain_is_refused_naming_file_and_field(
