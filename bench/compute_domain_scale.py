@@ -7,20 +7,25 @@ NVIDIA's ComputeDomain driver was reported to take about 8 minutes to start a
 and conflicts should stay near zero. This benchmark measures both.
 
 What runs, and how (64 nodes times three daemons do not fit two cores as
-processes, so the per-node daemons run as threads of this process, each the
-product's own `run` with its own store client, over real files, sockets and
-processes):
+processes, so the per-node daemons run as threads of a few worker processes,
+each the product's own code with its own store client, over real files,
+sockets and processes):
 
 - the store: one `LocalCluster` directory, as in the demo;
 - the controller: `dra-gpu compute-domain-controller`, a process of its own;
-- per node, in this process: the CD kubelet plugin
+- per node, in one of four worker processes of 16 nodes each
+  (`bench.compute_domain_nodes`): the CD kubelet plugin
   (`kubelet_plugin.compute_domain.main.run`: its gRPC DRA socket, slice
   publisher, member watch, fabric checks, checkpoint, CDI specs under the
-  node's own directories) and the IMEX host
-  (`kubelet_plugin.imex_host_main.run`), each in a thread;
+  node's own directories) and the IMEX host (`kubelet_plugin.imex_host`'s
+  `ImexHost` and `serve`, as `imex_host_main.run` wires them), each in a thread;
 - per node the IMEX daemon: the `nvidia-imex` stand-in of the node's simulated
   driver root, a real process started by that node's IMEX host, bound to the
-  node's loopback address `127.0.1.<k>` and connected over TCP to its peers;
+  node's loopback address `127.0.1.<k>` and connected over TCP to its peers
+  (its SIGUSR1 rate limit 4 s instead of 5 s: see `STANDIN_SIGUSR1_MIN_S`); the
+  IMEX host's readiness questions are asked in-process over the daemon's TCP
+  command port instead of through a `nvidia-imex-ctl` process
+  (`bench.compute_domain_nodes`);
 - the pods: the scheduler and kubelet stand-in
   (`dra_driver.composition.compute_domain_kubelet`), one thread per pod:
   claim from the template, allocation with the scheduler's allocator (1.36
@@ -31,7 +36,9 @@ Two runs. (1) 64 nodes in 4 cliques (four NVL72 racks of 16 trays), one
 ComputeDomain per clique, 4 pods per node (256 pods): the time from applying
 the domains until every pod has its channel and every domain is Ready, the
 API writes (the store's resourceVersion counter: every create, update and
-delete of any object) and the conflicts the in-process writers met. (2) 19
+delete of any object) and the 409s every writer but the controller met (a
+stale resourceVersion, or a create of a name that exists), counted in each
+process at the store client; the controller's log is searched for them. (2) 19
 nodes in one clique and one domain with a pod on each: 18 nodes get an index
 and a channel, the 19th a clear error (NVIDIA's limit of 18 nodes per IMEX
 domain), shown as the pod's Prepare error and the domain's condition.
@@ -40,34 +47,27 @@ domain), shown as the pod's Prepare error and the domain's condition.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
+import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from kubelet_plugin.compute_domain.main import CdPluginOptions
-from kubelet_plugin.compute_domain.main import run as run_cd_plugin
-from kubelet_plugin.imex_host import HostConfig
-from kubelet_plugin.imex_host_main import HostOptions
-from kubelet_plugin.imex_host_main import run as run_imex_host
-
 from bench import BenchOptions, BenchResult
+from bench.compute_domain_nodes import ConflictCounter
 from dra_driver.composition.child_process import popen
 from dra_driver.composition.compute_domain_cluster import (
     DRIVER_NAMESPACE,
-    SHAPE,
     channel_pod,
-    create_node_object,
     kill_pids,
     processes_naming,
-    set_clique,
 )
 from dra_driver.composition.compute_domain_kubelet import (
     NodeAccess,
@@ -75,9 +75,8 @@ from dra_driver.composition.compute_domain_kubelet import (
     RunningPod,
     SchedulerKubelet,
 )
-from dra_driver.composition.hardware import open_simulated
 from dra_driver.compute_domain import manifests
-from dra_driver.errors import AlreadyExistsError, ConflictError, NotFoundError, PluginError
+from dra_driver.errors import NotFoundError, PluginError
 from dra_driver.kube.local_store import LocalCluster
 from dra_driver.kube.object_store import COMPUTE_DOMAIN
 from kubelet_plugin.socket_names import registration_socket_path
@@ -94,6 +93,13 @@ IMEX_POLL_S = 0.25
 IMEX_READY_POLL_S = 2.0
 PREPARE_WAIT_S = 20.0
 POD_TIMEOUT_S = 120.0
+SIGUSR1_ENV = "IMEX_STANDIN_SIGUSR1_MIN_INTERVAL"
+STANDIN_SIGUSR1_MIN_S = 4.0
+"""The stand-in's SIGUSR1 rate limit (NVIDIA's, and the stand-in's default, is 5 s), a
+little under the IMEX host's own pacing of its SIGUSR1s (5 s): at equal values a signal
+the host sends 5 s after the last may reach a loaded daemon 4.9 s after it handled the
+last one, and the daemon ignores it; the host believes the peers reloaded and a peer stays
+unresolved (seen at 64 nodes: "node-23 does not see node-22 (I) connected" for minutes)."""
 
 
 def run(options: BenchOptions) -> BenchResult:
@@ -108,7 +114,8 @@ def run(options: BenchOptions) -> BenchResult:
             f"domains were applied (goal < {GOAL_S:g} s; NVIDIA reported ~8 min, #816); "
             f"first pod {scale['first_pod_s']:.1f} s, Prepare p50 {scale['prepare_p50_s']:.1f} s",
             f"API writes: {scale['writes']} in all ({scale['writes_per_pod']:.1f} per pod); "
-            f"conflicts (409) met by the node daemons and the stand-ins: {scale['conflicts']}; "
+            f"409s met by the node daemons and the kubelet stand-in: {scale['conflicts']} "
+            f"({', '.join(f'{k}: {v}' for k, v in scale['conflicts_by_cause'].items()) or '-'}); "
             f"controller log lines about conflicts: {scale['controller_conflict_lines']}",
             f"19 nodes in one clique: {full['ready_pods']} pods got a channel; the 19th "
             f"({full['refused_node']}): {full['refused_error']}",
@@ -117,66 +124,6 @@ def run(options: BenchOptions) -> BenchResult:
         ],
         data={"scale": scale, "full_clique": full},
     )
-
-
-# -- counting the in-process writers' conflicts --------------------------------------------
-
-
-class _Conflicts:
-    """Counts the 409s LocalCluster writes in this process answer: a stale resourceVersion
-    (ConflictError) and a create of a name that exists (AlreadyExistsError), by method and
-    kind."""
-
-    def __init__(self) -> None:
-        self.by_cause: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    @property
-    def count(self) -> int:
-        return sum(self.by_cause.values())
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self.by_cause)
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        names = (
-            "create_object",
-            "update_object",
-            "update_object_status",
-            "put_resource_claim",
-            "update_resource_claim_status",
-            "create_resource_slice",
-            "update_resource_slice",
-        )
-        originals = {name: getattr(LocalCluster, name) for name in names}
-
-        def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
-            @functools.wraps(method)
-            def counted(*args: Any, **kwargs: Any) -> Any:
-                try:
-                    return method(*args, **kwargs)
-                except ConflictError as exc:
-                    kind = next(
-                        (a.kind for a in args if hasattr(a, "kind") and hasattr(a, "plural")),
-                        method.__name__.split("_", 1)[-1],
-                    )
-                    cause = "exists" if isinstance(exc, AlreadyExistsError) else "stale"
-                    key = f"{method.__name__} {kind} ({cause})"
-                    with self._lock:
-                        self.by_cause[key] = self.by_cause.get(key, 0) + 1
-                    raise
-
-            return counted
-
-        for name, method in originals.items():
-            setattr(LocalCluster, name, wrap(method))
-        try:
-            yield
-        finally:
-            for name, method in originals.items():
-                setattr(LocalCluster, name, method)
 
 
 # -- a cluster of in-process nodes ---------------------------------------------------------
@@ -191,9 +138,8 @@ class _Cluster:
         self.store = LocalCluster(self.root)
         for device_class in manifests.device_classes():
             self.store.put_device_class(device_class)
-        self.stop = threading.Event()
-        self.threads: list[threading.Thread] = []
-        self.errors: list[str] = []
+        self.workers: list[Any] = []
+        self.worker_conflicts: dict[str, int] = {}
         self.access: dict[str, NodeAccess] = {}
         self.controller: Any = None
         self.kubelet = SchedulerKubelet(
@@ -216,53 +162,37 @@ class _Cluster:
         )
         log.close()
 
-    def add_node(self, index: int, clique: int) -> None:
-        name = f"node-{index}"
-        ip = f"127.0.1.{index}"
-        node_dir = self.work / "nodes" / name
-        sim_state = node_dir / "sim-state.json"
-        for sub in ("kubelet", "cdi", "imex"):
-            (node_dir / sub).mkdir(parents=True, exist_ok=True)
-        set_clique(sim_state, name, clique)
-        create_node_object(self.store, name, ip)
-
-        def hardware() -> Any:
-            return open_simulated(SHAPE, sim_state=sim_state, node_name=name).hardware
-
-        plugin = CdPluginOptions(
-            node_name=name,
-            namespace=DRIVER_NAMESPACE,
-            open_hardware=hardware,
-            cluster=f"local:{self.root}",
-            kubelet_root=node_dir / "kubelet",
-            cdi_root=node_dir / "cdi",
-            fabric_check_interval=FABRIC_CHECK_S,
-            prepare_wait=PREPARE_WAIT_S,
-            publish_interval=3600.0,
+    def start_nodes(self, first: int, count: int, clique: int) -> None:
+        """Nodes `node-<first>` .. in clique `clique`: a worker process runs their daemons
+        (`bench.compute_domain_nodes`); the kubelet stand-in gets their sockets."""
+        log = (self.work / f"nodes-{first}.log").open("ab")
+        self.workers.append(
+            popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.compute_domain_nodes",
+                    f"--root={self.root}",
+                    f"--work={self.work}",
+                    f"--first={first}",
+                    f"--count={count}",
+                    f"--clique={clique}",
+                    f"--fabric-check-interval={FABRIC_CHECK_S:g}",
+                    f"--prepare-wait={PREPARE_WAIT_S:g}",
+                    f"--imex-poll={IMEX_POLL_S:g}",
+                    f"--imex-ready-poll={IMEX_READY_POLL_S:g}",
+                ],
+                {**os.environ, SIGUSR1_ENV: f"{STANDIN_SIGUSR1_MIN_S:g}"},
+                log.fileno(),
+            )
         )
-        host = HostOptions(
-            open_hardware=hardware,
-            open_store=lambda: LocalCluster(self.root),
-            host=HostConfig(
-                node_name=name, node_ip=ip, namespace=DRIVER_NAMESPACE, state_dir=node_dir / "imex"
-            ),
-            fast_interval=IMEX_POLL_S,
-            ready_interval=IMEX_READY_POLL_S,
-        )
-        self._thread(f"cd-plugin-{name}", lambda: run_cd_plugin(plugin, self.stop))
-        self._thread(f"imex-host-{name}", lambda: run_imex_host(host, self.stop))
-        self.access[name] = NodeAccess(name, node_dir / "kubelet", node_dir / "cdi", timeout=45.0)
-
-    def _thread(self, name: str, target: Callable[[], Any]) -> None:
-        def guarded() -> None:
-            try:
-                target()
-            except BaseException as exc:  # a daemon that dies is a failed benchmark
-                self.errors.append(f"{name}: {type(exc).__name__}: {exc}")
-
-        thread = threading.Thread(target=guarded, name=name, daemon=True)
-        thread.start()
-        self.threads.append(thread)
+        log.close()
+        for index in range(first, first + count):
+            name = f"node-{index}"
+            node_dir = self.work / "nodes" / name
+            self.access[name] = NodeAccess(
+                name, node_dir / "kubelet", node_dir / "cdi", timeout=45.0
+            )
 
     def wait_serving(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
@@ -275,8 +205,13 @@ class _Cluster:
                 time.sleep(0.05)
 
     def _check(self) -> None:
-        if self.errors:
-            raise PluginError("; ".join(self.errors))
+        for worker in self.workers:
+            if worker.poll() is not None:
+                logs = sorted(self.work.glob("nodes-*.log"))
+                raise PluginError(
+                    f"a node worker exited with {worker.returncode}: "
+                    + " | ".join(p.read_text(errors="replace")[-2000:] for p in logs)
+                )
         if self.controller is not None and self.controller.poll() is not None:
             raise PluginError(
                 f"the controller exited with {self.controller.returncode}: "
@@ -309,9 +244,18 @@ class _Cluster:
         return int(text or 0)
 
     def close(self) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=10.0)
+        for worker in self.workers:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+        for worker in self.workers:
+            try:
+                worker.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait(timeout=10)
+        for report in self.work.glob("conflicts-*.json"):
+            for cause, count in json.loads(report.read_text()).items():
+                self.worker_conflicts[cause] = self.worker_conflicts.get(cause, 0) + count
         for access in self.access.values():
             access.close()
         if self.controller is not None:
@@ -339,17 +283,16 @@ def _cluster() -> Iterator[_Cluster]:
 
 
 def _run_scale(*, nodes: int, cliques: int, pods_per_node: int) -> dict[str, Any]:
-    conflicts = _Conflicts()
+    conflicts = ConflictCounter()
     per_clique = nodes // cliques
     with conflicts.installed(), _cluster() as cluster:
         began = time.monotonic()
         cluster.start_controller()
-        for index in range(1, nodes + 1):
-            cluster.add_node(index, clique=(index - 1) // per_clique)
+        for clique in range(cliques):
+            cluster.start_nodes(clique * per_clique + 1, per_clique, clique)
         cluster.wait_serving()
         setup_s = time.monotonic() - began
         writes_before = cluster.resource_version()
-        conflicts_before = conflicts.snapshot()
         domains = [f"rack-{k}" for k in range(cliques)]
         t0 = time.monotonic()
         for domain in domains:
@@ -393,7 +336,7 @@ def _run_scale(*, nodes: int, cliques: int, pods_per_node: int) -> dict[str, Any
         writes = cluster.resource_version() - writes_before
         controller_log = (cluster.work / "controller.log").read_text(errors="replace")
         prepare = sorted(p.prepare_seconds for p in running)
-        return {
+        result: dict[str, Any] = {
             "nodes": nodes,
             "cliques": cliques,
             "pods": len(pods),
@@ -406,23 +349,38 @@ def _run_scale(*, nodes: int, cliques: int, pods_per_node: int) -> dict[str, Any
             "prepare_max_s": round(prepare[-1], 2),
             "writes": writes,
             "writes_per_pod": round(writes / len(pods), 2),
-            "conflicts": conflicts.count - sum(conflicts_before.values()),
-            "conflicts_by_cause": {
-                k: v - conflicts_before.get(k, 0)
-                for k, v in conflicts.snapshot().items()
-                if v > conflicts_before.get(k, 0)
+            "slowest_pods": [
+                {
+                    "pod": p.key,
+                    "node": p.node,
+                    "prepare_s": round(p.prepare_seconds, 2),
+                    "prepare_calls": p.prepare_attempts,
+                    "waited_for": p.errors[-1] if p.errors else "",
+                }
+                for p in sorted(running, key=lambda p: -p.prepare_seconds)[:3]
+            ],
+            "pods_done_by_s": {
+                f"{q}%": round(sorted(done_at)[max(0, len(done_at) * q // 100 - 1)], 2)
+                for q in (25, 50, 75, 90, 100)
             },
             "controller_conflict_lines": sum(
                 1 for line in controller_log.splitlines() if "onflict" in line or "409" in line
             ),
         }
+    # The workers report theirs when they stop (the whole run, setup included).
+    by_cause = conflicts.snapshot()
+    for cause, count in cluster.worker_conflicts.items():
+        by_cause[cause] = by_cause.get(cause, 0) + count
+    result["conflicts"] = sum(by_cause.values())
+    result["conflicts_by_cause"] = by_cause
+    return result
 
 
 def _run_full_clique(*, nodes: int) -> dict[str, Any]:
     with _cluster() as cluster:
         cluster.start_controller()
-        for index in range(1, nodes + 1):
-            cluster.add_node(index, clique=0)
+        for first in range(1, nodes + 1, 10):
+            cluster.start_nodes(first, min(10, nodes + 1 - first), clique=0)
         cluster.wait_serving()
         cluster.apply_domain("full")
         outcomes: dict[str, RunningPod | str] = {}
