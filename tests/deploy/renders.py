@@ -58,6 +58,8 @@ COMPONENT_VALUES: Mapping[str, Mapping[str, Any]] = {
     "webhook": {"webhook": {"enabled": True}},
     # NVIDIA's value, as a values file written for NVIDIA's chart turns VFIO on.
     "passthrough": {"featureGates": {"PassthroughSupport": True}},
+    # NVIDIA's value (its default is true, the chart's false).
+    "compute-domains": {"resources": {"computeDomains": {"enabled": True}}},
 }
 COMPONENTS = tuple(COMPONENT_VALUES)
 # The chart leaves the namespace to `helm install --create-namespace` unless asked.

@@ -101,9 +101,13 @@ def _one(name: str, kind: str, suffix: str = "") -> dict[str, Any]:
     return doc
 
 
-def _container(daemonset: dict[str, Any]) -> dict[str, Any]:
-    container: dict[str, Any]
-    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+def _container(daemonset: dict[str, Any], name: str = "") -> dict[str, Any]:
+    """The DaemonSet's container `name`; without one, the first (the GPU plugin, or the
+    MPS host's only one)."""
+    containers: list[dict[str, Any]] = daemonset["spec"]["template"]["spec"]["containers"]
+    if not name:
+        return containers[0]
+    (container,) = [c for c in containers if c["name"] == name]
     return container
 
 
@@ -213,7 +217,16 @@ def test_a_values_file_installs_a_plugin_configured_as_it_asks(name: str) -> Non
     # The DeviceClasses NVIDIA's chart installs, and the extended resource of the GPU class.
     classes = {d["metadata"]["name"]: d for d in _objects(name, "DeviceClass")}
     vfio = {"vfio.gpu.nvidia.com"} if passthrough else set()
-    assert set(classes) == {"gpu.nvidia.com", "mig.nvidia.com", *vfio}
+    cds = values["resources"]["computeDomains"]["enabled"]
+    cd_classes = (
+        {"compute-domain-daemon.nvidia.com", "compute-domain-default-channel.nvidia.com"}
+        if cds
+        else set()
+    )
+    assert set(classes) == {"gpu.nvidia.com", "mig.nvidia.com", *vfio, *cd_classes}
+    # NVIDIA's own defaults say ComputeDomains on: its CD plugin container comes along.
+    names = [c["name"] for c in plugin["spec"]["template"]["spec"]["containers"]]
+    assert names == (["plugin", "compute-domains"] if cds else ["plugin"])
     assert classes["gpu.nvidia.com"]["spec"]["extendedResourceName"] == "nvidia.com/gpu"
 
 
@@ -431,8 +444,18 @@ def test_notes_say_which_nvidia_values_do_nothing_here() -> None:
     assert "gpuResourcesEnabledOverride" not in quiet
     assert "dra-gpu inventory --nvml real" in quiet  # how to verify a node
     told = notes("--set", "resources.computeDomains.enabled=true,gpuResourcesEnabledOverride=true")
-    assert "ComputeDomains (IMEX, compute-domain.nvidia.com) are not\nimplemented" in told
+    assert "ComputeDomains (compute-domain.nvidia.com, docs/compute-domains.md) are on" in told
+    assert "kubectl apply -f crds/" in told  # helm upgrade leaves CRDs alone
+    assert "nvidia-imex.service must be disabled" in told
     assert "gpuResourcesEnabledOverride is not needed" in told
+    host = notes("--set", "resources.computeDomains.enabled=true")
+    assert "nvidia-imex.service must be disabled" in host
+    host = notes(
+        "--set",
+        "resources.computeDomains.enabled=true,resources.computeDomains.imex.mode=hostManaged",
+    )
+    assert "IMEX\nhostManaged" in host
+    assert "nvidia-imex.service must be disabled" not in host
     assert "VFIO passthrough" not in quiet
     vfio = notes("--set", "featureGates.PassthroughSupport=true")
     assert "(intel_iommu=on or amd_iommu=on) and vfio-pci loaded (modprobe vfio-pci)" in vfio

@@ -10,12 +10,20 @@ strict schemas, each component's effect is checked where it shows, and the
 two must install the same objects (`renders.comparable`). All chart renders
 come from one `helm template` process, and one `helm lint --strict` lints them.
 
-Which sets: every one of the 2^7 = 128 sets of the seven components that the
-plugin accepts (96 renders, the base included). `dynamic-mig` and
+Which sets: every one of the 2^7 = 128 sets of the seven GPU components that
+the plugin accepts (96 renders, the base included). `dynamic-mig` and
 `passthrough` are refused together (NVIDIA's driver refuses DynamicMIG with
 PassthroughSupport): the 32 sets that hold both are left out, and the pair
 itself is checked to be refused by the chart and by the plugin the Kustomize
 tree installs.
+
+`compute-domains` touches only what the others leave alone (its own objects,
+a second container of the plugin's pod) except the driver root, so it is not
+crossed with all 96 (that would double the suite's time) but rendered with a
+representative 11: alone, beside each of the seven, with the two largest
+accepted sets, and once listed after gpu-operator, whose driver root its IMEX
+host must follow in either order (tests/deploy/test_compute_domains.py checks
+the rest of it).
 """
 
 from __future__ import annotations
@@ -46,18 +54,30 @@ from tests.deploy.renders import (
 
 # The plugin refuses --passthrough with --dynamic-mig (dra_driver.cli).
 REFUSED_TOGETHER = ("dynamic-mig", "passthrough")
+CD = "compute-domains"
+GPU_COMPONENTS = tuple(c for c in COMPONENTS if c != CD)
 
 
 def _accepted(combo: tuple[str, ...]) -> bool:
     return not set(REFUSED_TOGETHER) <= set(combo)
 
 
-COMBINATIONS = [
+GPU_COMBINATIONS = [
     combo
-    for size in range(len(COMPONENTS) + 1)
-    for combo in itertools.combinations(COMPONENTS, size)
+    for size in range(len(GPU_COMPONENTS) + 1)
+    for combo in itertools.combinations(GPU_COMPONENTS, size)
     if _accepted(combo)
 ]
+_LARGEST = [tuple(c for c in GPU_COMPONENTS if c != left_out) for left_out in REFUSED_TOGETHER]
+# The module docstring says why these: CD listed first, so the GPU components' patches
+# come after it, and once after gpu-operator.
+CD_COMBINATIONS = [
+    (CD,),
+    *[(CD, c) for c in GPU_COMPONENTS],
+    *[(CD, *combo) for combo in _LARGEST],
+    ("gpu-operator", CD),
+]
+COMBINATIONS = GPU_COMBINATIONS + CD_COMBINATIONS
 
 
 def _key(components: tuple[str, ...]) -> str:
@@ -87,8 +107,10 @@ def test_kustomize_and_the_chart_install_the_same_valid_objects(
     # Each component does its part, whatever else is listed with it.
     plugin = _one(kustomized, "DaemonSet", "dra-gpu-kubelet-plugin")
     host = _one(kustomized, "DaemonSet", "dra-gpu-mps-host")
-    (container,) = plugin["spec"]["template"]["spec"]["containers"]
+    container, *others = plugin["spec"]["template"]["spec"]["containers"]
     (host_container,) = host["spec"]["template"]["spec"]["containers"]
+    assert container["name"] == "plugin"  # first: the components' patches say containers/0
+    assert [c["name"] for c in others] == (["compute-domains"] if CD in components else [])
     args = build_parser().parse_args(container["command"][1:])
     env = {e["name"]: e.get("value") for e in container["env"]}
     host_env = {e["name"]: e.get("value") for e in host_container["env"]}
@@ -105,15 +127,36 @@ def test_kustomize_and_the_chart_install_the_same_valid_objects(
     operator = env["NVIDIA_DRIVER_ROOT"] == "/run/nvidia/driver"
     assert operator == ("gpu-operator" in components)
     assert host_env["NVIDIA_DRIVER_ROOT"] == env["NVIDIA_DRIVER_ROOT"]  # the MPS host's too
-    scc = [d for d in kustomized if d["kind"] == "RoleBinding"]
+    scc = [
+        d
+        for d in kustomized
+        if d["kind"] == "RoleBinding" and d["roleRef"]["name"] == "system:openshift:scc:privileged"
+    ]
     assert bool(scc) == ("openshift" in components)
+    # ComputeDomains: the controller, the IMEX host (on the plugin's driver root,
+    # whichever of the two components is listed first) and the CRDs.
+    controllers = [
+        d["metadata"]["name"]
+        for d in kustomized
+        if d["kind"] == "Deployment" and d["metadata"]["name"] != "dra-gpu-webhook"
+    ]
+    assert controllers == (["dra-gpu-compute-domain-controller"] if CD in components else [])
+    crds = [d for d in kustomized if d["kind"] == "CustomResourceDefinition"]
+    assert len(crds) == (3 if CD in components else 0)
+    if CD in components:
+        imex = _one(kustomized, "DaemonSet", "dra-gpu-imex-host")["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in plugin["spec"]["template"]["spec"]["volumes"]}
+        assert {v["name"]: v for v in imex["volumes"]}["driver-root"] == volumes["driver-root"]
     webhook = [d for d in kustomized if d["kind"] == "ValidatingWebhookConfiguration"]
     assert bool(webhook) == ("webhook" in components)
     (namespace,) = [d for d in kustomized if d["kind"] == "Namespace"]
     assert namespace["metadata"]["name"] == "dra-gpu"
 
-    # The chart, with the values that mean these components, installs exactly these objects.
-    assert by_identity(charted) == by_identity(kustomized)
+    # The chart, with the values that mean these components, installs exactly these objects;
+    # the CRDs are in its crds/ directory, which `helm template` leaves out and
+    # test_compute_domains keeps identical to the component's.
+    crd_free = [d for d in kustomized if d["kind"] != "CustomResourceDefinition"]
+    assert by_identity(charted) == by_identity(crd_free)
 
 
 def test_helm_lint_passes_for_every_combination() -> None:
@@ -127,8 +170,10 @@ def test_every_component_is_rendered_beside_every_other_it_can_be_listed_with() 
     }
     pairs = {frozenset(pair) for pair in itertools.combinations(COMPONENTS, 2)}
     assert pairs - together == {frozenset(REFUSED_TOGETHER)}
-    # Every set of the seven but the 32 that hold both of the refused pair.
-    assert len(COMBINATIONS) == len(set(COMBINATIONS)) == 2**7 - 2**5
+    # Every set of the seven but the 32 that hold both of the refused pair, and 11 with CDs.
+    assert len(GPU_COMBINATIONS) == len(set(GPU_COMBINATIONS)) == 2**7 - 2**5
+    assert len(COMBINATIONS) == len(set(COMBINATIONS)) == 2**7 - 2**5 + 11
+    assert len(GPU_COMPONENTS) == 7
 
 
 def test_dynamic_mig_with_passthrough_is_refused_by_the_chart_and_the_plugin(

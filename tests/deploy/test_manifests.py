@@ -94,6 +94,7 @@ def test_a_namespace_override_moves_everything_and_the_admission_policy_follows(
         "ValidatingAdmissionPolicyBinding",
         "ValidatingWebhookConfiguration",
         "DeviceClass",
+        "CustomResourceDefinition",
     }
     for doc in docs:
         if doc["kind"] not in cluster_scoped:

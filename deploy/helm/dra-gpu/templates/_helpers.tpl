@@ -161,3 +161,19 @@ rollingUpdate:
   {{- toYaml .rollingUpdate | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/* ComputeDomains (resources.computeDomains.enabled): "true" or "". */}}
+{{- define "dra-gpu.computeDomains" -}}
+{{- if .Values.resources.computeDomains.enabled }}true{{ end }}
+{{- end }}
+
+{{/* Host-managed IMEX (resources.computeDomains.imex.mode=hostManaged): "true" or "". */}}
+{{- define "dra-gpu.hostManagedImex" -}}
+{{- if eq .Values.resources.computeDomains.imex.mode "hostManaged" }}true{{ end }}
+{{- end }}
+
+{{/* A leader-election duration in whole seconds: NVIDIA's "15s", or 15. */}}
+{{- define "dra-gpu.seconds" -}}
+{{- trimSuffix "s" (toString .) }}
+{{- end }}
+
