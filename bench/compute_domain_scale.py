@@ -93,6 +93,8 @@ IMEX_POLL_S = 0.25
 IMEX_READY_POLL_S = 2.0
 PREPARE_WAIT_S = 20.0
 POD_TIMEOUT_S = 120.0
+KEEP_ENV = "DRA_GPU_BENCH_KEEP"
+"""Set: the run's directory (store, node directories, IMEX logs) is kept for a look."""
 SIGUSR1_ENV = "IMEX_STANDIN_SIGUSR1_MIN_INTERVAL"
 STANDIN_SIGUSR1_MIN_S = 4.0
 """The stand-in's SIGUSR1 rate limit (NVIDIA's, and the stand-in's default, is 5 s), a
@@ -279,7 +281,8 @@ def _cluster() -> Iterator[_Cluster]:
         yield cluster
     finally:
         cluster.close()
-        shutil.rmtree(work, ignore_errors=True)
+        if not os.environ.get(KEEP_ENV):
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def _run_scale(*, nodes: int, cliques: int, pods_per_node: int) -> dict[str, Any]:

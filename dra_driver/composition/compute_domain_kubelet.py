@@ -507,7 +507,7 @@ def _allocated_node(claim: Mapping[str, Any]) -> str | None:
 def _node_ready(node: Mapping[str, Any]) -> bool:
     for condition in (node.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
+            return bool(condition.get("status") == "True")
     return False
 
 

@@ -29,6 +29,7 @@ from dra_driver.composition.compute_domain_cluster import (
     SimNode,
     channel_pod,
 )
+from dra_driver.composition.compute_domain_kubelet import PodPlacementError
 from dra_driver.compute_domain import membership
 from dra_driver.compute_domain.names import DOMAIN_LABEL, DRIVER_NAME, FINALIZER, TARGET_LABEL
 from dra_driver.errors import NotFoundError
@@ -408,3 +409,41 @@ def test_no_process_of_a_closed_cluster_is_left(make_cluster: Any) -> None:
 
     assert processes_naming(work) == []
     assert not os.path.exists(work)
+
+
+def test_e2_allocation_mode_all_injects_every_channel(make_cluster: Any) -> None:
+    cluster = make_cluster(1).start()
+    began = time.monotonic()
+    cluster.apply_compute_domain(NS, "wide", "wide-channel", allocation_mode="All")
+    pod = cluster.run_pod(channel_pod(NS, "wide-0", "wide-channel", node="node-1"))
+    major = _imex_major(cluster.nodes["node-1"])
+    assert [n["path"] for n in pod.device_nodes] == [
+        f"/dev/nvidia-caps-imex-channels/channel{k}" for k in range(2048)
+    ]
+    assert {(n["type"], n["major"], n["fileMode"]) for n in pod.device_nodes} == {
+        ("c", major, 0o666)
+    }
+    assert [n["minor"] for n in pod.device_nodes] == list(range(2048))
+    elapsed = time.monotonic() - began
+    assert elapsed < 15.0, f"E2 took {elapsed:.1f} s"
+
+
+def test_e7_a_node_without_multi_node_nvlink_offers_no_channel(make_cluster: Any) -> None:
+    cluster = make_cluster(1).start()
+    plain = cluster.add_node("node-2", launch=False)
+    plain.ensure_state()
+    cluster.set_fabric("node-2", "not_supported")
+    plain.launch()
+    plain.wait_serving()
+    began = time.monotonic()
+    cluster.apply_compute_domain(NS, "mixed", "mixed-channel")
+    ok = cluster.run_pod(channel_pod(NS, "mixed-1", "mixed-channel", node="node-1"))
+    assert [n["path"] for n in ok.device_nodes] == [CHANNEL]
+    # The pod pinned to the node without a fabric is not placed, and says why.
+    with pytest.raises(PodPlacementError, match=r"node-2: none"):
+        cluster.run_pod(channel_pod(NS, "mixed-2", "mixed-channel", node="node-2"), timeout=3.0)
+    assert not _members(cluster, cluster.compute_domain(NS, "mixed")["metadata"]["uid"]).get(
+        "node-2"
+    )
+    elapsed = time.monotonic() - began
+    assert elapsed < 15.0, f"E7 took {elapsed:.1f} s"
