@@ -11,7 +11,7 @@ PACKAGES := dra_driver kubelet_plugin controller
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX := $(CURDIR)/build/pycache
 
-.PHONY: test lint imports typecheck unit gpu-test demo bench proto clean wheel wheel-check k8s-tools image image-test
+.PHONY: test lint imports typecheck unit gpu-test demo bench nvidia-imex-demos proto clean wheel wheel-check k8s-tools image image-test
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -111,6 +111,11 @@ demo: $(STAMP)
 ## bench: benchmarks; numbers go into the README
 bench: $(STAMP)
 	$(PY) -m bench
+
+## nvidia-imex-demos: NVIDIA's demo/specs/imex manifests, from DIR=..., through simulate (opt-in)
+nvidia-imex-demos: $(STAMP)
+	@[ -n "$(DIR)" ] || { echo "usage: make nvidia-imex-demos DIR=<NVIDIA's demo/specs/imex>"; exit 2; }
+	$(PY) -m bench.nvidia_imex_demos "$(DIR)"
 
 ## proto: regenerate the gRPC stubs from proto/ (a test fails if they drift)
 proto: $(STAMP)

@@ -608,8 +608,9 @@ def _cd_plugin_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then ~/.kube)")
     parser.add_argument(
         "--namespace",
-        default=os.environ.get("NAMESPACE") or "nvidia-dra-driver-gpu",
-        help="the driver's namespace, where the node's ComputeDomainMembers live (env NAMESPACE)",
+        default=os.environ.get("NAMESPACE") or "",
+        help="the driver's namespace, where the node's ComputeDomainMembers live (env NAMESPACE; "
+        "required: it must be the controller's and the IMEX host's)",
     )
     parser.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"))
     parser.add_argument("--cdi-root", type=Path, default=Path("/var/run/cdi"))
@@ -664,6 +665,13 @@ def _cd_plugin_flags(parser: argparse.ArgumentParser) -> None:
 def _run_cd_plugin(args: argparse.Namespace) -> int:
     from kubelet_plugin.compute_domain.main import CdPluginOptions, run
 
+    if not args.namespace:
+        print(
+            "dra-gpu compute-domain-kubelet-plugin: --namespace: required (env NAMESPACE): the "
+            "driver's namespace, where the controller and the IMEX host look for members",
+            file=sys.stderr,
+        )
+        return 2
     _dump_threads_on_demand()
     return run(
         CdPluginOptions(

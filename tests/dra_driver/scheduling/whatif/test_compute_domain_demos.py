@@ -1,18 +1,21 @@
-"""NVIDIA's `demo/specs/imex` manifests, unchanged, through `dra-gpu simulate` on GB200 nodes.
+"""ComputeDomain workloads of the shapes NVIDIA's demos use, through `dra-gpu simulate` on GB200.
 
-What their authors expect (the demo's README.sh): the channel-injection pods
-get their IMEX channel (one, or all with `allocationMode: All`); each
-nvbandwidth MPIJob runs its workers, 2 GPUs and the domain's channel each, on
-nodes of one NVLink clique, and its launcher on a control-plane node; two jobs
-with their own ComputeDomains run side by side on separate nodes; queued all at
-once on 4 nodes, the big job runs and the others wait for its nodes.
+The manifests (data/compute-domain-demos/) are our own, one per shape that
+NVIDIA's `demo/specs/imex` has (computedomain.md §1.4), with the outcome that
+demo's authors expect: a pod gets its IMEX channel (one, or all with
+`allocationMode: All`); an MPIJob runs its workers, 2 GPUs and the domain's
+channel each, on nodes of one NVLink clique, and its launcher on a
+control-plane node; two jobs with their own ComputeDomains run side by side on
+separate nodes; queued all at once on 4 nodes, the big job runs and the others
+wait for its nodes. NVIDIA's files themselves are checked, from a directory
+given at run time, by `python -m bench.nvidia_imex_demos` (not part of the tests).
 
 The workers ask for GPUs as `nvidia.com/gpu: 2`, a device-plugin resource:
 simulated nodes have no device plugin, so the workers are placed where
 DRAExtendedResource lets our `gpu.nvidia.com` DeviceClass serve it
 (`--feature-gates DRAExtendedResource=true` on 1.35; on by default from 1.36).
 The launcher's node affinity asks for `node-role.kubernetes.io/control-plane`:
-the tests add that Node, as the cluster the demo ran on has one.
+the tests add that Node, as a real cluster has one.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import yaml
 
 from dra_driver.cli import main
 
-DEMOS = Path(__file__).parent / "data" / "imex"
+DEMOS = Path(__file__).parent / "data" / "compute-domain-demos"
 GATE = ("--feature-gates", "DRAExtendedResource=true")
 CONTROL_PLANE = (
     "apiVersion: v1\nkind: Node\nmetadata:\n  name: control-plane\n  labels:\n"
@@ -73,94 +76,92 @@ def _workers(job: str, count: int) -> list[str]:
     return [f"default/{job}-worker-{i}" for i in range(count)]
 
 
-def test_channel_injection_gets_channel_0(
+def test_a_pod_with_the_channel_claim_gets_channel_0(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    code, pods = _simulate(capsys, tmp_path, ["channel-injection.yaml"], "--nodes", "gb200-node=1")
+    code, pods = _simulate(capsys, tmp_path, ["one-channel.yaml"], "--nodes", "gb200-node=1")
     assert code == 0
-    placement = pods["default/imex-channel-injection"]
-    assert _channel(placement) == ("gb200-node-0", "channel-0", _uid("imex-channel-injection"))
+    placement = pods["default/channel-reader"]
+    assert _channel(placement) == ("gb200-node-0", "channel-0", _uid("single-channel-domain"))
     (claim,) = placement["claims"]
     assert claim["config"][0]["opaque"]["parameters"]["allocationMode"] == "Single"
 
 
-def test_channel_injection_all_gets_the_channel_with_allocation_mode_all(
+def test_with_allocation_mode_all_the_pod_gets_channel_0_marked_all(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    code, pods = _simulate(
-        capsys, tmp_path, ["channel-injection-all.yaml"], "--nodes", "gb200-node=1"
-    )
+    code, pods = _simulate(capsys, tmp_path, ["all-channels.yaml"], "--nodes", "gb200-node=1")
     assert code == 0
-    placement = pods["default/imex-channel-injection-all"]
-    assert _channel(placement) == ("gb200-node-0", "channel-0", _uid("imex-channel-injection-all"))
+    placement = pods["default/every-channel-reader"]
+    assert _channel(placement) == ("gb200-node-0", "channel-0", _uid("every-channel-domain"))
     (claim,) = placement["claims"]
     assert claim["config"][0]["opaque"]["parameters"]["allocationMode"] == "All"
 
 
-def test_nvbandwidth_job_runs_4_workers_on_4_nodes_of_one_clique(
+def test_the_mpi_job_runs_4_workers_on_4_nodes_of_one_clique(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     code, pods = _simulate(
-        capsys, tmp_path, ["nvbandwidth-test-job.yaml"], "--nodes", "gb200-node=4", *GATE
+        capsys, tmp_path, ["mpi-job-four-workers.yaml"], "--nodes", "gb200-node=4", *GATE
     )
     assert code == 0
-    domain = _uid("nvbandwidth-test-compute-domain")
-    workers = [pods[name] for name in _workers("nvbandwidth-test", 4)]
+    domain = _uid("fabric-test-domain")
+    workers = [pods[name] for name in _workers("fabric-test", 4)]
     assert [_channel(w) for w in workers] == [
         (f"gb200-node-{i}", "channel-0", domain) for i in range(4)
     ]
     assert [len(_gpus(w)) for w in workers] == [2, 2, 2, 2]
-    assert pods["default/nvbandwidth-test-launcher"]["node"] == "control-plane"
+    assert pods["default/fabric-test-launcher"]["node"] == "control-plane"
     assert len(pods) == 5
 
 
-@pytest.mark.parametrize("job", ["1", "2"])
-def test_each_small_nvbandwidth_job_runs_2_workers_on_2_nodes(
+@pytest.mark.parametrize("job", ["a", "b"])
+def test_each_small_mpi_job_runs_2_workers_on_2_nodes(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, job: str
 ) -> None:
-    files = [f"nvbandwidth-test-job-{job}.yaml"]
+    files = [f"mpi-job-{job}.yaml"]
     code, pods = _simulate(capsys, tmp_path, files, "--nodes", "gb200-node=2", *GATE)
     assert code == 0
-    domain = _uid(f"nvbandwidth-test-compute-domain-{job}")
-    workers = [pods[name] for name in _workers(f"nvbandwidth-test-{job}", 2)]
+    domain = _uid(f"fabric-test-{job}-domain")
+    workers = [pods[name] for name in _workers(f"fabric-test-{job}", 2)]
     assert [_channel(w) for w in workers] == [
         ("gb200-node-0", "channel-0", domain),
         ("gb200-node-1", "channel-0", domain),
     ]
-    assert pods[f"default/nvbandwidth-test-{job}-launcher"]["node"] == "control-plane"
+    assert pods[f"default/fabric-test-{job}-launcher"]["node"] == "control-plane"
 
 
 def test_two_jobs_with_their_own_compute_domains_run_on_separate_nodes(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    files = ["nvbandwidth-test-job-1.yaml", "nvbandwidth-test-job-2.yaml"]
+    files = ["mpi-job-a.yaml", "mpi-job-b.yaml"]
     code, pods = _simulate(capsys, tmp_path, files, "--nodes", "gb200-node=4", *GATE)
     assert code == 0
     nodes = {
-        job: {_channel(pods[name])[0] for name in _workers(f"nvbandwidth-test-{job}", 2)}
-        for job in ("1", "2")
+        job: {_channel(pods[name])[0] for name in _workers(f"fabric-test-{job}", 2)}
+        for job in ("a", "b")
     }
-    assert nodes == {"1": {"gb200-node-0", "gb200-node-1"}, "2": {"gb200-node-2", "gb200-node-3"}}
+    assert nodes == {"a": {"gb200-node-0", "gb200-node-1"}, "b": {"gb200-node-2", "gb200-node-3"}}
 
 
 def test_three_jobs_queued_at_once_the_others_wait_for_the_first_ones_nodes(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     files = [
-        "nvbandwidth-test-job.yaml",
-        "nvbandwidth-test-job-1.yaml",
-        "nvbandwidth-test-job-2.yaml",
+        "mpi-job-four-workers.yaml",
+        "mpi-job-a.yaml",
+        "mpi-job-b.yaml",
     ]
     code, pods = _simulate(capsys, tmp_path, files, "--nodes", "gb200-node=4", *GATE)
     assert code == 1
-    assert all(pods[name]["placed"] for name in _workers("nvbandwidth-test", 4))
-    waiting = _workers("nvbandwidth-test-1", 2) + _workers("nvbandwidth-test-2", 2)
+    assert all(pods[name]["placed"] for name in _workers("fabric-test", 4))
+    waiting = _workers("fabric-test-a", 2) + _workers("fabric-test-b", 2)
     assert not any(pods[name]["placed"] for name in waiting)
-    reason = pods["default/nvbandwidth-test-1-worker-0"]["reason"]
+    reason = pods["default/fabric-test-a-worker-0"]["reason"]
     assert reason == (
-        "no node can give ComputeDomain default/nvbandwidth-test-compute-domain-1's pod an IMEX "
+        "no node can give ComputeDomain default/fabric-test-a-domain's pod an IMEX "
         "channel: gb200-node-0, gb200-node-1, gb200-node-2 and 1 more (4 nodes) already serve "
-        "ComputeDomain default/nvbandwidth-test-compute-domain (one IMEX daemon per node: one "
+        "ComputeDomain default/fabric-test-domain (one IMEX daemon per node: one "
         "ComputeDomain at a time); control-plane: publishes no compute-domain.nvidia.com devices"
     )
 
@@ -168,11 +169,11 @@ def test_three_jobs_queued_at_once_the_others_wait_for_the_first_ones_nodes(
 def test_the_job_without_a_compute_domain_needs_no_fabric(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    files = ["nvbandwidth-test-no-compute-domain-job.yaml"]
+    files = ["mpi-job-no-domain.yaml"]
     for nodes in ("gb200-node=2", "dgx-h100=1"):
         code, pods = _simulate(capsys, tmp_path, files, "--nodes", nodes, *GATE)
         assert code == 0, nodes
-        workers = [pods[name] for name in _workers("nvbandwidth-test", 4)]
+        workers = [pods[name] for name in _workers("gpu-only-test", 4)]
         assert [len(_gpus(w)) for w in workers] == [2, 2, 2, 2]
         assert all(len(w["claims"]) == 1 for w in workers)  # GPUs only, no channel
 
@@ -181,14 +182,14 @@ def test_without_dra_extended_resources_the_workers_say_what_serves_nvidia_com_g
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     code, pods = _simulate(
-        capsys, tmp_path, ["nvbandwidth-test-job.yaml"], "--nodes", "gb200-node=4"
+        capsys, tmp_path, ["mpi-job-four-workers.yaml"], "--nodes", "gb200-node=4"
     )
     assert code == 1
-    assert pods["default/nvbandwidth-test-worker-0"]["reason"] == (
+    assert pods["default/fabric-test-worker-0"]["reason"] == (
         "Insufficient nvidia.com/gpu: no simulated node has a device plugin for it and the "
         "DRAExtendedResource feature gate is off"
     )
-    assert pods["default/nvbandwidth-test-launcher"]["node"] == "control-plane"
+    assert pods["default/fabric-test-launcher"]["node"] == "control-plane"
 
 
 def test_on_kubernetes_1_36_the_workers_share_nodes_and_numnodes_4_is_not_reached(
@@ -198,15 +199,15 @@ def test_on_kubernetes_1_36_the_workers_share_nodes_and_numnodes_4_is_not_reache
     share a 4-GPU node and its channel, so the domain's `numNodes: 4` is never reached."""
     node = tmp_path / "control-plane.yaml"
     node.write_text(CONTROL_PLANE)
-    job = str(DEMOS / "nvbandwidth-test-job.yaml")
+    job = str(DEMOS / "mpi-job-four-workers.yaml")
     args = ["-f", job, "-f", str(node), "--nodes", "gb200-node=4", "--kubernetes", "1.36"]
     assert main(["simulate", *args, "-o", "yaml"]) == 0
     captured = capsys.readouterr()
     pods = {p["pod"]: p for p in yaml.safe_load(captured.out)}
-    nodes = [_channel(pods[name])[0] for name in _workers("nvbandwidth-test", 4)]
+    nodes = [_channel(pods[name])[0] for name in _workers("fabric-test", 4)]
     assert nodes == ["gb200-node-0", "gb200-node-0", "gb200-node-1", "gb200-node-1"]
     assert captured.err == (
-        "note: ComputeDomain default/nvbandwidth-test-compute-domain has numNodes 4, but its "
+        "note: ComputeDomain default/fabric-test-domain has numNodes 4, but its "
         "pods are on 2 nodes: its pods get their channels, and its Ready condition stays False "
         "(WaitingForNodes) until 4 nodes have joined (numNodes is deprecated; 0 waits for no "
         "count)\n"
