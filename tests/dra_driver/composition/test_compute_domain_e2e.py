@@ -8,6 +8,10 @@ template, the scheduler's allocator, Prepare over each node's socket), a
 lost node, a reused IP address, a fabric that settles late, a deletion under
 running work, a controller failover. Every scenario asserts its wall-clock
 bound with `time.monotonic()`; intervals are short through the daemons' flags.
+Scenarios: E1 (a 2-node domain on 4 nodes), E2 (allocationMode All), E3 (a node lost),
+E4 (a second domain in the clique, a reused IP), E6 (a fabric that settles late), E7 (a
+node without multi-node NVLink), E8 (deletion under running work, and a domain forced
+away), E9 (leader failover).
 The daemons are started through the suite's fork server (`tests.fakes.zygote`).
 """
 
