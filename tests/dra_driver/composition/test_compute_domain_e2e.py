@@ -11,7 +11,7 @@ bound with `time.monotonic()`; intervals are short through the daemons' flags.
 Scenarios: E1 (a 2-node domain on 4 nodes), E2 (allocationMode All), E3 (a node lost),
 E4 (a second domain in the clique, a reused IP), E6 (a fabric that settles late), E7 (a
 node without multi-node NVLink), E8 (deletion under running work, and a domain forced
-away), E9 (leader failover).
+away), E9 (leader failover), E12 (host-managed IMEX).
 The daemons are started through the suite's fork server (`tests.fakes.zygote`).
 """
 
@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -451,3 +454,68 @@ def test_e7_a_node_without_multi_node_nvlink_offers_no_channel(make_cluster: Any
     )
     elapsed = time.monotonic() - began
     assert elapsed < 15.0, f"E7 took {elapsed:.1f} s"
+
+
+def test_e12_host_managed_imex_forces_single_and_waits_for_the_host_daemon(
+    make_cluster: Any, tmp_path: Path
+) -> None:
+    sock = Path(tempfile.mkdtemp(prefix="dra-gpu-host-imex-", dir="/tmp")) / "imex_ctrl.sock"
+    cluster = make_cluster(
+        1,
+        plugin_args=["--imex-mode=hostManaged", f"--imex-host-socket-path={sock}"],
+        controller_args=["--imex-mode=hostManaged"],
+    ).start()
+    node = cluster.nodes["node-1"]
+    began = time.monotonic()
+    uid = cluster.apply_compute_domain(NS, "hosted", "hosted-channel", allocation_mode="All")[
+        "metadata"
+    ]["uid"]
+    template = cluster.wait_for(lambda: _templates(cluster, uid), "template", 10.0)[0]
+    config = template["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
+    assert config["allocationMode"] == "Single"  # the host's IMEX has channel 0 only
+    published = [
+        d["name"]
+        for s in cluster.store.list_resource_slices(driver=DRIVER_NAME, node_name="node-1")
+        for d in s["spec"].get("devices") or []
+    ]
+    assert published == ["channel-0"]  # no daemon device in host-managed mode
+
+    # No host IMEX yet: Prepare keeps failing, saying what it waits for.
+    with pytest.raises(PodPlacementError, match=r"(?i)ready"):
+        cluster.run_pod(channel_pod(NS, "hosted-0", "hosted-channel", node="node-1"), timeout=3.0)
+    host_imex = _start_host_imex(node, sock, tmp_path)
+    try:
+        pod = cluster.kubelet.run_pod(
+            channel_pod(NS, "hosted-0", "hosted-channel", node="node-1"), timeout=15.0
+        )
+        assert [n["path"] for n in pod.device_nodes] == [CHANNEL]
+        assert not _members(cluster, uid)  # the host runs IMEX: no member, no IMEX host work
+    finally:
+        host_imex.kill()
+        host_imex.wait(timeout=10)
+        shutil.rmtree(sock.parent, ignore_errors=True)
+    elapsed = time.monotonic() - began
+    assert elapsed < 25.0, f"E12 took {elapsed:.1f} s"
+
+
+def _start_host_imex(node: SimNode, sock: Path, work: Path) -> subprocess.Popen[bytes]:
+    """The host's own nvidia-imex service (the stand-in), answering on `sock`."""
+    nodes = work / "nodes.cfg"
+    nodes.write_text("host-imex-0\n")
+    hosts = work / "hosts"
+    hosts.write_text(f"{node.ip} host-imex-0\n")
+    cfg = work / "imexd.cfg"
+    cfg.write_text(
+        f"LOG_FILE_NAME=\nBIND_INTERFACE_IP={node.ip}\nSERVER_PORT=50000\n"
+        f"IMEX_NODE_CONFIG_FILE={nodes}\nIMEX_CMD_ENABLED=1\nIMEX_CMD_PORT=50005\n"
+        f"IMEX_CMD_BIND_INTERFACE_IP={node.ip}\nIMEX_CMD_UNIX_DOMAIN_PATH={sock}\n"
+    )
+    env = {**os.environ, "IMEX_STANDIN_HOSTS_FILE": str(hosts)}
+    with (work / "host-imex.log").open("wb") as log:
+        return subprocess.Popen(
+            [str(node.driver_root / "usr" / "bin" / "nvidia-imex"), "-c", str(cfg)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
