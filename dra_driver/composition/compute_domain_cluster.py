@@ -321,6 +321,34 @@ class SimNode:
                 time.sleep(0.05)
             self.access.client(DEFAULT_DRIVER_NAME).register()
 
+    def restart_plugin(self, timeout: float = START_TIMEOUT_S) -> None:
+        """SIGKILL the CD plugin (a crash, an upgrade's hard stop) and start it again; returns
+        once the new one serves and the kubelet registered it."""
+        self.plugin.kill()
+        self.access.close()
+        stale = _identity(self.registration_socket)
+        self.plugin.start()
+        deadline = time.monotonic() + timeout
+        while _identity(self.registration_socket) in (None, stale):
+            self.plugin.require_running()
+            if time.monotonic() > deadline:
+                raise PluginError(f"{self.plugin.what}: no new registration socket after restart")
+            time.sleep(0.05)
+        self.access.client(DRIVER_NAME).register()
+
+    def restart_imex_host(self) -> None:
+        """SIGKILL the IMEX host and start it again (its IMEX daemons keep running)."""
+        self.imex_host.kill()
+        self.imex_host.start()
+
+    def imex_log(self, domain_uid: str) -> str:
+        """What the node's IMEX daemon of the domain logged (all its runs)."""
+        path = self.imex_state_dir / "domains" / domain_uid / "nvidia-imex.log"
+        try:
+            return path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
     def imex_daemon_pids(self) -> list[int]:
         """The IMEX daemons (stand-ins) running for this node: processes whose command line
         names a domain's config under the node's IMEX state directory (`-c <dir>/domains/
@@ -776,6 +804,15 @@ def processes_naming(path: Path) -> list[int]:
         if needle in cmdline and int(entry) != os.getpid():
             found.append(int(entry))
     return found
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """Inode and change time: tells a new socket from a stale one at the same path."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return None
+    return info.st_ino, info.st_ctime_ns
 
 
 def _cmdline(pid: int) -> list[bytes]:

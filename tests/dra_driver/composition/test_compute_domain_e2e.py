@@ -9,7 +9,8 @@ lost node, a reused IP address, a fabric that settles late, a deletion under
 running work, a controller failover. Every scenario asserts its wall-clock
 bound with `time.monotonic()`; intervals are short through the daemons' flags.
 Scenarios: E1 (a 2-node domain on 4 nodes), E2 (allocationMode All), E3 (a node lost),
-E4 (a second domain in the clique, a reused IP), E6 (a fabric that settles late), E7 (a
+E4 (a second domain in the clique, a reused IP), E5 (an IMEX host and a plugin restarted,
+a node joining, a pod re-created), E6 (a fabric that settles late), E7 (a
 node without multi-node NVLink), E8 (deletion under running work, and a domain forced
 away), E9 (leader failover), E12 (host-managed IMEX).
 The daemons are started through the suite's fork server (`tests.fakes.zygote`).
@@ -519,3 +520,48 @@ def _start_host_imex(node: SimNode, sock: Path, work: Path) -> subprocess.Popen[
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+def test_e5_restarts_and_a_joining_node_keep_indices_and_imex(make_cluster: Any) -> None:
+    cluster = make_cluster(3).start()
+    uid, _ = _ready_domain(cluster, "steady", ["node-1", "node-2"])
+    began = time.monotonic()
+
+    def indices() -> dict[str, int]:
+        rows = [r for c in _cliques(cluster, uid) for r in membership.clique_rows(c)]
+        return {r.node_name: r.index for r in rows}
+
+    def ready(n: str) -> bool:
+        member = _members(cluster, uid).get(n)
+        return member is not None and membership.member_status(member).state == "Ready"
+
+    before = indices()
+    imex = {n: cluster.nodes[n].imex_daemon_pids() for n in ("node-1", "node-2")}
+    # The CD plugin of node-2 dies and comes back (a crash, an upgrade): IMEX runs on.
+    cluster.nodes["node-2"].restart_plugin()
+    assert {n: cluster.nodes[n].imex_daemon_pids() for n in imex} == imex
+    # A third node joins: the others' IMEX re-resolve (SIGUSR1); none is restarted.
+    cluster.run_pod(channel_pod(NS, "steady-node-3", "steady-channel", node="node-3"))
+    cluster.wait_for(
+        lambda: len(indices()) == 3 and _is(cluster, "steady", "Ready"), "3 nodes Ready", 20.0
+    )
+    assert indices() == {**before, "node-3": 2}
+    assert {n: cluster.nodes[n].imex_daemon_pids() for n in imex} == imex
+    for n in imex:
+        assert "SIGUSR1: re-resolving" in cluster.nodes[n].imex_log(uid)
+        assert "127.0.1.3" in _imex_hosts(cluster.nodes[n]).values()
+    # A workload pod deleted and created again prepares again, on its old index.
+    assert set(cluster.delete_pod(NS, "steady-node-2").values()) == {""}
+    again = cluster.run_pod(channel_pod(NS, "steady-node-2", "steady-channel", node="node-2"))
+    assert [n["path"] for n in again.device_nodes] == [CHANNEL]
+    assert indices() == {**before, "node-3": 2}
+    cluster.wait_for(lambda: _is(cluster, "steady", "Ready"), "Ready after the re-join", 20.0)
+    # The IMEX host of node-1 dies and comes back: it adopts the running IMEX.
+    pids = cluster.nodes["node-1"].imex_daemon_pids()
+    cluster.nodes["node-1"].restart_imex_host()
+    time.sleep(1.0)  # the new host has looked at its member and its IMEX
+    cluster.wait_for(lambda: ready("node-1"), "node-1 Ready after its IMEX host restarted", 10.0)
+    assert cluster.nodes["node-1"].imex_daemon_pids() == pids
+    assert _is(cluster, "steady", "Ready")
+    elapsed = time.monotonic() - began
+    assert elapsed < 40.0, f"E5 took {elapsed:.1f} s"
