@@ -36,6 +36,7 @@ from dra_driver.composition.compute_domain_cluster import (
     ComputeDomainCluster,
     SimNode,
     channel_pod,
+    processes_naming,
 )
 from dra_driver.composition.compute_domain_kubelet import PodPlacementError
 from dra_driver.compute_domain import membership
@@ -76,6 +77,9 @@ def make_cluster() -> Iterator[Any]:
     yield make
     for cluster in made:
         cluster.close()
+        # Every scenario leaves nothing running: daemons, IMEX daemons, the work directory.
+        assert processes_naming(cluster.work) == []
+        assert not cluster.work.exists()
 
 
 # -- reading what the cluster did --------------------------------------------------------
@@ -406,17 +410,6 @@ def test_e9_leader_failover_within_the_lease_and_no_duplicate_template(
     assert takeover <= TIMING.lease_duration + 2 * (TIMING.retry_period or 0) + 1.0, (
         f"takeover after {takeover:.1f} s"
     )
-
-
-def test_no_process_of_a_closed_cluster_is_left(make_cluster: Any) -> None:
-    cluster = make_cluster(1).start()
-    _ready_domain(cluster, "tidy", ["node-1"])
-    work = cluster.work
-    cluster.close()
-    from dra_driver.composition.compute_domain_cluster import processes_naming
-
-    assert processes_naming(work) == []
-    assert not os.path.exists(work)
 
 
 def test_e2_allocation_mode_all_injects_every_channel(make_cluster: Any) -> None:
