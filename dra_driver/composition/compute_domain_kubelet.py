@@ -164,6 +164,12 @@ class SchedulerKubelet:
         self._node_names = node_names
         self._allocate_lock = threading.Lock()
         self._running: dict[str, RunningPod] = {}
+        # The scheduler's view of allocated devices, kept in memory as kube-scheduler keeps
+        # its cache (claims it allocated are added, claims it deleted removed), not re-read
+        # from the store at every pod: 256 pods would read 256 claims each.
+        self._state: AllocatedState | None = None
+        # Claims this stand-in created, by (pod uid, pod claim name): found again on a retry.
+        self._made: dict[tuple[str, str], Obj] = {}
 
     @property
     def running(self) -> dict[str, RunningPod]:
@@ -188,25 +194,16 @@ class SchedulerKubelet:
                     f"Pod {namespace}/{meta['name']}: spec.resourceClaims[{entry.get('name')}]: "
                     "names neither resourceClaimName nor resourceClaimTemplateName"
                 )
-            existing = self._claim_of(namespace, meta["uid"], entry["name"])
-            if existing is not None:
-                out.append(existing)
+            key = (meta["uid"], entry["name"])
+            made = self._made.get(key)
+            if made is not None:
+                out.append(self._cluster.get_resource_claim(namespace, made["metadata"]["name"]))
                 continue
             template = self._wait_template(namespace, template_name, meta["name"], timeout)
-            out.append(self._cluster.put_resource_claim(_claim_from(template, pod, entry["name"])))
+            made = self._cluster.put_resource_claim(_claim_from(template, pod, entry["name"]))
+            self._made[key] = made
+            out.append(made)
         return out
-
-    def _claim_of(self, namespace: str, pod_uid: str, claim_name: str) -> Obj | None:
-        for claim in self._cluster.list_resource_claims(namespace):
-            cmeta = claim["metadata"]
-            owners = cmeta.get("ownerReferences") or []
-            annotations = cmeta.get("annotations") or {}
-            if (
-                any(o.get("uid") == pod_uid for o in owners)
-                and annotations.get(POD_CLAIM_NAME_ANNOTATION) == claim_name
-            ):
-                return claim
-        return None
 
     def _wait_template(self, namespace: str, name: str, pod: str, timeout: float) -> Obj:
         deadline = time.monotonic() + timeout
@@ -265,10 +262,13 @@ class SchedulerKubelet:
         (claims allocated before pin the node); the node and the stored claims.
         AllocationError says why none fits."""
         with self._allocate_lock:
-            stored = self._cluster.list_resource_claims()
-            state = AllocatedState(
-                c for c in stored if (c.get("status") or {}).get("allocation") is not None
-            )
+            if self._state is None:  # what was allocated before this stand-in started
+                self._state = AllocatedState(
+                    c
+                    for c in self._cluster.list_resource_claims()
+                    if (c.get("status") or {}).get("allocation") is not None
+                )
+            state = self._state
             allocator = Allocator(
                 self._cluster.list_resource_slices(),
                 self._cluster.list_device_classes(),
@@ -304,7 +304,9 @@ class SchedulerKubelet:
                             {"resource": "pods", "name": meta["name"], "uid": meta["uid"]}
                         ],
                     }
-                    out.append(self._cluster.update_resource_claim_status(done))
+                    stored = self._cluster.update_resource_claim_status(done)
+                    state.add(stored)
+                    out.append(stored)
                 return node.name, out
             raise AllocationError(
                 f"Pod {_pod_key(pod)}: its claims fit on none of "
@@ -430,8 +432,12 @@ class SchedulerKubelet:
         else:
             for ref in (pc.ref for pc in running.claims):
                 outcome[ref.name] = f"node {running.node} is down: not unprepared"
-        for pc in running.claims:
-            self._cluster.delete_resource_claim(namespace, pc.ref.name)
+        with self._allocate_lock:
+            for pc in running.claims:
+                self._cluster.delete_resource_claim(namespace, pc.ref.name)
+                if self._state is not None:
+                    self._state.remove(pc.claim)
+                self._made.pop((running.uid, _pod_claim_name(pc.claim)), None)
         return outcome
 
     def forget_node(self, node: str) -> list[RunningPod]:
@@ -485,6 +491,11 @@ def _claim_from(template: Obj, pod: Mapping[str, Any], claim_name: str) -> Obj:
         },
         "spec": copy.deepcopy((template.get("spec") or {}).get("spec") or {}),
     }
+
+
+def _pod_claim_name(claim: Mapping[str, Any]) -> str:
+    annotations = (claim.get("metadata") or {}).get("annotations") or {}
+    return str(annotations.get(POD_CLAIM_NAME_ANNOTATION, ""))
 
 
 def _drivers(claim: Mapping[str, Any]) -> frozenset[str]:
