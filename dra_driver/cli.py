@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, cast
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.compute_domain.names import DRIVER_NAME as COMPUTE_DOMAIN_DRIVER
@@ -36,6 +36,7 @@ from dra_driver.node.feature_gates import PASSTHROUGH_SUPPORT, parse_driver_gate
 if TYPE_CHECKING:
     from dra_driver.container.driver_root import DriverRoot
     from dra_driver.hardware.machine import Hardware
+    from dra_driver.kube.object_store import ObjectStore
     from dra_driver.scheduling.whatif.command import ScenarioOptions
 
 SHAPES = (
@@ -733,6 +734,140 @@ def _run_mps_host(args: argparse.Namespace) -> int:
     )
 
 
+# ---------------------------------------------------------------- imex-host
+
+
+def _positive_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be 1 or more")
+    return value
+
+
+def _imex_host_flags(parser: argparse.ArgumentParser) -> None:
+    _add_node_name_flag(parser, help="the node this IMEX host serves")
+    parser.add_argument(
+        "--node-ip",
+        default=os.environ.get("NODE_IP") or None,
+        required=not os.environ.get("NODE_IP"),
+        help="the node's address, on which IMEX listens and which its peers are told "
+        "(the DaemonSet passes status.hostIP; env NODE_IP)",
+    )
+    parser.add_argument(
+        "--cluster",
+        default="kube",
+        help="'kube' (in-cluster or kubeconfig) or 'local:DIR' (a directory of YAML objects)",
+    )
+    parser.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then ~/.kube)")
+    parser.add_argument(
+        "--namespace",
+        default=os.environ.get("NAMESPACE") or None,
+        required=not os.environ.get("NAMESPACE"),
+        help="the driver's namespace, where ComputeDomainMembers and ComputeDomainCliques live "
+        "(env NAMESPACE)",
+    )
+    _add_hardware_flags(parser)
+    _add_driver_root_flags(parser)
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path("/var/lib/dra-gpu/imex"),
+        help="where each domain's imexd.cfg, nodes.cfg, hosts file, pid file and IMEX log live",
+    )
+    parser.add_argument(
+        "--hosts-file",
+        type=Path,
+        default=None,
+        help="also keep the IMEX names in this shared hosts file (/etc/hosts, which the real "
+        "nvidia-imex resolves names in); default: only the domain's own hosts file",
+    )
+    parser.add_argument(
+        "--max-nodes-per-imex-domain",
+        type=_positive_count,
+        default=int(os.environ.get("MAX_NODES_PER_IMEX_DOMAIN") or 18),
+        help="lines of nodes.cfg; must equal the controller's (env MAX_NODES_PER_IMEX_DOMAIN)",
+    )
+    parser.add_argument(
+        "--imex-host-socket-path",
+        default=os.environ.get("IMEX_HOST_SOCKET_PATH") or "/etc/nvidia-imex/imex_ctrl.sock",
+        help="a host nvidia-imex service's command socket; one that answers there (under "
+        "--host-root) is reported on every member as HostImexRunning (env IMEX_HOST_SOCKET_PATH)",
+    )
+    parser.add_argument(
+        "--host-root",
+        type=Path,
+        default=Path("/"),
+        help="where the host's file system is mounted in this process's container",
+    )
+    parser.add_argument(
+        "--poll-interval",
+        type=_positive_seconds,
+        default=0.5,
+        help="seconds between nvidia-imex-ctl polls while the daemon is not Ready and connected",
+    )
+    parser.add_argument(
+        "--ready-poll-interval",
+        type=_positive_seconds,
+        default=10.0,
+        help="seconds between nvidia-imex-ctl polls once it is Ready and connected",
+    )
+    parser.add_argument(
+        "--sigusr1-min-interval",
+        type=_positive_seconds,
+        default=5.0,
+        help="seconds between two SIGUSR1 to IMEX (it ignores one sooner than 5 s after the "
+        "last); a later peer change waits for it",
+    )
+    parser.add_argument(
+        "--driver-retry-interval",
+        type=_positive_seconds,
+        default=10.0,
+        help="seconds between attempts to find nvidia-imex while the driver is missing",
+    )
+
+
+def _object_store(args: argparse.Namespace) -> ObjectStore:
+    """The --cluster store, as an ObjectStore (the ComputeDomain kinds)."""
+    from dra_driver.kube.access import open_cluster
+
+    store = open_cluster(args.cluster, kubeconfig=args.kubeconfig)
+    if not callable(getattr(store, "watch_objects", None)):
+        raise ConfigError(
+            f"--cluster {args.cluster}: this store cannot serve ComputeDomain objects"
+        )
+    return cast("ObjectStore", store)
+
+
+def _run_imex_host(args: argparse.Namespace) -> int:
+    from kubelet_plugin.imex_host import HostConfig
+    from kubelet_plugin.imex_host_main import HostOptions, run
+
+    _dump_threads_on_demand()
+    socket_path = args.host_root / str(args.imex_host_socket_path).lstrip("/")
+    return run(
+        HostOptions(
+            open_hardware=lambda: _hardware(args),
+            open_store=lambda: _object_store(args),
+            host=HostConfig(
+                node_name=args.node_name,
+                node_ip=args.node_ip,
+                namespace=args.namespace,
+                state_dir=args.state_dir,
+                max_nodes=args.max_nodes_per_imex_domain,
+                hosts_file=args.hosts_file,
+                host_socket=socket_path,
+                sigusr1_min_interval=args.sigusr1_min_interval,
+            ),
+            driver_retry_interval=args.driver_retry_interval,
+            fast_interval=args.poll_interval,
+            ready_interval=args.ready_poll_interval,
+        )
+    )
+
+
 # ---------------------------------------------------------------- mig
 
 
@@ -1358,6 +1493,17 @@ COMMANDS: tuple[Command, ...] = (
         "intent files under <kubelet root>/plugins/<driver>/mps ask. Runs as its own "
         "DaemonSet so that plugin upgrades never stop a daemon; exits on SIGTERM and leaves "
         "the daemons running.",
+    ),
+    Command(
+        "imex-host",
+        "run the node's IMEX daemon for the ComputeDomain the node is a member of",
+        _imex_host_flags,
+        _run_imex_host,
+        description="Watch this node's ComputeDomainMembers and their ComputeDomainCliques, "
+        "run nvidia-imex for the domain the node serves (config, nodes and hosts files under "
+        "--state-dir), keep its peers current and write each member's status. Runs as its own "
+        "DaemonSet (hostNetwork) so that plugin and controller upgrades never stop IMEX; exits "
+        "on SIGTERM and leaves the daemon running.",
     ),
     Command(
         "compute-domain-controller",
