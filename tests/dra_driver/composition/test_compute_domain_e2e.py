@@ -12,12 +12,14 @@ Scenarios: E1 (a 2-node domain on 4 nodes), E2 (allocationMode All), E3 (a node 
 E4 (a second domain in the clique, a reused IP), E5 (an IMEX host and a plugin restarted,
 a node joining, a pod re-created), E6 (a fabric that settles late), E7 (a
 node without multi-node NVLink), E8 (deletion under running work, and a domain forced
-away), E9 (leader failover), E12 (host-managed IMEX).
+away), E9 (leader failover), E12 (host-managed IMEX); and `dra-gpu demo compute-domain`.
 The daemons are started through the suite's fork server (`tests.fakes.zygote`).
 """
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import re
 import shutil
@@ -38,6 +40,7 @@ from dra_driver.composition.compute_domain_cluster import (
     channel_pod,
     processes_naming,
 )
+from dra_driver.composition.compute_domain_demo import run_compute_domain_demo
 from dra_driver.composition.compute_domain_kubelet import PodPlacementError
 from dra_driver.compute_domain import membership
 from dra_driver.compute_domain.names import DOMAIN_LABEL, DRIVER_NAME, FINALIZER, TARGET_LABEL
@@ -558,3 +561,24 @@ def test_e5_restarts_and_a_joining_node_keep_indices_and_imex(make_cluster: Any)
     assert _is(cluster, "steady", "Ready")
     elapsed = time.monotonic() - began
     assert elapsed < 40.0, f"E5 took {elapsed:.1f} s"
+
+
+def test_demo_compute_domain_reports_a_ready_domain_and_channels_as_json() -> None:
+    began = time.monotonic()
+    out = io.StringIO()
+    assert run_compute_domain_demo(nodes=2, output="json", out=out, spawn=zygote.spawn) == 0
+    report = json.loads(out.getvalue())
+    assert (report["ready"], report["channels"], report["deleted"]) == (True, True, True)
+    assert sorted(p["node"] for p in report["pods"]) == ["node-1", "node-2"]
+    for pod in report["pods"]:
+        assert pod["deviceNodes"][0]["path"] == CHANNEL
+        assert any(n["path"] == "/dev/nvidia0" for n in pod["deviceNodes"])  # and its GPUs
+    conditions = {c["type"]: c["status"] for c in report["domain"]["status"]["conditions"]}
+    assert conditions["Ready"] == "True"
+    assert {node: peer["state"] for node, peer in report["imexPeers"].items()} == {
+        "node-1": "Ready",
+        "node-2": "Ready",
+    }
+    assert all(set(p["imexCtl"].values()) == {"C"} for p in report["imexPeers"].values())
+    elapsed = time.monotonic() - began
+    assert elapsed < 45.0, f"the demo took {elapsed:.1f} s"
