@@ -248,7 +248,8 @@ def run_compute_domain_demo(
         for condition in status.get("conditions") or []:
             p.line(
                 f"{condition.get('type')}={condition.get('status')} "
-                f"({condition.get('reason', '')}): {condition.get('message', '')}"
+                f"({condition.get('reason', '')})"
+                + (f": {condition['message']}" if condition.get("message") else "")
             )
         for row in status.get("nodes") or []:
             p.line(
