@@ -168,6 +168,7 @@ class SchedulerKubelet:
         # its cache (claims it allocated are added, claims it deleted removed), not re-read
         # from the store at every pod: 256 pods would read 256 claims each.
         self._state: AllocatedState | None = None
+        self._allocator: tuple[tuple[tuple[str, Any], ...], Allocator] | None = None
         # Claims this stand-in created, by (pod uid, pod claim name): found again on a retry.
         self._made: dict[tuple[str, str], Obj] = {}
 
@@ -269,12 +270,20 @@ class SchedulerKubelet:
                     if (c.get("status") or {}).get("allocation") is not None
                 )
             state = self._state
-            allocator = Allocator(
-                self._cluster.list_resource_slices(),
-                self._cluster.list_device_classes(),
-                allocated=state,
-                features=self._features,
+            slices = self._cluster.list_resource_slices()
+            classes = self._cluster.list_device_classes()
+            # One allocator while the slices and classes stay the same, as kube-scheduler
+            # keeps its compiled selectors: a new one per pod compiles the classes' CEL again.
+            signature = tuple(
+                (o["metadata"]["name"], o["metadata"].get("resourceVersion"))
+                for o in (*slices, *classes)
             )
+            if self._allocator is None or self._allocator[0] != signature:
+                self._allocator = (
+                    signature,
+                    Allocator(slices, classes, allocated=state, features=self._features),
+                )
+            allocator = self._allocator[1]
             pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
             pinned = {n for c in claims if (n := _allocated_node(c)) is not None}
             nodes = [n for n in self.candidate_nodes(pod) if not pinned or n.name in pinned]
