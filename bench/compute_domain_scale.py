@@ -349,6 +349,10 @@ def _run_scale(*, nodes: int, cliques: int, pods_per_node: int) -> dict[str, Any
             "first_pod_s": round(min(done_at), 2),
             "last_pod_s": round(max(done_at), 2),
             "prepare_p50_s": round(prepare[len(prepare) // 2], 2),
+            "scheduled_p50_s": round(
+                sorted(p.scheduled_seconds for p in running)[len(running) // 2], 2
+            ),
+            "scheduled_max_s": round(max(p.scheduled_seconds for p in running), 2),
             "prepare_max_s": round(prepare[-1], 2),
             "writes": writes,
             "writes_per_pod": round(writes / len(pods), 2),

@@ -89,6 +89,7 @@ class RunningPod:
     prepare_seconds: float  # from the first Prepare call to the last answer without error
     prepare_attempts: int
     errors: tuple[str, ...] = field(default=())  # the errors Prepare answered before success
+    scheduled_seconds: float = 0.0  # from run_pod until its claims were created and allocated
 
     @property
     def key(self) -> str:
@@ -328,6 +329,7 @@ class SchedulerKubelet:
     def run_pod(self, pod: Mapping[str, Any], *, timeout: float = 60.0) -> RunningPod:
         """Create, allocate and prepare the pod's claims; wait (retrying as the scheduler and
         the kubelet do) until every claim prepared. PodPlacementError after `timeout`."""
+        began = time.monotonic()
         pod = _with_uid(pod)
         meta = pod["metadata"]
         namespace = meta.setdefault("namespace", "default")
@@ -348,6 +350,7 @@ class SchedulerKubelet:
             claims = [
                 self._cluster.get_resource_claim(namespace, c["metadata"]["name"]) for c in claims
             ]
+        scheduled_seconds = time.monotonic() - began
         access = self._require_node(node_name, pod)
         refs = [ClaimRef(namespace, c["metadata"]["uid"], c["metadata"]["name"]) for c in claims]
         drivers = {c["metadata"]["uid"]: _drivers(c) for c in claims}
@@ -405,6 +408,7 @@ class SchedulerKubelet:
             prepare_seconds=prepare_seconds,
             prepare_attempts=attempts,
             errors=tuple(errors),
+            scheduled_seconds=scheduled_seconds,
         )
         self._running[running.key] = running
         return running
