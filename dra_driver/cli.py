@@ -787,8 +787,9 @@ def _imex_host_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-nodes-per-imex-domain",
         type=_positive_count,
-        default=int(os.environ.get("MAX_NODES_PER_IMEX_DOMAIN") or 18),
-        help="lines of nodes.cfg; must equal the controller's (env MAX_NODES_PER_IMEX_DOMAIN)",
+        default=None,
+        help="lines of nodes.cfg; must equal the controller's (env MAX_NODES_PER_IMEX_DOMAIN, "
+        "else 18)",
     )
     parser.add_argument(
         "--imex-host-socket-path",
@@ -841,6 +842,14 @@ def _object_store(args: argparse.Namespace) -> ObjectStore:
     return cast("ObjectStore", store)
 
 
+def _max_nodes_per_imex_domain(args: argparse.Namespace) -> int:
+    """The flag, else env MAX_NODES_PER_IMEX_DOMAIN (checked when used, not when the parser is
+    built: a bad value must be one line naming it, not a traceback of every command), else 18."""
+    if args.max_nodes_per_imex_domain is not None:
+        return int(args.max_nodes_per_imex_domain)
+    return _env_int("MAX_NODES_PER_IMEX_DOMAIN", 18)
+
+
 def _run_imex_host(args: argparse.Namespace) -> int:
     from kubelet_plugin.imex_host import HostConfig
     from kubelet_plugin.imex_host_main import HostOptions, run
@@ -856,7 +865,7 @@ def _run_imex_host(args: argparse.Namespace) -> int:
                 node_ip=args.node_ip,
                 namespace=args.namespace,
                 state_dir=args.state_dir,
-                max_nodes=args.max_nodes_per_imex_domain,
+                max_nodes=_max_nodes_per_imex_domain(args),
                 hosts_file=args.hosts_file,
                 host_socket=socket_path,
                 sigusr1_min_interval=args.sigusr1_min_interval,
@@ -1443,9 +1452,7 @@ def _run_compute_domain_controller(args: argparse.Namespace) -> int:
     from controller.compute_domain.main import ControllerCommand, run
 
     _dump_threads_on_demand()
-    max_nodes = args.max_nodes_per_imex_domain
-    if max_nodes is None:
-        max_nodes = _env_int("MAX_NODES_PER_IMEX_DOMAIN", 18)
+    max_nodes = _max_nodes_per_imex_domain(args)
     return run(
         ControllerCommand(
             cluster=args.cluster,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver import cli
 from dra_driver.cli import build_parser, main
 from dra_driver.errors import DriverRootError
 from kubelet_plugin.imex_host import HostConfig
@@ -51,7 +52,8 @@ def test_node_ip_name_namespace_and_limit_come_from_the_environment(
         "10.1.2.3",
         "nvidia-dra-driver-gpu",
     )
-    assert (args.max_nodes_per_imex_domain, args.imex_host_socket_path) == (8, "/run/imex.sock")
+    assert args.imex_host_socket_path == "/run/imex.sock"
+    assert cli._max_nodes_per_imex_domain(args) == 8
 
 
 def test_without_a_node_address_it_says_so_in_one_line(
