@@ -413,7 +413,10 @@ class ComputeDomainDriver:
                     f"{other.domain_namespace}/{other.domain_name} (UID {other.domain_uid}); "
                     f"it cannot join ComputeDomain {record.domain_namespace}/"
                     f"{record.domain_name} (UID {record.domain_uid}) until that domain's "
-                    "claims on this node are gone (one IMEX daemon per node)"
+                    "claims on this node are gone (one IMEX daemon per node; the scheduler "
+                    "keeps other domains off a node serving one through channel-0's `domain` "
+                    "attribute, so this is the race of two domains scheduled at once onto a "
+                    "free node)"
                 )
 
     def _join(self, uid: str, record: ChannelRecord) -> None:

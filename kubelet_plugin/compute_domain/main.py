@@ -162,7 +162,15 @@ def _serve(
         clique_label=options.gpu_clique_label,
     )
     fabric.evaluate()
-    members = MemberWatch(objects, options.namespace)
+
+    def serve_domain() -> None:  # republish channel-0 with the domain the node serves
+        try:
+            fabric.set_domain(members.serving(options.node_name))
+        except DraGpuError as exc:
+            log.warning("cannot list this node's ComputeDomainMembers: %s", exc)
+
+    members = MemberWatch(objects, options.namespace, on_change=serve_domain)
+    serve_domain()
     host_imex = (
         HostImex(
             ctl=hardware.driver.root.in_container(IMEX_CTL),
