@@ -101,11 +101,10 @@ def with_domain(devices: tuple[dict[str, Any], ...], domain: str | None) -> list
     out: list[dict[str, Any]] = []
     for device in devices:
         if device["attributes"]["type"] == {"string": CHANNEL_TYPE}:
-            device = {
-                **device,
-                "attributes": {**device["attributes"], DOMAIN_ATTRIBUTE: {"string": domain}},
-            }
-        out.append(device)
+            attributes = {**device["attributes"], DOMAIN_ATTRIBUTE: {"string": domain}}
+            out.append({**device, "attributes": attributes})
+        else:
+            out.append(device)
     return out
 
 

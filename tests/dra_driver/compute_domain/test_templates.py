@@ -90,7 +90,7 @@ def test_the_template_is_nvidias_plus_our_domain_selector() -> None:
 def test_the_template_is_valid_for_the_api_server(release: str) -> None:
     template = workload_claim_template(decode_compute_domain(DOMAIN))
     errors = strict_errors(template, release)
-    assert errors == [], [describe(error) for error in errors]
+    assert errors == [], [describe(error) for error in errors or []]
     assert validate_claim_spec(template["spec"]["spec"], "spec.spec", Context()) == []
 
 

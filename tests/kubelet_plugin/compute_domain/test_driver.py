@@ -204,6 +204,7 @@ def test_a_second_domain_on_the_node_is_refused_naming_both(node: Node) -> None:
     error = node.prepare(other).error
     assert "ComputeDomain default/x" in error
     assert "ComputeDomain default/y" in error
+    assert "two domains scheduled at once onto a free node" in error  # the backstop says why
     assert node.members() == [member_name(DOMAIN_UID, NODE)]
     assert other.uid not in node.checkpoint().claims
 
