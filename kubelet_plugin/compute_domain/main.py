@@ -10,8 +10,10 @@ the node's one slice (`controller.publisher`) and then keep it right:
 republished when the fabric changes (`NodeFabric`, every
 `fabric_check_interval`), when someone changes the slices, and every
 `publish_interval`. The members are watched so Prepare wakes when IMEX on the
-node is Ready. SIGTERM/SIGINT stop it cleanly; the slices stay (the kubelet
-removes them when the plugin is gone for good), the clique label goes.
+node is Ready, and so `channel-0` is republished with the `domain` attribute
+while the node serves a ComputeDomain and without it after (re-read at every
+fabric check too, in case the watch missed an event). SIGTERM/SIGINT stop it
+cleanly; the slices stay (the kubelet removes them when the plugin is gone for good), the clique label goes.
 """
 
 from __future__ import annotations
@@ -229,8 +231,8 @@ def _serve(
             daemon=True,
         ),
         threading.Thread(
-            target=fabric.run,
-            args=(stop, options.fabric_check_interval),
+            target=_check,
+            args=(fabric, serve_domain, stop, options.fabric_check_interval),
             name="fabric-check",
             daemon=True,
         ),
@@ -280,6 +282,15 @@ def _serve(
                 thread.join(timeout=THREAD_JOIN_S)
     log.info("stopped")
     return 0
+
+
+def _check(
+    fabric: NodeFabric, serve_domain: Callable[[], None], stop: threading.Event, interval: float
+) -> None:
+    """Re-read the fabric and the domain the node serves every `interval` seconds."""
+    while not stop.wait(interval):
+        fabric.evaluate()
+        serve_domain()
 
 
 def _node_uid(cluster: Cluster, node_name: str) -> str | None:
