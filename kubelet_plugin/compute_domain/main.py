@@ -13,7 +13,8 @@ republished when the fabric changes (`NodeFabric`, every
 node is Ready, and so `channel-0` is republished with the `domain` attribute
 while the node serves a ComputeDomain and without it after (re-read at every
 fabric check too, in case the watch missed an event). SIGTERM/SIGINT stop it
-cleanly; the slices stay (the kubelet removes them when the plugin is gone for good), the clique label goes.
+cleanly; the slices stay (the kubelet removes them when the plugin is gone for
+good), the clique label goes.
 """
 
 from __future__ import annotations
