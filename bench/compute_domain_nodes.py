@@ -29,10 +29,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from kubelet_plugin.imex_host import HostConfig, ImexHost, serve
-from kubelet_plugin.imex_host_main import imex_runner
-from kubelet_plugin.imex_host_runner import DomainPaths, ProcessImexRunner
-
 from dra_driver.composition.compute_domain_cluster import (
     DRIVER_NAMESPACE,
     SHAPE,
@@ -46,6 +42,9 @@ from dra_driver.hardware.simulated.imex.protocol import ImexConfigError
 from dra_driver.kube.local_store import LocalCluster
 from kubelet_plugin.compute_domain.main import CdPluginOptions
 from kubelet_plugin.compute_domain.main import run as run_cd_plugin
+from kubelet_plugin.imex_host import HostConfig, ImexHost, serve
+from kubelet_plugin.imex_host_main import imex_runner
+from kubelet_plugin.imex_host_runner import DomainPaths, ProcessImexRunner
 from kubelet_plugin.stop_signals import stop_on_signals
 
 log = logging.getLogger("bench.compute_domain_nodes")
