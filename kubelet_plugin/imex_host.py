@@ -171,6 +171,10 @@ class _Domain:
     report: NodesReport | None = None
     identified: int | None = None
     settled: bool = False
+    polls: int = 0  # `nvidia-imex-ctl` polls so far
+    report_poll: int = -1  # the poll `report` comes from
+    sent_hosts: str | None = None  # the hosts file of the last start or SIGUSR1
+    sent_poll: int = -1  # the polls made before that start or SIGUSR1
 
 
 @dataclass
@@ -379,24 +383,10 @@ class ImexHost:
                 fresh = True
                 dom.started_at = now
                 dom.reload_pending = False
-                self._applied(paths, hosts_text)
+                dom.sent_hosts, dom.sent_poll = hosts_text, dom.polls
         status = self._status(dom, paths, own, rows, poll=poll or fresh)
-        if dom.process is not None and not fresh:
-            applied = _read_text(paths.applied_hosts)
-            if applied != hosts_text:
-                dom.reload_pending = True
-            # SIGUSR1 kills a process that has not set up its handler yet: wait until the
-            # daemon answers READY (or has had time to: READY may wait for its peers).
-            up = (dom.query is not None and dom.query.ready) or (
-                now - dom.started_at >= SIGNAL_AFTER_START_S
-            )
-            if dom.reload_pending and up and now - dom.last_reload_at >= cfg.sigusr1_min_interval:
-                log.info("peers of ComputeDomain %s changed: SIGUSR1 to nvidia-imex pid %d",
-                         spec.domain_uid, dom.process.pid)  # fmt: skip
-                self.runner.reload(dom.process)
-                dom.last_reload_at = now
-                dom.reload_pending = False
-                self._applied(paths, hosts_text)
+        if dom.process is not None:
+            self._apply_peers(dom, paths, hosts_text, rows, now=now, fresh=fresh)
         connected = all(state == PeerState.CONNECTED for state in status.peers.values())
         dom.settled = not dom.reload_pending and (
             (status.state == MemberState.READY and connected)
@@ -404,6 +394,79 @@ class ImexHost:
             or status.reason == Reason.INDEX_MISMATCH
         )
         return status
+
+    def _apply_peers(
+        self,
+        dom: _Domain,
+        paths: DomainPaths,
+        hosts_text: str,
+        rows: Sequence[CliqueRow],
+        *,
+        now: float,
+        fresh: bool,
+    ) -> None:
+        """Make the running daemon resolve the current hosts file, and check that it did.
+
+        IMEX ignores a SIGUSR1 within `sigusr1_min_interval` of the previous one, and a
+        host restarted in between cannot know when that was; so a signal is never taken
+        as applied. The hosts file counts as applied only once `nvidia-imex-ctl -N -j`
+        shows every current peer with an address resolved (not `I`); until then the
+        daemon is signalled again each time the interval has passed since the last send.
+        """
+        cfg = self.config
+        unresolved = self._unresolved_peers(dom, paths.domain_uid, hosts_text, rows)
+        applied = _read_text(paths.applied_hosts)
+        verified = (
+            dom.sent_hosts == hosts_text
+            and dom.report is not None
+            and dom.report_poll > dom.sent_poll
+            and dom.query is not None
+            and dom.query.ready
+        )
+        if not unresolved and (applied == hosts_text or verified):
+            if applied != hosts_text:
+                self._applied(paths, hosts_text)
+            dom.reload_pending = False
+            return
+        if fresh:
+            return  # it read this hosts file at start: checked at the next poll
+        if _read_text(paths.applied_hosts) != hosts_text or unresolved:
+            dom.reload_pending = True
+        if not dom.reload_pending:
+            return
+        # SIGUSR1 kills a process that has not set up its handler yet: wait until the
+        # daemon answers READY, or has identified itself and had time to set it up
+        # (READY may wait for its peers). A slow start is never signalled to death.
+        ready = dom.query is not None and dom.query.ready
+        up = ready or (
+            now - dom.started_at >= SIGNAL_AFTER_START_S
+            and dom.process is not None
+            and identified_node_id(read_start(paths.log, dom.process.log_offset)) is not None
+        )
+        if up and dom.process is not None and now - dom.last_reload_at >= cfg.sigusr1_min_interval:
+            log.info(
+                "peers of ComputeDomain %s not all resolved by nvidia-imex pid %d%s: SIGUSR1",
+                paths.domain_uid,
+                dom.process.pid,
+                f" (unresolved: {', '.join(sorted(unresolved))})" if unresolved else "",
+            )
+            self.runner.reload(dom.process)
+            dom.last_reload_at = now
+            dom.sent_hosts, dom.sent_poll = hosts_text, dom.polls
+
+    def _unresolved_peers(
+        self, dom: _Domain, uid: str, hosts_text: str, rows: Sequence[CliqueRow]
+    ) -> set[str]:
+        """Peers in the hosts file that the daemon's last `-N -j` shows unresolved (`I`)."""
+        if dom.report is None:
+            return set()
+        return {
+            row.node_name
+            for row in rows
+            if row.node_name != self.config.node_name
+            and imex_node_name(uid, row.index) in hosts_text.split()
+            and dom.report.nodes.get(row.index) == PeerState.INVALID
+        }
 
     def _status(
         self,
@@ -438,6 +501,7 @@ class ImexHost:
                 base, state=MemberState.STARTING, reason=Reason.STARTING, message="starting"
             )
         if poll or dom.query is None:
+            dom.polls += 1
             dom.query = self.runner.query(paths)
             if dom.query.ready:
                 if dom.identified is None:
@@ -445,6 +509,7 @@ class ImexHost:
                         read_start(paths.log, dom.process.log_offset)
                     )
                 dom.report = self.runner.nodes(paths)
+                dom.report_poll = dom.polls
         if not dom.query.ready:
             return _with(
                 base,

@@ -435,3 +435,56 @@ def test_the_identification_is_found_however_much_the_daemon_logged_since(env: E
     env.runner.ready = True
     env.host.reconcile()
     assert (env.status().state, env.status().imex_node_id) == ("Ready", 0)
+
+
+def test_an_ignored_sigusr1_is_sent_again_until_the_daemon_resolves_every_peer(
+    env: Env,
+) -> None:
+    env.add_member()
+    env.set_rows({NODE: (IP, 0), "n2": ("127.0.1.2", 1)})
+    env.runner.peer_states = {0: "C", 1: "C"}
+    env.host.reconcile()
+    # The host restarts (it cannot know when the daemon was last signalled) and n3 joins.
+    host = env.new_host()
+    host.reconcile()
+    env.set_rows({NODE: (IP, 0), "n2": ("127.0.1.2", 1), "n3": ("127.0.1.3", 2)})
+    env.runner.peer_states = {0: "C", 1: "C", 2: "I"}
+    host.reconcile()
+    assert env.runner.reloads == []  # an adopted daemon counts as signalled just now
+    env.clock.now += 5
+    host.reconcile()
+    assert len(env.runner.reloads) == 1
+    # IMEX ignored it (n3 still unresolved): the signal is not taken as applied.
+    env.clock.now += 1
+    host.reconcile()
+    assert len(env.runner.reloads) == 1  # within IMEX's interval: it would be ignored again
+    assert host.settling() is True
+    assert env.status().peers["n3"] == "I"
+    env.clock.now += 4
+    host.reconcile()
+    assert len(env.runner.reloads) == 2
+    env.runner.peer_states = {0: "C", 1: "C", 2: "C"}
+    env.clock.now += 1
+    host.reconcile()
+    assert dict(env.status().peers) == {"n2": "C", "n3": "C"}
+    assert host.settling() is False
+    env.clock.now += 10
+    host.reconcile()
+    assert len(env.runner.reloads) == 2  # applied: no more signals
+    assert env.paths().applied_hosts.read_text() == env.paths().hosts.read_text()
+
+
+def test_a_peer_the_daemon_never_resolved_is_signalled_even_if_the_file_says_applied(
+    env: Env,
+) -> None:
+    env.add_member()
+    env.set_rows({NODE: (IP, 0), "n2": ("127.0.1.2", 1)})
+    env.runner.peer_states = {1: "I"}  # e.g. the hosts file changed under it
+    env.host.reconcile()
+    env.clock.now += 1
+    env.host.reconcile()
+    assert len(env.runner.reloads) == 1
+    env.runner.peer_states = {1: "C"}
+    env.clock.now += 1
+    env.host.reconcile()
+    assert env.host.settling() is False
