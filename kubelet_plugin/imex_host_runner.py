@@ -368,11 +368,13 @@ class ProcessImexRunner:
             if pid not in self._children:
                 return
             try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
+                done, wait_status = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
-                done = pid
+                done, wait_status = pid, -1
             if done == pid:
                 self._children.discard(pid)
+                if wait_status >= 0:
+                    log.warning("nvidia-imex pid %d %s", pid, _exit_text(wait_status))
 
     def _alive(self, process: ImexProcess) -> bool:
         self._reap(process.pid)
@@ -384,6 +386,18 @@ class ProcessImexRunner:
         except OSError:
             return False
         return os.fsencode(str(config)) in argv
+
+
+def _exit_text(wait_status: int) -> str:
+    """What `waitpid`'s status says: "exited with status n" or "was killed by SIGx"."""
+    if os.WIFSIGNALED(wait_status):
+        signum = os.WTERMSIG(wait_status)
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        return f"was killed by {name}"
+    return f"exited with status {os.waitstatus_to_exitcode(wait_status)}"
 
 
 # -- the host IMEX check ----------------------------------------------------------------

@@ -488,3 +488,27 @@ def test_a_peer_the_daemon_never_resolved_is_signalled_even_if_the_file_says_app
     env.clock.now += 1
     env.host.reconcile()
     assert env.host.settling() is False
+
+
+def test_a_slow_starting_daemon_is_neither_signalled_to_death_nor_counted_as_exited(
+    env: Env,
+) -> None:
+    env.add_member()
+    env.set_rows({NODE: (IP, 0)})
+    env.runner.slow_start = True  # e.g. a loaded node: nothing logged for seconds
+    env.host.reconcile()
+    env.set_rows({NODE: (IP, 0), "n2": ("127.0.1.2", 1)})
+    for _ in range(4):  # well past the 3 s after which a quiet daemon used to be signalled
+        env.clock.now += 2
+        env.host.reconcile()
+    assert env.runner.reloads == []
+    assert env.runner.starts == [(UID, 0)]
+    status = env.status()
+    assert (status.state, status.reason) == ("Starting", "ImexStarting")
+    assert "exited" not in status.message
+    env.runner.finish_start(env.paths())
+    env.clock.now += 1
+    env.host.reconcile()
+    assert len(env.runner.reloads) == 1  # it has identified itself and answers READY
+    assert env.runner.starts == [(UID, 0)]
+    assert env.status().state == "Ready"
