@@ -123,6 +123,7 @@ class Reason:
     """`status.reason` of a member, as the IMEX host reports it."""
 
     WAITING_FOR_INDEX: Final = "WaitingForIndex"
+    CLIQUE_FULL: Final = "CliqueFull"
     STARTING: Final = "ImexStarting"
     RESTARTING: Final = "ImexRestarting"
     IMEX_FAILED: Final = "ImexFailed"
@@ -328,6 +329,17 @@ class ImexHost:
         if own is None or not 0 <= own.index < cfg.max_nodes:
             dom.settled = True  # nothing to poll: the controller's row arrives by watch
             dom.process = running
+            placed = {r.index for r in rows if 0 <= r.index < cfg.max_nodes}
+            if own is None and len(placed) >= cfg.max_nodes:
+                return MemberStatus(
+                    state=MemberState.PENDING,
+                    ip_address=cfg.node_ip,
+                    reason=Reason.CLIQUE_FULL,
+                    message=f"clique {spec.clique_id} of ComputeDomain {spec.domain_namespace}/"
+                    f"{spec.domain_name} already has {len(placed)} nodes, the limit "
+                    f"(--max-nodes-per-imex-domain {cfg.max_nodes}): node {cfg.node_name} gets "
+                    f"no IMEX index until one leaves (ComputeDomainClique {cfg.namespace}/{clique})",
+                )
             return MemberStatus(
                 state=MemberState.PENDING,
                 ip_address=cfg.node_ip,

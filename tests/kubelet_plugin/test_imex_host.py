@@ -512,3 +512,17 @@ def test_a_slow_starting_daemon_is_neither_signalled_to_death_nor_counted_as_exi
     assert len(env.runner.reloads) == 1  # it has identified itself and answers READY
     assert env.runner.starts == [(UID, 0)]
     assert env.status().state == "Ready"
+
+
+def test_a_node_beyond_a_full_clique_is_told_the_clique_is_full(env: Env) -> None:
+    env.add_member()
+    env.set_rows({f"n{i + 2}": (f"127.0.1.{i + 2}", i) for i in range(18)})  # not n1
+    env.host.reconcile()
+    status = env.status()
+    assert (status.state, status.reason) == ("Pending", "CliqueFull")
+    assert f"clique {CLIQUE} of ComputeDomain team-a/train already has 18 nodes" in status.message
+    assert "--max-nodes-per-imex-domain 18" in status.message
+    assert env.runner.starts == []
+    env.set_rows({f"n{i + 2}": (f"127.0.1.{i + 2}", i) for i in range(17)})  # one left
+    env.host.reconcile()
+    assert env.status().reason == "WaitingForIndex"
