@@ -328,6 +328,8 @@ class ImexHost:
         running = self.runner.find(paths)
         if own is None or not 0 <= own.index < cfg.max_nodes:
             dom.settled = True  # nothing to poll: the controller's row arrives by watch
+            if running is not None and dom.process is None:
+                dom.last_reload_at = self.clock()  # adopted: it may have just been signalled
             dom.process = running
             placed = {r.index for r in rows if 0 <= r.index < cfg.max_nodes}
             if own is None and len(placed) >= cfg.max_nodes:
@@ -338,7 +340,8 @@ class ImexHost:
                     message=f"clique {spec.clique_id} of ComputeDomain {spec.domain_namespace}/"
                     f"{spec.domain_name} already has {len(placed)} nodes, the limit "
                     f"(--max-nodes-per-imex-domain {cfg.max_nodes}): node {cfg.node_name} gets "
-                    f"no IMEX index until one leaves (ComputeDomainClique {cfg.namespace}/{clique})",
+                    "no IMEX index until one leaves (ComputeDomainClique "
+                    f"{cfg.namespace}/{clique})",
                 )
             return MemberStatus(
                 state=MemberState.PENDING,
@@ -455,7 +458,14 @@ class ImexHost:
             and dom.process is not None
             and identified_node_id(read_start(paths.log, dom.process.log_offset)) is not None
         )
-        if up and dom.process is not None and now - dom.last_reload_at >= cfg.sigusr1_min_interval:
+        # The clock is read again here: `now` predates this pass's `nvidia-imex-ctl` polls,
+        # which may take seconds under load, and IMEX measures from when it got the signal.
+        sending_at = self.clock()
+        if (
+            up
+            and dom.process is not None
+            and sending_at - dom.last_reload_at >= cfg.sigusr1_min_interval
+        ):
             log.info(
                 "peers of ComputeDomain %s not all resolved by nvidia-imex pid %d%s: SIGUSR1",
                 paths.domain_uid,
@@ -463,7 +473,7 @@ class ImexHost:
                 f" (unresolved: {', '.join(sorted(unresolved))})" if unresolved else "",
             )
             self.runner.reload(dom.process)
-            dom.last_reload_at = now
+            dom.last_reload_at = sending_at
             dom.sent_hosts, dom.sent_poll = hosts_text, dom.polls
 
     def _unresolved_peers(

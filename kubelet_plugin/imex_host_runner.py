@@ -373,8 +373,10 @@ class ProcessImexRunner:
                 done, wait_status = pid, -1
             if done == pid:
                 self._children.discard(pid)
-                if wait_status >= 0:
+                if wait_status > 0:
                     log.warning("nvidia-imex pid %d %s", pid, _exit_text(wait_status))
+                elif wait_status == 0:
+                    log.info("nvidia-imex pid %d exited with status 0", pid)
 
     def _alive(self, process: ImexProcess) -> bool:
         self._reap(process.pid)

@@ -526,3 +526,29 @@ def test_a_node_beyond_a_full_clique_is_told_the_clique_is_full(env: Env) -> Non
     env.set_rows({f"n{i + 2}": (f"127.0.1.{i + 2}", i) for i in range(17)})  # one left
     env.host.reconcile()
     assert env.status().reason == "WaitingForIndex"
+
+
+def test_the_signal_interval_counts_from_when_the_signal_went_not_from_the_pass_start(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env.add_member()
+    env.set_rows({NODE: (IP, 0)})
+    env.host.reconcile()
+    env.set_rows({NODE: (IP, 0), "n2": ("127.0.1.2", 1)})
+    query = env.runner.query
+
+    def slow_query(paths: DomainPaths) -> Any:  # a loaded node: nvidia-imex-ctl takes 2 s
+        env.clock.now += 2
+        return query(paths)
+
+    monkeypatch.setattr(env.runner, "query", slow_query)
+    env.host.reconcile()  # starts at t, signals at t + 2
+    assert len(env.runner.reloads) == 1
+    monkeypatch.setattr(env.runner, "query", query)
+    env.set_rows({NODE: (IP, 0), "n2": ("127.0.1.2", 1), "n3": ("127.0.1.3", 2)})
+    env.clock.now += 3  # t + 5: only 3 s after the signal, which IMEX would ignore
+    env.host.reconcile()
+    assert len(env.runner.reloads) == 1
+    env.clock.now += 2
+    env.host.reconcile()
+    assert len(env.runner.reloads) == 2

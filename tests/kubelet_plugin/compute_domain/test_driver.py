@@ -373,7 +373,10 @@ def test_a_node_beyond_a_full_clique_fails_prepare_saying_the_clique_is_full(
             node.objects,
             FakeImexRunner(),
             HostConfig(
-                node_name=NODE, node_ip="127.0.1.1", namespace=NAMESPACE, state_dir=tmp_path / "imex"
+                node_name=NODE,
+                node_ip="127.0.1.1",
+                namespace=NAMESPACE,
+                state_dir=tmp_path / "imex",
             ),
         )
         host.reconcile()  # the node's IMEX host reads the clique
