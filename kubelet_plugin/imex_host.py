@@ -26,10 +26,19 @@ slow after):
 - The served member's index comes from its `ComputeDomainClique` row, which
   the controller alone writes. The host writes `<state>/domains/<uid>/`:
   `imexd.cfg`, `nodes.cfg`, `hosts` (`dra_driver.compute_domain.imex_config`),
-  starts IMEX, sends SIGUSR1 when the peers' addresses change (at most once
-  per `sigusr1_min_interval`, which IMEX honours, so a change is never lost
-  to that rate limit) and restarts it only when its own index changed (the
-  nodes config is read once: #1418).
+  starts IMEX, sends SIGUSR1 when the peers' addresses change and restarts
+  it only when its own index changed (the nodes config is read once: #1418).
+  IMEX ignores a SIGUSR1 within 5 s of the last one, and a restarted host
+  cannot know when that was, so a signal is never taken on trust: the hosts
+  file counts as applied (`hosts.applied`) only once `nvidia-imex-ctl -N -j`
+  shows every peer in it resolved (not `I`); until then the signal is sent
+  again whenever `sigusr1_min_interval` has passed since the last send (an
+  adopted daemon counts as signalled at adoption). A daemon is never
+  signalled before it has identified itself: SIGUSR1's default action would
+  kill a slow starter without a word.
+- A member whose clique already holds `max_nodes` rows without it is told
+  so (`CliqueFull`, naming the clique, the domain and the limit), not left
+  "waiting for an index".
 - Status: `nvidia-imex-ctl -q` (READY), the daemon's own `Identified this
   node as ID n` (must equal the index, else `Failed`/`IndexMismatch`) and
   `nvidia-imex-ctl -N -j` (the peers' connection states) become the
