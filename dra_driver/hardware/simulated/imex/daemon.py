@@ -35,7 +35,9 @@ the file `DRA_GPU_FAILPOINTS_FILE` names): `imex-refuse-start`,
 `imex-crash-after:<s>` (SIGKILL itself <s> seconds after start, checked
 every 0.1 s so the file may arm it later), `imex-hang-query` (every command
 gets no answer), `imex-wrong-node-id` (identifies as the next ID, with 2+ entries),
-`imex-accept-foreign` (no domain guard).
+`imex-accept-foreign` (no domain guard), `imex-slow-start:<s>` (sleeps <s>
+seconds after its first log line, as on a loaded node, before it reads its
+files and identifies itself).
 """
 
 from __future__ import annotations
@@ -461,6 +463,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     log = _Log(stream)
     log("INFO", f"IMEX daemon (simulated) starting with config {path}")
+    slow = failpoints.armed_value("imex-slow-start")
+    if slow is not None:
+        time.sleep(float(slow or 1))
     if failpoints.armed_value("imex-refuse-start") is not None:
         log("ERROR", f"{protocol.NO_INTERFACE} found (failpoint imex-refuse-start)")
         return 1
