@@ -362,7 +362,13 @@ class ImexHost:
         now = self.clock()
         if running is None and dom.process is not None:
             dom.failures += 1
-            dom.last_exit = last_log_line(paths.log)
+            # Its last words, if it logged any this run; else how it ended (a signal?).
+            logged = _size(paths.log) > dom.process.log_offset
+            dom.last_exit = (last_log_line(paths.log) if logged else "") or (
+                f"it logged nothing and {self.runner.ended(dom.process.pid)}"
+                if self.runner.ended(dom.process.pid)
+                else ""
+            )
             dom.next_start_at = now + backoff_delay(
                 dom.failures, base=cfg.restart_backoff_base, cap=cfg.restart_backoff_cap
             )
@@ -744,6 +750,13 @@ def _read_text(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return ""
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _write_if_changed(path: Path, text: str) -> bool:

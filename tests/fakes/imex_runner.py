@@ -55,6 +55,7 @@ class FakeImexRunner:
     queries: int = 0
     hosts_at_start: list[str] = field(default_factory=list)
     slow_start: bool = False
+    ends: dict[int, str] = field(default_factory=dict)  # pid -> how it ended
     starting: dict[Path, int] = field(default_factory=dict)  # still starting: root -> index
 
     def start(self, paths: DomainPaths, *, index: int) -> ImexProcess:
@@ -85,6 +86,7 @@ class FakeImexRunner:
         for root, running in list(self.running.items()):
             if running.pid == process.pid and root in self.starting:
                 del self.running[root], self.starting[root]  # killed before its handler
+                self.ends[process.pid] = "was killed by SIGUSR1"
 
     def stop(self, paths: DomainPaths) -> None:
         if self.running.pop(paths.root, None) is not None:
@@ -95,6 +97,9 @@ class FakeImexRunner:
         if paths.root in self.running and self.ready and paths.root not in self.starting:
             return ImexQuery(True, "READY")
         return ImexQuery(False, "nvidia-imex-ctl -q: NOT READY")
+
+    def ended(self, pid: int) -> str:
+        return self.ends.get(pid, "")
 
     def nodes(self, paths: DomainPaths) -> NodesReport | None:
         if paths.root not in self.running or paths.root in self.starting:
@@ -108,6 +113,11 @@ class FakeImexRunner:
         with paths.log.open("a") as log:
             log.write("IMEX starting\n")
             log.write(f"Identified this node as ID {_identify(paths)}\n")
+
+    def die_silently(self, paths: DomainPaths, how: str) -> None:
+        """The running daemon ends without a log line (`how`: "was killed by SIGKILL")."""
+        self.starting.pop(paths.root, None)
+        self.ends[self.running.pop(paths.root).pid] = how
 
     def exit(self, paths: DomainPaths, line: str = "IMEX exiting: fatal error") -> None:
         """The running daemon dies, logging `line` last."""

@@ -552,3 +552,15 @@ def test_the_signal_interval_counts_from_when_the_signal_went_not_from_the_pass_
     env.clock.now += 2
     env.host.reconcile()
     assert len(env.runner.reloads) == 2
+
+
+def test_a_daemon_that_ends_without_a_word_is_reported_with_how_it_ended(env: Env) -> None:
+    env.add_member()
+    env.set_rows({NODE: (IP, 0)})
+    env.runner.slow_start = True
+    env.host.reconcile()
+    env.runner.die_silently(env.paths(), "was killed by SIGKILL")
+    env.host.reconcile()
+    status = env.status()
+    assert (status.state, status.reason) == ("Starting", "ImexRestarting")
+    assert "it logged nothing and was killed by SIGKILL" in status.message
