@@ -102,9 +102,11 @@ wheel-check: wheel
 		rc=$$?; [ $$rc = 0 ] || cat demo.log; cd / && rm -rf "$$tmp"; exit $$rc; }
 	@echo "wheel-check: $$(ls $(WHEEL_GLOB)) installs and runs the demo outside the source tree"
 
-## demo: the main job, on a simulated dgx-h100 node
+## demo: the main job, on a simulated dgx-h100 node; then ComputeDomains: 4 simulated GB200
+## nodes (GPU plugin, CD plugin, IMEX host each) and the controller run a 2-node domain
 demo: $(STAMP)
 	$(VENV)/bin/dra-gpu demo
+	$(VENV)/bin/dra-gpu demo compute-domain
 
 ## bench: benchmarks; numbers go into the README
 bench: $(STAMP)

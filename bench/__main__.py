@@ -31,6 +31,8 @@ BENCHMARKS: dict[str, str] = {
     "fuzz": "bench.fuzz",
     "usage-sampling": "bench.usage_sampling",
     "nvidia-prepare": "bench.nvidia_prepare",
+    "channel-prepare": "bench.channel_prepare",
+    "compute-domain-scale": "bench.compute_domain_scale",
 }
 """Benchmark name -> module; modules are imported only when their benchmark runs."""
 

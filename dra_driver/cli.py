@@ -1131,10 +1131,39 @@ def _run_cdi(args: argparse.Namespace) -> int:
 
 
 def _demo_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "scene",
+        nargs="?",
+        choices=("compute-domain",),
+        help="compute-domain: N simulated GB200 nodes (GPU plugin, ComputeDomain plugin, IMEX "
+        "host each) and the ComputeDomain controller run a 2-node ComputeDomain and its "
+        "workers; exit status 0 only when the domain becomes Ready and every worker has its "
+        "IMEX channel (default: the single-node scene on a dgx-h100)",
+    )
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=4,
+        help="compute-domain: how many simulated gb200-node nodes (at least 2)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="compute-domain: json prints one document: nodes, pods with their device nodes, "
+        "the domain's status, the IMEX peers, ready and channels",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    if args.scene == "compute-domain":
+        from dra_driver.composition.compute_domain_demo import run_compute_domain_demo
+
+        if args.nodes < 2:
+            raise ConfigError(f"--nodes {args.nodes}: the demo's ComputeDomain spans 2 nodes")
+        return run_compute_domain_demo(nodes=args.nodes, output=args.output, keep=args.keep)
     from dra_driver.composition.demo import run_demo
     from dra_driver.scheduling.whatif.node_allocation import allocate_on_node
 
@@ -1515,7 +1544,13 @@ COMMANDS: tuple[Command, ...] = (
         "whose GpuConfig or MigDeviceConfig the kubelet plugin would refuse at Prepare, with "
         "the plugin's message. TLS from the two files, reloaded when they change.",
     ),
-    Command("demo", "the whole path on a simulated dgx-h100 node", _demo_flags, _run_demo),
+    Command(
+        "demo",
+        "the whole path on a simulated dgx-h100 node (`demo compute-domain`: GB200 nodes "
+        "running a ComputeDomain)",
+        _demo_flags,
+        _run_demo,
+    ),
     Command(
         "simulate",
         "place pods and claims from YAML files on simulated nodes with the scheduler's allocator",

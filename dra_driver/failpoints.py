@@ -127,13 +127,15 @@ CD_UNPREPARE_STEPS: Final[tuple[str, ...]] = (
 # The simulated IMEX daemon's switches (`armed_value`), each a way a real one fails: refuse to
 # start ("No matching network interface", #289), die after `imex-crash-after:<seconds>` without
 # telling peers, never answer a command (`nvidia-imex-ctl` hangs), identify itself as the next
-# node ID (#1418), and talk to a daemon of another domain (#1447: what the guard prevents).
+# node ID (#1418), talk to a daemon of another domain (#1447: what the guard prevents), and
+# start slowly (`imex-slow-start:<seconds>`, a loaded node).
 IMEX_STANDIN_POINTS: Final[tuple[str, ...]] = (
     "imex-refuse-start",
     "imex-crash-after",
     "imex-hang-query",
     "imex-wrong-node-id",
     "imex-accept-foreign",
+    "imex-slow-start",
 )
 
 

@@ -26,10 +26,19 @@ slow after):
 - The served member's index comes from its `ComputeDomainClique` row, which
   the controller alone writes. The host writes `<state>/domains/<uid>/`:
   `imexd.cfg`, `nodes.cfg`, `hosts` (`dra_driver.compute_domain.imex_config`),
-  starts IMEX, sends SIGUSR1 when the peers' addresses change (at most once
-  per `sigusr1_min_interval`, which IMEX honours, so a change is never lost
-  to that rate limit) and restarts it only when its own index changed (the
-  nodes config is read once: #1418).
+  starts IMEX, sends SIGUSR1 when the peers' addresses change and restarts
+  it only when its own index changed (the nodes config is read once: #1418).
+  IMEX ignores a SIGUSR1 within 5 s of the last one, and a restarted host
+  cannot know when that was, so a signal is never taken on trust: the hosts
+  file counts as applied (`hosts.applied`) only once `nvidia-imex-ctl -N -j`
+  shows every peer in it resolved (not `I`); until then the signal is sent
+  again whenever `sigusr1_min_interval` has passed since the last send (an
+  adopted daemon counts as signalled at adoption). A daemon is never
+  signalled before it has identified itself: SIGUSR1's default action would
+  kill a slow starter without a word.
+- A member whose clique already holds `max_nodes` rows without it is told
+  so (`CliqueFull`, naming the clique, the domain and the limit), not left
+  "waiting for an index".
 - Status: `nvidia-imex-ctl -q` (READY), the daemon's own `Identified this
   node as ID n` (must equal the index, else `Failed`/`IndexMismatch`) and
   `nvidia-imex-ctl -N -j` (the peers' connection states) become the
@@ -123,6 +132,7 @@ class Reason:
     """`status.reason` of a member, as the IMEX host reports it."""
 
     WAITING_FOR_INDEX: Final = "WaitingForIndex"
+    CLIQUE_FULL: Final = "CliqueFull"
     STARTING: Final = "ImexStarting"
     RESTARTING: Final = "ImexRestarting"
     IMEX_FAILED: Final = "ImexFailed"
@@ -171,6 +181,10 @@ class _Domain:
     report: NodesReport | None = None
     identified: int | None = None
     settled: bool = False
+    polls: int = 0  # `nvidia-imex-ctl` polls so far
+    report_poll: int = -1  # the poll `report` comes from
+    sent_hosts: str | None = None  # the hosts file of the last start or SIGUSR1
+    sent_poll: int = -1  # the polls made before that start or SIGUSR1
 
 
 @dataclass
@@ -323,7 +337,21 @@ class ImexHost:
         running = self.runner.find(paths)
         if own is None or not 0 <= own.index < cfg.max_nodes:
             dom.settled = True  # nothing to poll: the controller's row arrives by watch
+            if running is not None and dom.process is None:
+                dom.last_reload_at = self.clock()  # adopted: it may have just been signalled
             dom.process = running
+            placed = {r.index for r in rows if 0 <= r.index < cfg.max_nodes}
+            if own is None and len(placed) >= cfg.max_nodes:
+                return MemberStatus(
+                    state=MemberState.PENDING,
+                    ip_address=cfg.node_ip,
+                    reason=Reason.CLIQUE_FULL,
+                    message=f"clique {spec.clique_id} of ComputeDomain {spec.domain_namespace}/"
+                    f"{spec.domain_name} already has {len(placed)} nodes, the limit "
+                    f"(--max-nodes-per-imex-domain {cfg.max_nodes}): node {cfg.node_name} gets "
+                    "no IMEX index until one leaves (ComputeDomainClique "
+                    f"{cfg.namespace}/{clique})",
+                )
             return MemberStatus(
                 state=MemberState.PENDING,
                 ip_address=cfg.node_ip,
@@ -334,7 +362,13 @@ class ImexHost:
         now = self.clock()
         if running is None and dom.process is not None:
             dom.failures += 1
-            dom.last_exit = last_log_line(paths.log)
+            # Its last words, if it logged any this run; else how it ended (a signal?).
+            logged = _size(paths.log) > dom.process.log_offset
+            dom.last_exit = (last_log_line(paths.log) if logged else "") or (
+                f"it logged nothing and {self.runner.ended(dom.process.pid)}"
+                if self.runner.ended(dom.process.pid)
+                else ""
+            )
             dom.next_start_at = now + backoff_delay(
                 dom.failures, base=cfg.restart_backoff_base, cap=cfg.restart_backoff_cap
             )
@@ -379,24 +413,10 @@ class ImexHost:
                 fresh = True
                 dom.started_at = now
                 dom.reload_pending = False
-                self._applied(paths, hosts_text)
+                dom.sent_hosts, dom.sent_poll = hosts_text, dom.polls
         status = self._status(dom, paths, own, rows, poll=poll or fresh)
-        if dom.process is not None and not fresh:
-            applied = _read_text(paths.applied_hosts)
-            if applied != hosts_text:
-                dom.reload_pending = True
-            # SIGUSR1 kills a process that has not set up its handler yet: wait until the
-            # daemon answers READY (or has had time to: READY may wait for its peers).
-            up = (dom.query is not None and dom.query.ready) or (
-                now - dom.started_at >= SIGNAL_AFTER_START_S
-            )
-            if dom.reload_pending and up and now - dom.last_reload_at >= cfg.sigusr1_min_interval:
-                log.info("peers of ComputeDomain %s changed: SIGUSR1 to nvidia-imex pid %d",
-                         spec.domain_uid, dom.process.pid)  # fmt: skip
-                self.runner.reload(dom.process)
-                dom.last_reload_at = now
-                dom.reload_pending = False
-                self._applied(paths, hosts_text)
+        if dom.process is not None:
+            self._apply_peers(dom, paths, hosts_text, rows, now=now, fresh=fresh)
         connected = all(state == PeerState.CONNECTED for state in status.peers.values())
         dom.settled = not dom.reload_pending and (
             (status.state == MemberState.READY and connected)
@@ -404,6 +424,86 @@ class ImexHost:
             or status.reason == Reason.INDEX_MISMATCH
         )
         return status
+
+    def _apply_peers(
+        self,
+        dom: _Domain,
+        paths: DomainPaths,
+        hosts_text: str,
+        rows: Sequence[CliqueRow],
+        *,
+        now: float,
+        fresh: bool,
+    ) -> None:
+        """Make the running daemon resolve the current hosts file, and check that it did.
+
+        IMEX ignores a SIGUSR1 within `sigusr1_min_interval` of the previous one, and a
+        host restarted in between cannot know when that was; so a signal is never taken
+        as applied. The hosts file counts as applied only once `nvidia-imex-ctl -N -j`
+        shows every current peer with an address resolved (not `I`); until then the
+        daemon is signalled again each time the interval has passed since the last send.
+        """
+        cfg = self.config
+        unresolved = self._unresolved_peers(dom, paths.domain_uid, hosts_text, rows)
+        applied = _read_text(paths.applied_hosts)
+        verified = (
+            dom.sent_hosts == hosts_text
+            and dom.report is not None
+            and dom.report_poll > dom.sent_poll
+            and dom.query is not None
+            and dom.query.ready
+        )
+        if not unresolved and (applied == hosts_text or verified):
+            if applied != hosts_text:
+                self._applied(paths, hosts_text)
+            dom.reload_pending = False
+            return
+        if fresh:
+            return  # it read this hosts file at start: checked at the next poll
+        if _read_text(paths.applied_hosts) != hosts_text or unresolved:
+            dom.reload_pending = True
+        if not dom.reload_pending:
+            return
+        # SIGUSR1 kills a process that has not set up its handler yet: wait until the
+        # daemon answers READY, or has identified itself and had time to set it up
+        # (READY may wait for its peers). A slow start is never signalled to death.
+        ready = dom.query is not None and dom.query.ready
+        up = ready or (
+            now - dom.started_at >= SIGNAL_AFTER_START_S
+            and dom.process is not None
+            and identified_node_id(read_start(paths.log, dom.process.log_offset)) is not None
+        )
+        # The clock is read again here: `now` predates this pass's `nvidia-imex-ctl` polls,
+        # which may take seconds under load, and IMEX measures from when it got the signal.
+        sending_at = self.clock()
+        if (
+            up
+            and dom.process is not None
+            and sending_at - dom.last_reload_at >= cfg.sigusr1_min_interval
+        ):
+            log.info(
+                "peers of ComputeDomain %s not all resolved by nvidia-imex pid %d%s: SIGUSR1",
+                paths.domain_uid,
+                dom.process.pid,
+                f" (unresolved: {', '.join(sorted(unresolved))})" if unresolved else "",
+            )
+            self.runner.reload(dom.process)
+            dom.last_reload_at = sending_at
+            dom.sent_hosts, dom.sent_poll = hosts_text, dom.polls
+
+    def _unresolved_peers(
+        self, dom: _Domain, uid: str, hosts_text: str, rows: Sequence[CliqueRow]
+    ) -> set[str]:
+        """Peers in the hosts file that the daemon's last `-N -j` shows unresolved (`I`)."""
+        if dom.report is None:
+            return set()
+        return {
+            row.node_name
+            for row in rows
+            if row.node_name != self.config.node_name
+            and imex_node_name(uid, row.index) in hosts_text.split()
+            and dom.report.nodes.get(row.index) == PeerState.INVALID
+        }
 
     def _status(
         self,
@@ -438,6 +538,7 @@ class ImexHost:
                 base, state=MemberState.STARTING, reason=Reason.STARTING, message="starting"
             )
         if poll or dom.query is None:
+            dom.polls += 1
             dom.query = self.runner.query(paths)
             if dom.query.ready:
                 if dom.identified is None:
@@ -445,6 +546,7 @@ class ImexHost:
                         read_start(paths.log, dom.process.log_offset)
                     )
                 dom.report = self.runner.nodes(paths)
+                dom.report_poll = dom.polls
         if not dom.query.ready:
             return _with(
                 base,
@@ -648,6 +750,13 @@ def _read_text(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return ""
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _write_if_changed(path: Path, text: str) -> bool:

@@ -148,6 +148,10 @@ class ImexRunner(Protocol):
         """`nvidia-imex-ctl -c <config> -q`."""
         ...
 
+    def ended(self, pid: int) -> str:
+        """How a daemon this runner started ended ("was killed by SIGUSR1"); "" if unknown."""
+        ...
+
     def nodes(self, paths: DomainPaths) -> NodesReport | None:
         """`nvidia-imex-ctl -c <config> -N -j`; None when it gives no usable answer."""
         ...
@@ -235,6 +239,7 @@ class ProcessImexRunner:
         self.stop_timeout = stop_timeout
         self._env = dict(os.environ if env is None else env)
         self._children: set[int] = set()  # started here: reaped here
+        self._ended: dict[int, str] = {}  # reaped here: how each ended
         self._lock = threading.Lock()
 
     def start(self, paths: DomainPaths, *, index: int) -> ImexProcess:
@@ -344,6 +349,10 @@ class ProcessImexRunner:
         with self._lock:
             return set(self._children)
 
+    def ended(self, pid: int) -> str:
+        with self._lock:
+            return self._ended.get(pid, "")
+
     # -- helpers ------------------------------------------------------------------
 
     def _ctl(self, paths: DomainPaths, *args: str) -> subprocess.CompletedProcess[bytes] | str:
@@ -368,11 +377,17 @@ class ProcessImexRunner:
             if pid not in self._children:
                 return
             try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
+                done, wait_status = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
-                done = pid
+                done, wait_status = pid, -1
             if done == pid:
                 self._children.discard(pid)
+                if wait_status >= 0:
+                    self._ended[pid] = _exit_text(wait_status)
+                    if len(self._ended) > 64:  # a few recent ones are all the host asks about
+                        del self._ended[next(iter(self._ended))]
+                    level = logging.WARNING if wait_status else logging.INFO
+                    log.log(level, "nvidia-imex pid %d %s", pid, self._ended[pid])
 
     def _alive(self, process: ImexProcess) -> bool:
         self._reap(process.pid)
@@ -384,6 +399,18 @@ class ProcessImexRunner:
         except OSError:
             return False
         return os.fsencode(str(config)) in argv
+
+
+def _exit_text(wait_status: int) -> str:
+    """What `waitpid`'s status says: "exited with status n" or "was killed by SIGx"."""
+    if os.WIFSIGNALED(wait_status):
+        signum = os.WTERMSIG(wait_status)
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        return f"was killed by {name}"
+    return f"exited with status {os.waitstatus_to_exitcode(wait_status)}"
 
 
 # -- the host IMEX check ----------------------------------------------------------------

@@ -27,6 +27,16 @@ point 1): where the cluster has DRAConsumableCapacity (beta in Kubernetes
 node's IMEX domain serves them all; NVIDIA allows one channel claim per node,
 computedomain.md §3.4, §7.6). An API server without the gate drops the field,
 and the node is back to NVIDIA's one claim per node. `daemon-0` stays single.
+
+Sharing alone would let the scheduler put a pod of domain B on a node that
+already serves domain A, which Prepare must refuse (one IMEX daemon per
+node) and the pod would be stuck. So while the node has a
+ComputeDomainMember, `channel-0` carries our attribute `domain` (the
+domain's UID; `with_domain`), and the workload template selects a channel
+without it or with its own UID (`templates.py`): other domains are kept off
+by the scheduler, with no feature gate. Host-managed IMEX has no members
+(all domains share the host's channel 0, computedomain.md §4.8), so there
+the attribute never appears.
 """
 
 from __future__ import annotations
@@ -34,7 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from dra_driver.compute_domain.names import CHANNEL_TYPE, DAEMON_TYPE
+from dra_driver.compute_domain.names import CHANNEL_TYPE, DAEMON_TYPE, DOMAIN_ATTRIBUTE
 from dra_driver.hardware.nvml.fabric import FabricCondition, classify, describe
 from dra_driver.node.devices import CLIQUE_ATTRIBUTE, gpu_device_name
 from dra_driver.node.inventory import NodeInventory
@@ -81,6 +91,21 @@ def _device(kind: str, clique: str) -> dict[str, Any]:
     if kind == CHANNEL_TYPE:
         device["allowMultipleAllocations"] = True
     return device
+
+
+def with_domain(devices: tuple[dict[str, Any], ...], domain: str | None) -> list[dict[str, Any]]:
+    """`devices` with `channel-0` carrying `domain` (the UID of the ComputeDomain the node
+    serves) when there is one (module docstring); unchanged otherwise."""
+    if not domain:
+        return list(devices)
+    out: list[dict[str, Any]] = []
+    for device in devices:
+        if device["attributes"]["type"] == {"string": CHANNEL_TYPE}:
+            attributes = {**device["attributes"], DOMAIN_ATTRIBUTE: {"string": domain}}
+            out.append({**device, "attributes": attributes})
+        else:
+            out.append(device)
+    return out
 
 
 def node_clique(inventory: NodeInventory) -> tuple[str | None, tuple[str, ...]]:

@@ -36,3 +36,8 @@ DAEMON_TYPE: Final = "daemon"
 
 # NVIDIA's node label for a node's NVLink clique, `<clusterUUID>.<cliqueId>` (§3.7).
 CLIQUE_NODE_LABEL: Final = "nvidia.com/gpu.clique"
+
+# Ours, not NVIDIA's: on `channel-0` while the node serves a ComputeDomain, that
+# domain's UID, so the workload template's selector keeps other domains off the
+# node (one IMEX daemon per node). Absent while the node serves none.
+DOMAIN_ATTRIBUTE: Final = "domain"

@@ -11,6 +11,13 @@ the class `compute-domain-default-channel.nvidia.com`, and an opaque
 (`Single` in host-managed IMEX mode, whatever the domain asks: the host's
 IMEX has only channel 0 to give). Pure: the controller and the simulator
 create what this returns.
+
+One addition of ours: the request selects a channel that serves no domain or
+this one (`channel_selector`; the `domain` attribute, `devices.py`), so the
+scheduler never sends a pod to a node whose IMEX daemon serves another
+domain. Not in host-managed IMEX mode: there every domain shares the host's
+channel 0 with no isolation (computedomain.md §4.8) and no attribute is
+published.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from dra_driver.compute_domain.names import (
     API_VERSION,
     CHANNEL_DEVICE_CLASS,
     CHANNEL_REQUEST,
+    DOMAIN_ATTRIBUTE,
     DOMAIN_LABEL,
     DRIVER_NAME,
     FINALIZER,
@@ -30,6 +38,12 @@ from dra_driver.compute_domain.names import (
 )
 from dra_driver.errors import ConfigError
 from dra_driver.kube.names import is_label_value, is_uid
+
+
+def channel_selector(uid: str) -> str:
+    """CEL: a channel whose node serves no ComputeDomain, or the one with `uid`."""
+    attrs = f"device.attributes['{DRIVER_NAME}']"
+    return f"!('{DOMAIN_ATTRIBUTE}' in {attrs}) || {attrs}.{DOMAIN_ATTRIBUTE} == '{uid}'"
 
 
 def workload_claim_template(domain: ComputeDomain, *, host_managed: bool = False) -> dict[str, Any]:
@@ -50,6 +64,9 @@ def workload_claim_template(domain: ComputeDomain, *, host_managed: bool = False
             "alphanumerics, '-', '_' and '.')"
         )
     mode = "Single" if host_managed else domain.spec.channel.allocation_mode
+    exactly: dict[str, Any] = {"deviceClassName": CHANNEL_DEVICE_CLASS}
+    if not host_managed:
+        exactly["selectors"] = [{"cel": {"expression": channel_selector(uid)}}]
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
@@ -65,7 +82,7 @@ def workload_claim_template(domain: ComputeDomain, *, host_managed: bool = False
                     "requests": [
                         {
                             "name": CHANNEL_REQUEST,
-                            "exactly": {"deviceClassName": CHANNEL_DEVICE_CLASS},
+                            "exactly": exactly,
                         }
                     ],
                     "config": [

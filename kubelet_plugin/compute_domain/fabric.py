@@ -13,6 +13,10 @@ NVML query is logged and the last answer kept; nothing here ever exits.
 With `--gpu-clique-label` the Node gets (and loses, when the clique goes
 away or the plugin stops) NVIDIA's label `nvidia.com/gpu.clique=<clique>`
 (§3.7), written through the `ObjectStore` on change only.
+
+`set_domain` records the ComputeDomain the node serves (its member's domain,
+from the member watch); the channel then carries the `domain` attribute
+(`devices.with_domain`) and a change wakes the publisher, as a fabric change does.
 """
 
 from __future__ import annotations
@@ -23,7 +27,11 @@ from collections.abc import Callable
 from typing import Any
 
 from controller.compute_domain_inventory import compute_domain_resource_slices
-from dra_driver.compute_domain.devices import ComputeDomainDevices, compute_domain_devices
+from dra_driver.compute_domain.devices import (
+    ComputeDomainDevices,
+    compute_domain_devices,
+    with_domain,
+)
 from dra_driver.compute_domain.names import CLIQUE_NODE_LABEL
 from dra_driver.errors import ClusterError, ConflictError, DraGpuError
 from dra_driver.kube.object_store import NODE, ObjectStore
@@ -53,6 +61,7 @@ class NodeFabric:
         self._clique_label = clique_label
         self._lock = threading.Lock()
         self._current = ComputeDomainDevices(devices=(), clique=None, withheld=("not evaluated",))
+        self._domain: str | None = None  # the UID of the domain the node serves
         self._labelled: str | None = None  # the label value last written ("" removed)
         self._label_error = ""  # the last failure, logged once
 
@@ -67,7 +76,20 @@ class NodeFabric:
 
     def slices(self) -> list[dict[str, Any]]:
         """The node's desired ResourceSlices (one, possibly with no device)."""
-        return compute_domain_resource_slices(list(self.current.devices), node_name=self._node)
+        with self._lock:
+            devices, domain = self._current.devices, self._domain
+        return compute_domain_resource_slices(with_domain(devices, domain), node_name=self._node)
+
+    def set_domain(self, uid: str | None) -> bool:
+        """The node now serves the ComputeDomain with `uid` (None: none); True (and
+        `on_change` called) when that changed."""
+        with self._lock:
+            before, self._domain = self._domain, uid or None
+        if before == (uid or None):
+            return False
+        log.info("node %s serves ComputeDomain %s", self._node, uid or "none")
+        self._on_change()
+        return True
 
     def evaluate(self) -> bool:
         """Ask NVML again; True (and `on_change` called) when the outcome changed."""

@@ -10,8 +10,11 @@ the node's one slice (`controller.publisher`) and then keep it right:
 republished when the fabric changes (`NodeFabric`, every
 `fabric_check_interval`), when someone changes the slices, and every
 `publish_interval`. The members are watched so Prepare wakes when IMEX on the
-node is Ready. SIGTERM/SIGINT stop it cleanly; the slices stay (the kubelet
-removes them when the plugin is gone for good), the clique label goes.
+node is Ready, and so `channel-0` is republished with the `domain` attribute
+while the node serves a ComputeDomain and without it after (re-read at every
+fabric check too, in case the watch missed an event). SIGTERM/SIGINT stop it
+cleanly; the slices stay (the kubelet removes them when the plugin is gone for
+good), the clique label goes.
 """
 
 from __future__ import annotations
@@ -162,7 +165,15 @@ def _serve(
         clique_label=options.gpu_clique_label,
     )
     fabric.evaluate()
-    members = MemberWatch(objects, options.namespace)
+
+    def serve_domain() -> None:  # republish channel-0 with the domain the node serves
+        try:
+            fabric.set_domain(members.serving(options.node_name))
+        except DraGpuError as exc:
+            log.warning("cannot list this node's ComputeDomainMembers: %s", exc)
+
+    members = MemberWatch(objects, options.namespace, on_change=serve_domain)
+    serve_domain()
     host_imex = (
         HostImex(
             ctl=hardware.driver.root.in_container(IMEX_CTL),
@@ -221,8 +232,8 @@ def _serve(
             daemon=True,
         ),
         threading.Thread(
-            target=fabric.run,
-            args=(stop, options.fabric_check_interval),
+            target=_check,
+            args=(fabric, serve_domain, stop, options.fabric_check_interval),
             name="fabric-check",
             daemon=True,
         ),
@@ -272,6 +283,15 @@ def _serve(
                 thread.join(timeout=THREAD_JOIN_S)
     log.info("stopped")
     return 0
+
+
+def _check(
+    fabric: NodeFabric, serve_domain: Callable[[], None], stop: threading.Event, interval: float
+) -> None:
+    """Re-read the fabric and the domain the node serves every `interval` seconds."""
+    while not stop.wait(interval):
+        fabric.evaluate()
+        serve_domain()
 
 
 def _node_uid(cluster: Cluster, node_name: str) -> str | None:

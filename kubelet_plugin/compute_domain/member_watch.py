@@ -8,6 +8,8 @@ members (`ObjectStore.watch_objects`) bumps a version under a condition
 variable, and every waiting Prepare re-reads its own member when it changes,
 so a member turned Ready by the node's IMEX host releases its Prepares at
 once. A slow re-read every `POLL_S` covers a watch that missed an event.
+The same watch calls `on_change`, which the plugin uses to republish its
+channel with the domain it serves (`serving`).
 """
 
 from __future__ import annotations
@@ -17,8 +19,13 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from dra_driver.compute_domain.membership import MemberStatus, member_status
-from dra_driver.errors import NotFoundError
+from dra_driver.compute_domain.membership import (
+    NODE_LABEL,
+    MemberStatus,
+    member_spec,
+    member_status,
+)
+from dra_driver.errors import ClusterError, NotFoundError
 from dra_driver.kube.object_store import COMPUTE_DOMAIN_MEMBER, ObjectStore
 
 POLL_S: Final = 1.0
@@ -28,8 +35,14 @@ POLL_S: Final = 1.0
 class MemberWatch:
     """The members of one namespace (the driver's), watched; `wait` for one of them."""
 
-    def __init__(self, objects: ObjectStore, namespace: str) -> None:
+    def __init__(
+        self,
+        objects: ObjectStore,
+        namespace: str,
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
         self._objects = objects
+        self._on_change = on_change
         self._namespace = namespace
         self._changed = threading.Condition()
         self._version = 0
@@ -39,6 +52,19 @@ class MemberWatch:
         with self._changed:
             self._version += 1
             self._changed.notify_all()
+        self._on_change()
+
+    def serving(self, node_name: str) -> str | None:
+        """The UID of the domain `node_name` has a member of (the first, in the race of
+        two that Prepare refuses); None when it has none."""
+        for obj in self._objects.list_objects(
+            COMPUTE_DOMAIN_MEMBER, self._namespace, labels={NODE_LABEL: node_name}
+        ):
+            try:
+                return member_spec(obj).domain_uid
+            except ClusterError:
+                continue
+        return None
 
     def run(self, stop: threading.Event) -> None:
         """Watch the members until `stop` is set (a thread of its own)."""

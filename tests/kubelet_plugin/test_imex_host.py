@@ -435,3 +435,132 @@ def test_the_identification_is_found_however_much_the_daemon_logged_since(env: E
     env.runner.ready = True
     env.host.reconcile()
     assert (env.status().state, env.status().imex_node_id) == ("Ready", 0)
+
+
+def test_an_ignored_sigusr1_is_sent_again_until_the_daemon_resolves_every_peer(
+    env: Env,
+) -> None:
+    env.add_member()
+    env.set_rows({NODE: (IP, 0), "n2": ("127.0.1.2", 1)})
+    env.runner.peer_states = {0: "C", 1: "C"}
+    env.host.reconcile()
+    # The host restarts (it cannot know when the daemon was last signalled) and n3 joins.
+    host = env.new_host()
+    host.reconcile()
+    env.set_rows({NODE: (IP, 0), "n2": ("127.0.1.2", 1), "n3": ("127.0.1.3", 2)})
+    env.runner.peer_states = {0: "C", 1: "C", 2: "I"}
+    host.reconcile()
+    assert env.runner.reloads == []  # an adopted daemon counts as signalled just now
+    env.clock.now += 5
+    host.reconcile()
+    assert len(env.runner.reloads) == 1
+    # IMEX ignored it (n3 still unresolved): the signal is not taken as applied.
+    env.clock.now += 1
+    host.reconcile()
+    assert len(env.runner.reloads) == 1  # within IMEX's interval: it would be ignored again
+    assert host.settling() is True
+    assert env.status().peers["n3"] == "I"
+    env.clock.now += 4
+    host.reconcile()
+    assert len(env.runner.reloads) == 2
+    env.runner.peer_states = {0: "C", 1: "C", 2: "C"}
+    env.clock.now += 1
+    host.reconcile()
+    assert dict(env.status().peers) == {"n2": "C", "n3": "C"}
+    assert host.settling() is False
+    env.clock.now += 10
+    host.reconcile()
+    assert len(env.runner.reloads) == 2  # applied: no more signals
+    assert env.paths().applied_hosts.read_text() == env.paths().hosts.read_text()
+
+
+def test_a_peer_the_daemon_never_resolved_is_signalled_even_if_the_file_says_applied(
+    env: Env,
+) -> None:
+    env.add_member()
+    env.set_rows({NODE: (IP, 0), "n2": ("127.0.1.2", 1)})
+    env.runner.peer_states = {1: "I"}  # e.g. the hosts file changed under it
+    env.host.reconcile()
+    env.clock.now += 1
+    env.host.reconcile()
+    assert len(env.runner.reloads) == 1
+    env.runner.peer_states = {1: "C"}
+    env.clock.now += 1
+    env.host.reconcile()
+    assert env.host.settling() is False
+
+
+def test_a_slow_starting_daemon_is_neither_signalled_to_death_nor_counted_as_exited(
+    env: Env,
+) -> None:
+    env.add_member()
+    env.set_rows({NODE: (IP, 0)})
+    env.runner.slow_start = True  # e.g. a loaded node: nothing logged for seconds
+    env.host.reconcile()
+    env.set_rows({NODE: (IP, 0), "n2": ("127.0.1.2", 1)})
+    for _ in range(4):  # well past the 3 s after which a quiet daemon used to be signalled
+        env.clock.now += 2
+        env.host.reconcile()
+    assert env.runner.reloads == []
+    assert env.runner.starts == [(UID, 0)]
+    status = env.status()
+    assert (status.state, status.reason) == ("Starting", "ImexStarting")
+    assert "exited" not in status.message
+    env.runner.finish_start(env.paths())
+    env.clock.now += 1
+    env.host.reconcile()
+    assert len(env.runner.reloads) == 1  # it has identified itself and answers READY
+    assert env.runner.starts == [(UID, 0)]
+    assert env.status().state == "Ready"
+
+
+def test_a_node_beyond_a_full_clique_is_told_the_clique_is_full(env: Env) -> None:
+    env.add_member()
+    env.set_rows({f"n{i + 2}": (f"127.0.1.{i + 2}", i) for i in range(18)})  # not n1
+    env.host.reconcile()
+    status = env.status()
+    assert (status.state, status.reason) == ("Pending", "CliqueFull")
+    assert f"clique {CLIQUE} of ComputeDomain team-a/train already has 18 nodes" in status.message
+    assert "--max-nodes-per-imex-domain 18" in status.message
+    assert env.runner.starts == []
+    env.set_rows({f"n{i + 2}": (f"127.0.1.{i + 2}", i) for i in range(17)})  # one left
+    env.host.reconcile()
+    assert env.status().reason == "WaitingForIndex"
+
+
+def test_the_signal_interval_counts_from_when_the_signal_went_not_from_the_pass_start(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env.add_member()
+    env.set_rows({NODE: (IP, 0)})
+    env.host.reconcile()
+    env.set_rows({NODE: (IP, 0), "n2": ("127.0.1.2", 1)})
+    query = env.runner.query
+
+    def slow_query(paths: DomainPaths) -> Any:  # a loaded node: nvidia-imex-ctl takes 2 s
+        env.clock.now += 2
+        return query(paths)
+
+    monkeypatch.setattr(env.runner, "query", slow_query)
+    env.host.reconcile()  # starts at t, signals at t + 2
+    assert len(env.runner.reloads) == 1
+    monkeypatch.setattr(env.runner, "query", query)
+    env.set_rows({NODE: (IP, 0), "n2": ("127.0.1.2", 1), "n3": ("127.0.1.3", 2)})
+    env.clock.now += 3  # t + 5: only 3 s after the signal, which IMEX would ignore
+    env.host.reconcile()
+    assert len(env.runner.reloads) == 1
+    env.clock.now += 2
+    env.host.reconcile()
+    assert len(env.runner.reloads) == 2
+
+
+def test_a_daemon_that_ends_without_a_word_is_reported_with_how_it_ended(env: Env) -> None:
+    env.add_member()
+    env.set_rows({NODE: (IP, 0)})
+    env.runner.slow_start = True
+    env.host.reconcile()
+    env.runner.die_silently(env.paths(), "was killed by SIGKILL")
+    env.host.reconcile()
+    status = env.status()
+    assert (status.state, status.reason) == ("Starting", "ImexRestarting")
+    assert "it logged nothing and was killed by SIGKILL" in status.message

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,3 +167,13 @@ def test_the_serving_loop_turns_a_member_ready_when_its_row_appears(
         stop.set()
         thread.join(10)
         run.stop(paths)
+
+
+def test_how_a_daemon_ended_is_told_when_it_logged_nothing(
+    binaries: tuple[Path, Path], paths: DomainPaths
+) -> None:
+    run = runner(binaries)
+    process = run.start(paths, index=0)
+    os.kill(process.pid, signal.SIGKILL)
+    wait_until(lambda: run.find(paths) is None, "the daemon's end")
+    assert run.ended(process.pid) == "was killed by SIGKILL"

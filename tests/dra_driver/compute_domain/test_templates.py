@@ -29,7 +29,7 @@ DOMAIN: dict[str, Any] = {
 UID = DOMAIN["metadata"]["uid"]
 
 
-def test_the_template_is_nvidias() -> None:
+def test_the_template_is_nvidias_plus_our_domain_selector() -> None:
     template = workload_claim_template(decode_compute_domain(DOMAIN))
     assert template == {
         "apiVersion": "resource.k8s.io/v1",
@@ -50,7 +50,19 @@ def test_the_template_is_nvidias() -> None:
                         {
                             "name": "channel",
                             "exactly": {
-                                "deviceClassName": "compute-domain-default-channel.nvidia.com"
+                                "deviceClassName": "compute-domain-default-channel.nvidia.com",
+                                "selectors": [
+                                    {
+                                        "cel": {
+                                            "expression": (
+                                                "!('domain' in device.attributes"
+                                                "['compute-domain.nvidia.com']) || "
+                                                "device.attributes['compute-domain.nvidia.com']"
+                                                f".domain == '{UID}'"
+                                            )
+                                        }
+                                    }
+                                ],
                             },
                         }
                     ],
@@ -78,7 +90,7 @@ def test_the_template_is_nvidias() -> None:
 def test_the_template_is_valid_for_the_api_server(release: str) -> None:
     template = workload_claim_template(decode_compute_domain(DOMAIN))
     errors = strict_errors(template, release)
-    assert errors == [], [describe(error) for error in errors]
+    assert errors == [], [describe(error) for error in errors or []]
     assert validate_claim_spec(template["spec"]["spec"], "spec.spec", Context()) == []
 
 

@@ -10,12 +10,25 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dra_driver.claims.checkpoint import ClaimState
-from dra_driver.compute_domain.membership import MemberState, member_name, member_spec
-from dra_driver.kube.object_store import COMPUTE_DOMAIN, COMPUTE_DOMAIN_MEMBER
+from dra_driver.compute_domain.membership import (
+    CliqueRow,
+    MemberState,
+    build_clique,
+    member_name,
+    member_spec,
+)
+from dra_driver.kube.object_store import (
+    COMPUTE_DOMAIN,
+    COMPUTE_DOMAIN_CLIQUE,
+    COMPUTE_DOMAIN_MEMBER,
+)
+from kubelet_plugin.imex_host import HostConfig, ImexHost
+from tests.fakes.imex_runner import FakeImexRunner
 from tests.fakes.waiting import wait_until
 from tests.kubelet_plugin.compute_domain.harness import (
     CHANNELS_MAJOR,
@@ -204,6 +217,7 @@ def test_a_second_domain_on_the_node_is_refused_naming_both(node: Node) -> None:
     error = node.prepare(other).error
     assert "ComputeDomain default/x" in error
     assert "ComputeDomain default/y" in error
+    assert "two domains scheduled at once onto a free node" in error  # the backstop says why
     assert node.members() == [member_name(DOMAIN_UID, NODE)]
     assert other.uid not in node.checkpoint().claims
 
@@ -322,3 +336,52 @@ def test_a_restart_while_the_api_is_down_still_serves_and_rolls_back_later(
         assert node.unprepare(ref) == ""  # the kubelet's Unprepare finishes the rollback
         assert node.members() == []
         assert node.checkpoint().claims == {}
+
+
+def test_a_second_claim_of_the_domain_on_the_node_creates_no_member(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node.new_driver()
+    node.auto_ready()
+    creates: list[str] = []
+    create = node.objects.create_object
+
+    def counting(kind: Any, obj: Any) -> Any:
+        creates.append(kind.kind)
+        return create(kind, obj)
+
+    monkeypatch.setattr(node.objects, "create_object", counting)
+    assert node.prepare(node.claim(0)).error == ""
+    assert creates.count("ComputeDomainMember") == 1
+    assert node.prepare(node.claim(1)).error == ""  # a second pod of the domain on the node
+    assert creates.count("ComputeDomainMember") == 1  # no create, so no 409 AlreadyExists
+    assert node.objects.conflicts["ComputeDomainMember"] == 0
+    assert node.members() == [member_name(DOMAIN_UID, NODE)]
+
+
+def test_a_node_beyond_a_full_clique_fails_prepare_saying_the_clique_is_full(
+    tmp_path: Path,
+) -> None:
+    for node in make_node(tmp_path, prepare_wait=0.2):
+        node.new_driver()
+        rows = [CliqueRow(f"n{i + 2}", f"127.0.1.{i + 2}", CLIQUE, i, "Ready") for i in range(18)]
+        node.objects.create_object(
+            COMPUTE_DOMAIN_CLIQUE, build_clique(DOMAIN_UID, CLIQUE, rows, namespace=NAMESPACE)
+        )
+        ref = node.claim()
+        assert "waiting for an index" in node.prepare(ref).error  # the member exists now
+        host = ImexHost(
+            node.objects,
+            FakeImexRunner(),
+            HostConfig(
+                node_name=NODE,
+                node_ip="127.0.1.1",
+                namespace=NAMESPACE,
+                state_dir=tmp_path / "imex",
+            ),
+        )
+        host.reconcile()  # the node's IMEX host reads the clique
+        error = node.prepare(ref).error
+        assert f"Pending (CliqueFull): clique {CLIQUE} of ComputeDomain default/x" in error, error
+        assert "already has 18 nodes" in error
+        assert "--max-nodes-per-imex-domain 18" in error

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 from controller.publisher import SlicePublisher
+from dra_driver.compute_domain.membership import MemberSpec, build_member
 from dra_driver.compute_domain.names import CLIQUE_NODE_LABEL, DRIVER_NAME
 from dra_driver.errors import InventoryError
 from dra_driver.hardware.nvml import fabric
@@ -20,9 +21,10 @@ from dra_driver.hardware.simulated.hardware import SimHardware
 from dra_driver.hardware.simulated.nvml import SimNvml
 from dra_driver.hardware.simulated.shapes import load_shape
 from dra_driver.kube.local_store import LocalCluster
-from dra_driver.kube.object_store import NODE
+from dra_driver.kube.object_store import COMPUTE_DOMAIN_MEMBER, NODE
 from dra_driver.node.inventory import NodeInventory, discover
 from kubelet_plugin.compute_domain.fabric import NodeFabric
+from kubelet_plugin.compute_domain.member_watch import MemberWatch
 from tests.fakes.object_store import MemoryObjectStore
 from tests.fakes.waiting import wait_until
 
@@ -120,3 +122,59 @@ def test_the_clique_label_follows_the_fabric_and_goes_on_shutdown() -> None:
     assert objects.writes["Node"] == writes  # on change only
     node_fabric.clear_label()
     assert label() is None
+
+
+def test_the_channel_carries_the_served_domain_while_a_member_exists(tmp_path: Path) -> None:
+
+    hw = SimHardware(load_shape("gb200-node"), node_name="gb-0")
+    nvml = SimNvml(hw)
+    cluster = LocalCluster(tmp_path / "cluster")
+    objects = MemoryObjectStore()
+    wake, stop = threading.Event(), threading.Event()
+    node_fabric = NodeFabric(lambda: discover(nvml), node_name="gb-0", on_change=wake.set)
+    node_fabric.evaluate()
+
+    def serve_domain() -> None:  # as main.py wires it
+        node_fabric.set_domain(members.serving("gb-0"))
+
+    members = MemberWatch(objects, "dra-gpu", on_change=serve_domain)
+    publisher = SlicePublisher(cluster, driver=DRIVER_NAME, node_name="gb-0")
+    publisher.publish(node_fabric.slices())
+    threads = [
+        threading.Thread(target=members.run, args=(stop,), daemon=True),
+        threading.Thread(
+            target=publisher.run_forever,
+            args=(node_fabric.slices, stop, 30.0),
+            kwargs={"immediately": False, "wake": wake},
+            daemon=True,
+        ),
+    ]
+    for thread in threads:
+        thread.start()
+
+    def channel_domain() -> str | None:
+        for obj in cluster.list_resource_slices(driver=DRIVER_NAME, node_name="gb-0"):
+            for device in obj["spec"].get("devices", []):
+                if device["name"] == "channel-0":
+                    return (device["attributes"].get("domain") or {}).get("string")
+        return None
+
+    uid = "aaaaaaaa-0000-0000-0000-000000000001"
+    try:
+        assert channel_domain() is None
+        spec = MemberSpec(
+            domain_uid=uid,
+            domain_name="d",
+            domain_namespace="team-a",
+            node_name="gb-0",
+            clique_id=CLIQUE,
+        )
+        member = build_member(spec, namespace="dra-gpu")
+        objects.create_object(COMPUTE_DOMAIN_MEMBER, member)
+        wait_until(lambda: channel_domain() == uid, timeout=5)
+        objects.delete_object(COMPUTE_DOMAIN_MEMBER, "dra-gpu", member["metadata"]["name"])
+        wait_until(lambda: channel_domain() is None, timeout=5)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(5)

@@ -24,6 +24,9 @@ formats in `protocol`):
   page), a later one inside the interval is ignored and logged, so the sender
   must signal again (`IMEX_STANDIN_SIGUSR1_MIN_INTERVAL` lowers the interval
   for tests). SIGTERM (or SIGINT): SHUTTING_DOWN to every peer, exit 0.
+  A SIGUSR1 that arrives while the daemon still starts (before `Identified
+  this node as ID n`, which the IMEX host waits for) is held and honoured once
+  the daemon runs, never the default action that would kill it silently.
 - A lost peer is `R` for `IMEX_NODE_DISCONNECTED_GRACE_TIME` seconds (-1:
   for ever, NVIDIA's template), then `D`.
 
@@ -32,7 +35,9 @@ the file `DRA_GPU_FAILPOINTS_FILE` names): `imex-refuse-start`,
 `imex-crash-after:<s>` (SIGKILL itself <s> seconds after start, checked
 every 0.1 s so the file may arm it later), `imex-hang-query` (every command
 gets no answer), `imex-wrong-node-id` (identifies as the next ID, with 2+ entries),
-`imex-accept-foreign` (no domain guard).
+`imex-accept-foreign` (no domain guard), `imex-slow-start:<s>` (sleeps <s>
+seconds after its first log line, as on a loaded node, before it reads its
+files and identifies itself).
 """
 
 from __future__ import annotations
@@ -409,6 +414,9 @@ class Daemon:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, lambda: self._keep(self._shutdown()))
         loop.add_signal_handler(signal.SIGUSR1, self._on_sigusr1)
+        if _EARLY_SIGUSR1:  # it came while the daemon started: honour it now
+            _EARLY_SIGUSR1.clear()
+            self._on_sigusr1()
         self._keep(self._crash_watch())
         for index in range(len(self.entries)):
             self._start_dialer(index)
@@ -425,7 +433,13 @@ class Daemon:
         task.add_done_callback(self.tasks.discard)
 
 
+_EARLY_SIGUSR1: list[float] = []
+"""SIGUSR1s that arrived before the event loop took the signal over."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # First of all: a SIGUSR1's default action would kill the daemon while it starts.
+    signal.signal(signal.SIGUSR1, lambda _signum, _frame: _EARLY_SIGUSR1.append(time.monotonic()))
     parser = argparse.ArgumentParser(prog="nvidia-imex", description="simulated IMEX daemon")
     parser.add_argument("-c", dest="config", type=Path, required=True, help="config file")
     args = parser.parse_args(argv)
@@ -449,6 +463,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     log = _Log(stream)
     log("INFO", f"IMEX daemon (simulated) starting with config {path}")
+    slow = failpoints.armed_value("imex-slow-start")
+    if slow is not None:
+        time.sleep(float(slow or 1))
     if failpoints.armed_value("imex-refuse-start") is not None:
         log("ERROR", f"{protocol.NO_INTERFACE} found (failpoint imex-refuse-start)")
         return 1

@@ -314,3 +314,15 @@ def test_a_lost_peer_recovers_for_the_grace_time_then_is_disconnected(
     daemon._lost(1)
     daemon.lost_at[1] -= 0.5
     assert daemon.current_states() == {0: "C", 1: shown}
+
+
+def test_a_sigusr1_while_the_daemon_starts_is_held_not_fatal(cluster: Cluster) -> None:
+    nodes, hosts = cluster.files("n0", ["d-0", "d-1"], {"d-0": 1})  # d-1 unresolved
+    # A loaded node: half a second between its first log line and its identification.
+    n0 = cluster.start(cluster.config("n0", 1, nodes), hosts, failpoints="imex-slow-start:0.5")
+    until("started", lambda: "starting with config" in cluster.log("n0"))
+    cluster.write_hosts(hosts, {"d-0": 1, "d-1": 2})
+    n0.send_signal(signal.SIGUSR1)  # while it starts: its default action would kill it
+    until("node 1 resolved", lambda: cluster.states(1).get(1) == "N")
+    assert n0.poll() is None
+    assert "SIGUSR1: re-resolving" in cluster.log("n0")

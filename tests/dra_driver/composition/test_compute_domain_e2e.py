@@ -1,0 +1,582 @@
+"""ComputeDomains end to end on simulated multi-node clusters (computedomain.md §8.2).
+
+Each test starts a small cluster (`ComputeDomainCluster`: per simulated
+gb200-node the real CD kubelet plugin and IMEX host processes, the real
+controller, the nvidia-imex stand-ins) and drives it the way users and
+failures do: pods with channel claims (claims from the controller's
+template, the scheduler's allocator, Prepare over each node's socket), a
+lost node, a reused IP address, a fabric that settles late, a deletion under
+running work, a controller failover. Every scenario asserts its wall-clock
+bound with `time.monotonic()`; intervals are short through the daemons' flags.
+Scenarios: E1 (a 2-node domain on 4 nodes), E2 (allocationMode All), E3 (a node lost),
+E4 (a second domain in the clique, a reused IP), E5 (an IMEX host and a plugin restarted,
+a node joining, a pod re-created), E6 (a fabric that settles late), E7 (a
+node without multi-node NVLink), E8 (deletion under running work, and a domain forced
+away), E9 (leader failover), E12 (host-managed IMEX); and `dra-gpu demo compute-domain`.
+The daemons are started through the suite's fork server (`tests.fakes.zygote`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver.composition.compute_domain_cluster import (
+    DRIVER_NAMESPACE,
+    ClusterTiming,
+    ComputeDomainCluster,
+    SimNode,
+    channel_pod,
+    processes_naming,
+)
+from dra_driver.composition.compute_domain_demo import run_compute_domain_demo
+from dra_driver.composition.compute_domain_kubelet import PodPlacementError
+from dra_driver.compute_domain import membership
+from dra_driver.compute_domain.names import DOMAIN_LABEL, DRIVER_NAME, FINALIZER, TARGET_LABEL
+from dra_driver.errors import NotFoundError
+from dra_driver.kube.object_store import (
+    COMPUTE_DOMAIN,
+    COMPUTE_DOMAIN_CLIQUE,
+    COMPUTE_DOMAIN_MEMBER,
+    RESOURCE_CLAIM_TEMPLATE,
+)
+from tests.fakes import zygote
+
+pytestmark = pytest.mark.slow
+
+NS = "team-a"
+CHANNEL = "/dev/nvidia-caps-imex-channels/channel0"
+TIMING = ClusterTiming(
+    fabric_check_interval=0.5,
+    prepare_wait=10.0,
+    lease_duration=3.0,
+    renew_deadline=2.0,
+    retry_period=0.5,
+    imex_poll=0.2,
+    imex_ready_poll=0.5,
+)
+
+
+@pytest.fixture
+def make_cluster() -> Iterator[Any]:
+    made: list[ComputeDomainCluster] = []
+
+    def make(nodes: int, **kwargs: Any) -> ComputeDomainCluster:
+        cluster = ComputeDomainCluster(nodes=nodes, spawn=zygote.spawn, timing=TIMING, **kwargs)
+        made.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in made:
+        cluster.close()
+        # Every scenario leaves nothing running: daemons, IMEX daemons, the work directory.
+        assert processes_naming(cluster.work) == []
+        assert not cluster.work.exists()
+
+
+# -- reading what the cluster did --------------------------------------------------------
+
+
+def _get(cluster: ComputeDomainCluster, kind: Any, namespace: str, name: str) -> Any:
+    try:
+        return cluster.store.get_object(kind, namespace, name)
+    except NotFoundError:
+        return None
+
+
+def _condition(cluster: ComputeDomainCluster, name: str, kind: str) -> dict[str, Any] | None:
+    domain = _get(cluster, COMPUTE_DOMAIN, NS, name) or {}
+    for condition in (domain.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return dict(condition)
+    return None
+
+
+def _is(cluster: ComputeDomainCluster, name: str, kind: str) -> bool:
+    condition = _condition(cluster, name, kind)
+    return condition is not None and condition.get("status") == "True"
+
+
+def _members(cluster: ComputeDomainCluster, uid: str) -> dict[str, dict[str, Any]]:
+    return {
+        m["spec"]["nodeName"]: m
+        for m in cluster.store.list_objects(
+            COMPUTE_DOMAIN_MEMBER, DRIVER_NAMESPACE, labels={DOMAIN_LABEL: uid}
+        )
+    }
+
+
+def _cliques(cluster: ComputeDomainCluster, uid: str) -> list[dict[str, Any]]:
+    return cluster.store.list_objects(
+        COMPUTE_DOMAIN_CLIQUE, DRIVER_NAMESPACE, labels={DOMAIN_LABEL: uid}
+    )
+
+
+def _templates(cluster: ComputeDomainCluster, uid: str) -> list[dict[str, Any]]:
+    return cluster.store.list_objects(RESOURCE_CLAIM_TEMPLATE, labels={DOMAIN_LABEL: uid})
+
+
+def _imex_major(node: SimNode) -> int:
+    """The `nvidia-caps-imex-channels` major of the node's simulated /proc/devices."""
+    text = (node.sim_state.with_name(node.sim_state.name + ".proc") / "devices").read_text()
+    found = re.search(r"^\s*(\d+)\s+nvidia-caps-imex-channels\s*$", text, re.MULTILINE)
+    assert found, text
+    return int(found.group(1))
+
+
+def _imex_hosts(node: SimNode) -> dict[str, str]:
+    """name -> IP of the hosts file the node's (one) IMEX daemon resolves names with (the
+    `IMEX_STANDIN_HOSTS_FILE` of its environment)."""
+    (pid,) = node.imex_daemon_pids()
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    path = next(e.split(b"=", 1)[1] for e in environ if e.startswith(b"IMEX_STANDIN_HOSTS_FILE="))
+    out = {}
+    for line in Path(path.decode()).read_text().splitlines():
+        fields = line.split("#", 1)[0].split()
+        for name in fields[1:]:
+            out[name] = fields[0]
+    return out
+
+
+def _ready_domain(
+    cluster: ComputeDomainCluster, name: str, nodes: list[str], *, template: str | None = None
+) -> tuple[str, list[Any]]:
+    """Apply a domain and one channel pod on each of `nodes`; wait until it is Ready."""
+    template = template or f"{name}-channel"
+    uid = cluster.apply_compute_domain(NS, name, template)["metadata"]["uid"]
+    pods = [cluster.run_pod(channel_pod(NS, f"{name}-{n}", template, node=n)) for n in nodes]
+    cluster.wait_for(lambda: _is(cluster, name, "Ready"), f"{name} Ready", 20.0)
+    return uid, pods
+
+
+# -- scenarios ----------------------------------------------------------------------------
+
+
+def test_e1_two_node_domain_on_four_nodes_gets_channels_and_connected_imex(
+    make_cluster: Any,
+) -> None:
+    began = time.monotonic()
+    cluster = make_cluster(4).start()
+    started = time.monotonic() - began
+
+    domain = cluster.apply_compute_domain(NS, "imex", "imex-channel")  # numNodes absent
+    uid = domain["metadata"]["uid"]
+    template = cluster.wait_for(
+        lambda: _get(cluster, RESOURCE_CLAIM_TEMPLATE, NS, "imex-channel"), "template", 10.0
+    )
+    assert template["metadata"]["labels"] == {DOMAIN_LABEL: uid, TARGET_LABEL: "Workload"}
+    assert FINALIZER in template["metadata"]["finalizers"]
+
+    pods = [
+        cluster.run_pod(channel_pod(NS, f"worker-{i}", "imex-channel", node=f"node-{i}"))
+        for i in (1, 2)
+    ]
+    for pod in pods:
+        node = cluster.nodes[pod.node]
+        # Prepare returned only once the local IMEX was Ready: the member says so now, and
+        # the daemon itself answers READY.
+        member = _members(cluster, uid)[pod.node]
+        assert membership.member_status(member).state == membership.MemberState.READY
+        assert node.imex_ctl(uid, "-q").stdout == "READY\n"
+        # Exactly channel0, a character device with the node's /proc/devices major.
+        assert pod.device_nodes == [
+            {
+                "path": CHANNEL,
+                "type": "c",
+                "major": _imex_major(node),
+                "minor": 0,
+                "fileMode": 0o666,
+            }
+        ]
+        assert pod.cdi_device_ids == [
+            f"k8s.compute-domain.nvidia.com/claim={pod.claims[0].ref.uid}-channel-0"
+        ]
+
+    cluster.wait_for(lambda: _is(cluster, "imex", "Ready"), "domain Ready", 20.0)
+    (clique,) = _cliques(cluster, uid)
+    rows = membership.clique_rows(clique)
+    assert sorted(r.index for r in rows) == [0, 1]
+    assert {r.node_name for r in rows} == {"node-1", "node-2"}
+    assert set(_members(cluster, uid)) == {"node-1", "node-2"}  # nothing on node-3, node-4
+    assert not cluster.nodes["node-3"].imex_daemon_pids()
+    # Identical name -> IP maps, naming exactly the two members' addresses.
+    maps = [_imex_hosts(cluster.nodes[n]) for n in ("node-1", "node-2")]
+    assert maps[0] == maps[1]
+    assert sorted(maps[0].values()) == ["127.0.1.1", "127.0.1.2"]
+    # Both stand-ins connected to each other.
+    for n in ("node-1", "node-2"):
+        assert set(cluster.nodes[n].imex_peers(uid).values()) == {"C"}
+        other = "node-2" if n == "node-1" else "node-1"
+        peers = membership.member_status(_members(cluster, uid)[n]).peers
+        assert peers.get(other) == membership.PeerState.CONNECTED
+    elapsed = time.monotonic() - began
+    assert elapsed < 40.0, f"E1 took {elapsed:.1f} s (cluster start {started:.1f} s)"
+
+
+def test_e3_lost_node_degrades_the_domain_and_the_other_node_stays_usable(
+    make_cluster: Any,
+) -> None:
+    cluster = make_cluster(2).start()
+    uid, _pods = _ready_domain(cluster, "lossy", ["node-1", "node-2"])
+
+    began = time.monotonic()
+    cluster.kill_node("node-2")
+    cluster.wait_for(lambda: _is(cluster, "lossy", "Degraded"), "Degraded condition", 10.0)
+    degraded_after = time.monotonic() - began
+    condition = _condition(cluster, "lossy", "Degraded")
+    assert condition is not None
+    assert "node-2" in condition["message"]
+    assert not _is(cluster, "lossy", "Ready")
+
+    # node-1's IMEX keeps running and a new pod there still gets its channel.
+    node1 = cluster.nodes["node-1"]
+    assert node1.imex_ctl(uid, "-q").stdout == "READY\n"
+    again = cluster.run_pod(channel_pod(NS, "lossy-again", "lossy-channel", node="node-1"))
+    assert [n["path"] for n in again.device_nodes] == [CHANNEL]
+    # and node-1's daemon sees node-2 go away.
+    cluster.wait_for(
+        lambda: (
+            membership.member_status(_members(cluster, uid)["node-1"]).peers.get("node-2")
+            not in (None, membership.PeerState.CONNECTED)
+        ),
+        "node-1 reporting node-2 disconnected",
+        10.0,
+    )
+    total = time.monotonic() - began
+    assert degraded_after < 8.0, f"Degraded after {degraded_after:.1f} s"
+    assert total < 20.0, f"E3 took {total:.1f} s after the loss"
+
+
+def test_e4_second_domain_in_the_clique_with_a_reused_ip_stays_apart(make_cluster: Any) -> None:
+    cluster = make_cluster(3).start()
+    uid_a, _ = _ready_domain(cluster, "alpha", ["node-1", "node-2"])
+    began = time.monotonic()
+
+    # node-2 leaves domain alpha (its pod deleted: member gone, its IMEX stopped), then the
+    # node is lost for good and a new node comes up on its IP address.
+    assert set(cluster.delete_pod(NS, "alpha-node-2").values()) == {""}
+    cluster.wait_for(lambda: "node-2" not in _members(cluster, uid_a), "member of node-2 gone")
+    reused_ip = cluster.nodes["node-2"].ip
+    cluster.remove_node("node-2")
+    newcomer = cluster.add_node("node-5", ip=reused_ip)
+
+    uid_b, _ = _ready_domain(cluster, "beta", ["node-3", "node-5"])
+    # Separate cliques, each with its own indices from 0.
+    (clique_a,) = _cliques(cluster, uid_a)
+    (clique_b,) = _cliques(cluster, uid_b)
+    assert clique_a["metadata"]["name"] != clique_b["metadata"]["name"]
+    assert [r.node_name for r in membership.clique_rows(clique_a)] == ["node-1"]
+    assert sorted(r.index for r in membership.clique_rows(clique_b)) == [0, 1]
+    # Different IMEX name sets; no daemon knows a name of the other domain, and alpha's map
+    # no longer points at the reused address.
+    hosts_a = _imex_hosts(cluster.nodes["node-1"])
+    hosts_b = _imex_hosts(newcomer)
+    assert not set(hosts_a) & set(hosts_b)
+    assert reused_ip not in hosts_a.values()
+    peers_a = cluster.nodes["node-1"].imex_peers(uid_a)
+    peers_b = newcomer.imex_peers(uid_b)
+    assert not set(peers_a) & set(peers_b)
+    assert set(peers_b.values()) == {"C"}
+    # No cross-domain connection: alpha's node-1 is connected to nobody but itself.
+    assert [h for h, s in peers_a.items() if s == "C" and h in hosts_a] == [
+        h for h, ip in hosts_a.items() if ip == cluster.nodes["node-1"].ip
+    ]
+    peers_of = {n: membership.member_status(m).peers for n, m in _members(cluster, uid_b).items()}
+    assert set(peers_of) == {"node-3", "node-5"}
+    assert all(set(p) <= {"node-3", "node-5"} for p in peers_of.values())
+    elapsed = time.monotonic() - began
+    assert elapsed < 30.0, f"E4 took {elapsed:.1f} s"
+
+
+def test_e6_unsettled_fabric_publishes_nothing_then_settles_without_restart(
+    make_cluster: Any,
+) -> None:
+    cluster = make_cluster(0).start()
+    node = cluster.add_node("node-1", launch=False)
+    node.ensure_state()
+    cluster.set_fabric("node-1", "in_progress")
+    node.launch()
+    node.wait_serving()
+    pid = node.plugin.pid
+    began = time.monotonic()
+
+    def devices() -> list[str]:
+        return [
+            d["name"]
+            for s in cluster.store.list_resource_slices(driver=DRIVER_NAME, node_name="node-1")
+            for d in s["spec"].get("devices") or []
+        ]
+
+    time.sleep(4 * TIMING.fabric_check_interval)  # several fabric checks pass
+    assert devices() == []
+    assert node.plugin.running()
+    assert node.plugin.pid == pid
+
+    cluster.set_fabric("node-1", "completed")
+    settled = time.monotonic()
+    cluster.wait_for(
+        lambda: sorted(devices()) == ["channel-0", "daemon-0"], "published channel", 10.0
+    )
+    published_after = time.monotonic() - settled
+    assert node.plugin.running()
+    assert node.plugin.pid == pid
+    elapsed = time.monotonic() - began
+    assert published_after < 5.0, f"published {published_after:.1f} s after the fabric settled"
+    assert elapsed < 15.0, f"E6 took {elapsed:.1f} s"
+
+
+def test_e8_deleting_a_domain_under_running_work_is_ordered_and_visible(
+    make_cluster: Any,
+) -> None:
+    cluster = make_cluster(2).start()
+    uid, pods = _ready_domain(cluster, "doomed", ["node-1", "node-2"])
+    imex = {n: cluster.nodes[n].imex_daemon_pids() for n in ("node-1", "node-2")}
+    assert all(imex.values())
+    began = time.monotonic()
+
+    cluster.delete_compute_domain(NS, "doomed")
+    cluster.wait_for(lambda: _is(cluster, "doomed", "Terminating"), "Terminating condition", 10.0)
+    condition = _condition(cluster, "doomed", "Terminating")
+    assert condition is not None
+    assert "node-1" in condition["message"]
+    domain = _get(cluster, COMPUTE_DOMAIN, NS, "doomed")
+    assert domain["metadata"]["deletionTimestamp"]
+    assert FINALIZER in domain["metadata"]["finalizers"]
+    cluster.wait_for(lambda: not _templates(cluster, uid), "workload template deleted", 10.0)
+    # IMEX keeps running under the running work.
+    for n, pids in imex.items():
+        assert cluster.nodes[n].imex_daemon_pids() == pids
+        assert cluster.nodes[n].imex_ctl(uid, "-q").stdout == "READY\n"
+
+    # The workloads end: their claims unprepare, the members go, then the domain.
+    for pod in pods:
+        assert set(cluster.delete_pod(NS, pod.name).values()) == {""}
+    cluster.wait_for(
+        lambda: _get(cluster, COMPUTE_DOMAIN, NS, "doomed") is None, "domain gone", 15.0
+    )
+    assert not _members(cluster, uid)
+    assert not _cliques(cluster, uid)
+    cluster.wait_for(
+        lambda: not any(cluster.nodes[n].imex_daemon_pids() for n in imex), "IMEX stopped", 10.0
+    )
+
+    # A domain forced away (its finalizer removed by hand, #380) leaves claims that unprepare.
+    uid2, (pod,) = _ready_domain(cluster, "forced", ["node-1"])
+    cluster.delete_compute_domain(NS, "forced")
+    forced = cluster.compute_domain(NS, "forced")
+    forced["metadata"]["finalizers"] = []
+    cluster.store.update_object(COMPUTE_DOMAIN, forced)
+    assert _get(cluster, COMPUTE_DOMAIN, NS, "forced") is None
+    assert set(cluster.delete_pod(NS, pod.name).values()) == {""}
+    cluster.wait_for(lambda: not _members(cluster, uid2), "member of the forced domain gone", 10.0)
+    elapsed = time.monotonic() - began
+    assert elapsed < 40.0, f"E8 took {elapsed:.1f} s"
+
+
+def test_e9_leader_failover_within_the_lease_and_no_duplicate_template(
+    make_cluster: Any,
+) -> None:
+    cluster = make_cluster(1)
+    first = cluster.start_controller(leader_elect=True)
+    second = cluster.start_controller(leader_elect=True)
+    cluster.start(controllers=0)
+    holder = cluster.wait_for(cluster.lease_holder, "a Lease holder", 15.0)
+    uid = cluster.apply_compute_domain(NS, "elect", "elect-channel")["metadata"]["uid"]
+    cluster.wait_for(lambda: _templates(cluster, uid), "template", 10.0)
+
+    leader = first if holder in first.log_tail(100_000) else second
+    follower = second if leader is first else first
+    assert holder not in follower.log_tail(100_000)
+    began = time.monotonic()
+    leader.kill()
+    new_holder = cluster.wait_for(
+        lambda: (h := cluster.lease_holder()) != holder and h, "a new Lease holder", 15.0
+    )
+    takeover = time.monotonic() - began
+    assert new_holder in follower.log_tail(100_000)
+    uid2 = cluster.apply_compute_domain(NS, "elect-2", "elect-2-channel")["metadata"]["uid"]
+    cluster.wait_for(lambda: _templates(cluster, uid2), "template from the new leader", 10.0)
+    time.sleep(1.0)  # the new leader's first full reconcile has passed
+    assert len(_templates(cluster, uid)) == 1
+    assert len(_templates(cluster, uid2)) == 1
+    assert takeover <= TIMING.lease_duration + 2 * (TIMING.retry_period or 0) + 1.0, (
+        f"takeover after {takeover:.1f} s"
+    )
+
+
+def test_e2_allocation_mode_all_injects_every_channel(make_cluster: Any) -> None:
+    cluster = make_cluster(1).start()
+    began = time.monotonic()
+    cluster.apply_compute_domain(NS, "wide", "wide-channel", allocation_mode="All")
+    pod = cluster.run_pod(channel_pod(NS, "wide-0", "wide-channel", node="node-1"))
+    major = _imex_major(cluster.nodes["node-1"])
+    assert [n["path"] for n in pod.device_nodes] == [
+        f"/dev/nvidia-caps-imex-channels/channel{k}" for k in range(2048)
+    ]
+    assert {(n["type"], n["major"], n["fileMode"]) for n in pod.device_nodes} == {
+        ("c", major, 0o666)
+    }
+    assert [n["minor"] for n in pod.device_nodes] == list(range(2048))
+    elapsed = time.monotonic() - began
+    assert elapsed < 15.0, f"E2 took {elapsed:.1f} s"
+
+
+def test_e7_a_node_without_multi_node_nvlink_offers_no_channel(make_cluster: Any) -> None:
+    cluster = make_cluster(1).start()
+    plain = cluster.add_node("node-2", launch=False)
+    plain.ensure_state()
+    cluster.set_fabric("node-2", "not_supported")
+    plain.launch()
+    plain.wait_serving()
+    began = time.monotonic()
+    cluster.apply_compute_domain(NS, "mixed", "mixed-channel")
+    ok = cluster.run_pod(channel_pod(NS, "mixed-1", "mixed-channel", node="node-1"))
+    assert [n["path"] for n in ok.device_nodes] == [CHANNEL]
+    # The pod pinned to the node without a fabric is not placed, and says why.
+    with pytest.raises(PodPlacementError, match=r"node-2: none"):
+        cluster.run_pod(channel_pod(NS, "mixed-2", "mixed-channel", node="node-2"), timeout=3.0)
+    assert not _members(cluster, cluster.compute_domain(NS, "mixed")["metadata"]["uid"]).get(
+        "node-2"
+    )
+    elapsed = time.monotonic() - began
+    assert elapsed < 15.0, f"E7 took {elapsed:.1f} s"
+
+
+def test_e12_host_managed_imex_forces_single_and_waits_for_the_host_daemon(
+    make_cluster: Any, tmp_path: Path
+) -> None:
+    sock = Path(tempfile.mkdtemp(prefix="dra-gpu-host-imex-", dir="/tmp")) / "imex_ctrl.sock"
+    cluster = make_cluster(
+        1,
+        plugin_args=["--imex-mode=hostManaged", f"--imex-host-socket-path={sock}"],
+        controller_args=["--imex-mode=hostManaged"],
+    ).start()
+    node = cluster.nodes["node-1"]
+    began = time.monotonic()
+    uid = cluster.apply_compute_domain(NS, "hosted", "hosted-channel", allocation_mode="All")[
+        "metadata"
+    ]["uid"]
+    template = cluster.wait_for(lambda: _templates(cluster, uid), "template", 10.0)[0]
+    config = template["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
+    assert config["allocationMode"] == "Single"  # the host's IMEX has channel 0 only
+    published = [
+        d["name"]
+        for s in cluster.store.list_resource_slices(driver=DRIVER_NAME, node_name="node-1")
+        for d in s["spec"].get("devices") or []
+    ]
+    assert published == ["channel-0"]  # no daemon device in host-managed mode
+
+    # No host IMEX yet: Prepare keeps failing, saying what it waits for.
+    with pytest.raises(PodPlacementError, match=r"(?i)ready"):
+        cluster.run_pod(channel_pod(NS, "hosted-0", "hosted-channel", node="node-1"), timeout=3.0)
+    host_imex = _start_host_imex(node, sock, tmp_path)
+    try:
+        pod = cluster.kubelet.run_pod(
+            channel_pod(NS, "hosted-0", "hosted-channel", node="node-1"), timeout=15.0
+        )
+        assert [n["path"] for n in pod.device_nodes] == [CHANNEL]
+        assert not _members(cluster, uid)  # the host runs IMEX: no member, no IMEX host work
+    finally:
+        host_imex.kill()
+        host_imex.wait(timeout=10)
+        shutil.rmtree(sock.parent, ignore_errors=True)
+    elapsed = time.monotonic() - began
+    assert elapsed < 25.0, f"E12 took {elapsed:.1f} s"
+
+
+def _start_host_imex(node: SimNode, sock: Path, work: Path) -> subprocess.Popen[bytes]:
+    """The host's own nvidia-imex service (the stand-in), answering on `sock`."""
+    nodes = work / "nodes.cfg"
+    nodes.write_text("host-imex-0\n")
+    hosts = work / "hosts"
+    hosts.write_text(f"{node.ip} host-imex-0\n")
+    cfg = work / "imexd.cfg"
+    cfg.write_text(
+        f"LOG_FILE_NAME=\nBIND_INTERFACE_IP={node.ip}\nSERVER_PORT=50000\n"
+        f"IMEX_NODE_CONFIG_FILE={nodes}\nIMEX_CMD_ENABLED=1\nIMEX_CMD_PORT=50005\n"
+        f"IMEX_CMD_BIND_INTERFACE_IP={node.ip}\nIMEX_CMD_UNIX_DOMAIN_PATH={sock}\n"
+    )
+    env = {**os.environ, "IMEX_STANDIN_HOSTS_FILE": str(hosts)}
+    with (work / "host-imex.log").open("wb") as log:
+        return subprocess.Popen(
+            [str(node.driver_root / "usr" / "bin" / "nvidia-imex"), "-c", str(cfg)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def test_e5_restarts_and_a_joining_node_keep_indices_and_imex(make_cluster: Any) -> None:
+    cluster = make_cluster(3).start()
+    uid, _ = _ready_domain(cluster, "steady", ["node-1", "node-2"])
+    began = time.monotonic()
+
+    def indices() -> dict[str, int]:
+        rows = [r for c in _cliques(cluster, uid) for r in membership.clique_rows(c)]
+        return {r.node_name: r.index for r in rows}
+
+    def ready(n: str) -> bool:
+        member = _members(cluster, uid).get(n)
+        return member is not None and membership.member_status(member).state == "Ready"
+
+    before = indices()
+    imex = {n: cluster.nodes[n].imex_daemon_pids() for n in ("node-1", "node-2")}
+    # The CD plugin of node-2 dies and comes back (a crash, an upgrade): IMEX runs on.
+    cluster.nodes["node-2"].restart_plugin()
+    assert {n: cluster.nodes[n].imex_daemon_pids() for n in imex} == imex
+    # The IMEX host of node-1 dies and comes back: it adopts the running IMEX, and cannot
+    # know when it last signalled it (IMEX ignores a SIGUSR1 within 5 s of the last one).
+    cluster.nodes["node-1"].restart_imex_host()
+    cluster.wait_for(lambda: ready("node-1"), "node-1 Ready after its IMEX host restarted", 10.0)
+    # A third node joins at once: the others' IMEX re-resolve (SIGUSR1); none is restarted,
+    # and no peer update is lost to IMEX's rate limit.
+    cluster.run_pod(channel_pod(NS, "steady-node-3", "steady-channel", node="node-3"))
+    cluster.wait_for(
+        lambda: len(indices()) == 3 and _is(cluster, "steady", "Ready"), "3 nodes Ready", 15.0
+    )
+    assert indices() == {**before, "node-3": 2}
+    assert {n: cluster.nodes[n].imex_daemon_pids() for n in imex} == imex
+    for n in imex:
+        assert "SIGUSR1: re-resolving" in cluster.nodes[n].imex_log(uid)
+        assert "127.0.1.3" in _imex_hosts(cluster.nodes[n]).values()
+    # A workload pod deleted and created again prepares again, on its old index.
+    assert set(cluster.delete_pod(NS, "steady-node-2").values()) == {""}
+    again = cluster.run_pod(channel_pod(NS, "steady-node-2", "steady-channel", node="node-2"))
+    assert [n["path"] for n in again.device_nodes] == [CHANNEL]
+    assert indices() == {**before, "node-3": 2}
+    cluster.wait_for(lambda: _is(cluster, "steady", "Ready"), "Ready after the re-join", 20.0)
+    elapsed = time.monotonic() - began
+    assert elapsed < 40.0, f"E5 took {elapsed:.1f} s"
+
+
+def test_demo_compute_domain_reports_a_ready_domain_and_channels_as_json() -> None:
+    began = time.monotonic()
+    out = io.StringIO()
+    assert run_compute_domain_demo(nodes=2, output="json", out=out, spawn=zygote.spawn) == 0
+    report = json.loads(out.getvalue())
+    assert (report["ready"], report["channels"], report["deleted"]) == (True, True, True)
+    assert sorted(p["node"] for p in report["pods"]) == ["node-1", "node-2"]
+    for pod in report["pods"]:
+        assert pod["deviceNodes"][0]["path"] == CHANNEL
+        assert any(n["path"] == "/dev/nvidia0" for n in pod["deviceNodes"])  # and its GPUs
+    conditions = {c["type"]: c["status"] for c in report["domain"]["status"]["conditions"]}
+    assert conditions["Ready"] == "True"
+    assert {node: peer["state"] for node, peer in report["imexPeers"].items()} == {
+        "node-1": "Ready",
+        "node-2": "Ready",
+    }
+    assert all(set(p["imexCtl"].values()) == {"C"} for p in report["imexPeers"].values())
+    elapsed = time.monotonic() - began
+    assert elapsed < 45.0, f"the demo took {elapsed:.1f} s"
