@@ -284,11 +284,12 @@ def dump(data: Any, **options: Any) -> str:
 def dump_all(documents: Iterable[Any], **options: Any) -> str:
     """Several documents separated by `---`, like `dump`."""
     options.setdefault("default_flow_style", False)
+    options.setdefault("Dumper", _Dumper)
     documents = list(documents)
     fast = _BlockWriter.write(documents, options)
     if fast is not None:
         return fast
-    text: str = yaml.dump_all(documents, Dumper=_Dumper, **options)
+    text: str = yaml.dump_all(documents, **options)
     return text
 
 
@@ -306,20 +307,36 @@ class _BlockWriter:
     """Block-style YAML text of JSON-shaped documents, as PyYAML writes it (see the
     module docstring)."""
 
-    def __init__(self, *, sort_keys: bool, width: int) -> None:
+    def __init__(
+        self, *, sort_keys: bool, width: int, dumper: Any = None, allow_unicode: bool = False
+    ) -> None:
         self._sort_keys = sort_keys
         self._width = width
+        # Quoted scalars are written by the caller's Dumper (its quoting style), one at a time.
+        self._dumper = dumper or _Dumper
+        self._allow_unicode = allow_unicode
         self._out: list[str] = []
         self._scalars: dict[str, str] = {}  # this call's quoted scalars (a daemon dumps on)
 
     @classmethod
     def write(cls, documents: list[Any], options: dict[str, Any]) -> str | None:
         """The documents' text, or None where PyYAML must write them."""
-        extra = set(options) - {"default_flow_style", "sort_keys", "width"}
+        extra = set(options) - {
+            "default_flow_style",
+            "sort_keys",
+            "width",
+            "Dumper",
+            "allow_unicode",
+        }
         width = options.get("width") or 80
         if extra or options["default_flow_style"] is not False or not isinstance(width, int):
             return None
-        writer = cls(sort_keys=bool(options.get("sort_keys", True)), width=max(width, 20))
+        writer = cls(
+            sort_keys=bool(options.get("sort_keys", True)),
+            width=max(width, 20),
+            dumper=options.get("Dumper", _Dumper),
+            allow_unicode=bool(options.get("allow_unicode", False)),
+        )
         try:
             for index, document in enumerate(documents):
                 writer._document(document, first=index == 0)
@@ -399,7 +416,9 @@ class _BlockWriter:
             raise _NotPlain  # lines PyYAML may break where they stand
         text = self._scalars.get(value)
         if text is None:
-            alone: str = yaml.dump(value, Dumper=_Dumper, width=self._width)
+            alone: str = yaml.dump(
+                value, Dumper=self._dumper, width=self._width, allow_unicode=self._allow_unicode
+            )
             text = alone.removesuffix("\n...\n").removesuffix("\n")
             if "\n" in text:
                 raise _NotPlain
