@@ -287,10 +287,12 @@ class _Translator:
             self.i = len(src) if end < 0 else end + 2
             for char in literal:
                 self.literal(ord(char))
-        elif c in _PERL_CLASSES:
-            self.emit(f"[{_PERL_CLASSES[c]}]", "atom")
         elif c.lower() in _PERL_CLASSES:
-            self.emit(f"[^{_PERL_CLASSES[c.lower()]}]", "atom")
+            if c.lower() == "w" and "i" in self.flags:
+                # RE2 folds the class's letters too: (?i)\w matches the Kelvin sign (K ~ k).
+                self.case_folding(ord("z"))
+            negate = "^" if c.isupper() else ""
+            self.emit(f"[{negate}{_PERL_CLASSES[c.lower()]}]", "atom")
         elif c == "b":
             self.emit(r"\b", None)
         elif c == "A":

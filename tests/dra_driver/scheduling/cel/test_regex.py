@@ -137,6 +137,7 @@ _TEXT = st.text(alphabet="abkKK\u212aAäÄ1 \n.-_[]", max_size=8)
 @example(r"(a|ab)(c|bcd)", ["abcd", "acd"])
 @example(r"^\d{1,3}(\.\d{1,3}){3}$", ["10.0.0.1", "1000.1.1.1"])
 @example(r"(?m)^b$", ["a\nb\n"])
+@example(r"(?i)\w", ["\u212a"])  # the Kelvin sign: RE2 folds it to k
 def test_translation_agrees_with_re2(pattern: str, texts: list[str]) -> None:
     """Every RE2 pattern the translator covers finds the same spans on `re` as on RE2."""
     options = re2.Options()
