@@ -391,7 +391,12 @@ class ProcessImexRunner:
 
     def _alive(self, process: ImexProcess) -> bool:
         self._reap(process.pid)
-        return process_start_ticks(process.pid, self.proc_root) == process.start_ticks
+        if process_start_ticks(process.pid, self.proc_root) == process.start_ticks:
+            return True
+        # It died between the reap and the look at /proc (a zombie reads as gone): collect
+        # its exit now, or `ended` could not say how it ended.
+        self._reap(process.pid)
+        return False
 
     def _runs_config(self, pid: int, config: Path) -> bool:
         try:
