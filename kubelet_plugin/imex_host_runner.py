@@ -393,10 +393,18 @@ class ProcessImexRunner:
         self._reap(process.pid)
         if process_start_ticks(process.pid, self.proc_root) == process.start_ticks:
             return True
-        # It died between the reap and the look at /proc (a zombie reads as gone): collect
-        # its exit now, or `ended` could not say how it ended.
-        self._reap(process.pid)
-        return False
+        # It died between the reap and the look at /proc (a zombie, or a task still being torn
+        # down, reads as gone): collect its exit now, waiting a moment for the kernel to finish,
+        # or `ended` could not say how it ended.
+        deadline = time.monotonic() + 0.5
+        while True:
+            self._reap(process.pid)
+            with self._lock:
+                if process.pid not in self._children:
+                    return False
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
 
     def _runs_config(self, pid: int, config: Path) -> bool:
         try:

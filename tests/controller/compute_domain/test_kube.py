@@ -72,7 +72,11 @@ def test_a_domain_lives_and_is_deleted_through_the_kubernetes_api(
             return str(user.get_object(COMPUTE_DOMAIN, "ns", "x").get("status", {}).get("status"))
 
         wait_until(lambda: status() == "Ready", "Ready")
-        assert any(e["reason"] == "Ready" for e in user.list_objects(EVENT, "ns"))
+        # The Event follows the status write: wait for it too.
+        wait_until(
+            lambda: any(e["reason"] == "Ready" for e in user.list_objects(EVENT, "ns")),
+            "a Ready Event",
+        )
 
         user.delete_object(COMPUTE_DOMAIN, "ns", "x")
         wait_until(lambda: not user.list_objects(RESOURCE_CLAIM_TEMPLATE), "the template gone")
