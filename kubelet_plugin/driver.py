@@ -88,11 +88,13 @@ from dra_driver.container.cdi_store import CdiStore
 from dra_driver.container.claim_spec import build_claim_spec
 from dra_driver.errors import CheckpointError, ClaimError, DraGpuError, NotFoundError
 from dra_driver.kube.cluster import Cluster
-from dra_driver.log_safety import claim_fields, one_line
 from dra_driver.node.devices import AllocatableDevice
 from dra_driver.node.host import HostInfo
 from dra_driver.planning import ClaimPlan, plan_claim
 from dra_driver.planning.plan import MigTarget, mig_target
+from kubelet_plugin.claim_calls import claim_error as _claim_error
+from kubelet_plugin.claim_calls import error_text as _one_line
+from kubelet_plugin.claim_calls import in_parallel as _in_parallel
 from kubelet_plugin.claim_locks import ClaimLocks
 from kubelet_plugin.gpu_locks import GpuLocks
 from kubelet_plugin.mig_lifecycle import MigLifecycle
@@ -103,12 +105,7 @@ from kubelet_plugin.sharing import SharingFactory, SharingStrategy, sharing_stra
 
 log = logging.getLogger(__name__)
 
-MAX_PARALLEL_CLAIMS = 16
-MAX_ERROR_CHARS = 2048
-"""A claim's error is one line of at most this many characters."""
-
 _T = TypeVar("_T")
-_R = TypeVar("_R")
 
 
 class GpuDriver:
@@ -919,30 +916,6 @@ def _undo_needs_record(claim: AllocatedClaim, devices: Mapping[str, AllocatableD
     )
 
 
-def _claim_error(operation: str, ref: ClaimRef, exc: BaseException) -> str:
-    """The one-line error a claim gets for `exc`; logged, with the traceback at debug level
-    for an exception that is not one of ours (a bug, or input nothing checked)."""
-    text = _one_line(exc)
-    if not isinstance(exc, DraGpuError):
-        text = f"internal error: {text}"
-        log.debug("%s %s: unexpected exception", operation, ref, exc_info=exc)
-    log.warning(
-        "%s %s/%s (%s): %s",
-        operation,
-        ref.namespace,
-        ref.name,
-        ref.uid,
-        text,
-        extra=claim_fields(ref.namespace, ref.name, ref.uid),
-    )
-    return text
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc) if isinstance(exc, DraGpuError) else f"{type(exc).__name__}: {exc}"
-    return one_line(text, MAX_ERROR_CHARS)
-
-
 def _gpus_of(entry: ClaimEntry) -> set[str]:
     """The GPUs whose devices `entry` recorded (a MIG device's parent)."""
     gpus = {d.mig.parent_uuid for d in entry.devices if d.mig is not None}
@@ -993,14 +966,6 @@ def _result_devices(devices: Sequence[PreparedDevice]) -> tuple[ResultDevice, ..
         )
         for device in devices
     )
-
-
-def _in_parallel(work: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
-    """`work` over `items` on up to MAX_PARALLEL_CLAIMS threads, results in order."""
-    if len(items) <= 1:
-        return [work(item) for item in items]
-    with ThreadPoolExecutor(max_workers=min(len(items), MAX_PARALLEL_CLAIMS)) as pool:
-        return list(pool.map(work, items))
 
 
 def _run_all(work: Callable[[_T], None], items: Iterable[_T]) -> None:

@@ -50,9 +50,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Final
 
 from dra_driver import failpoints
 from dra_driver.claims.allocated import AllocatedClaim, DeviceResult, parse_allocated_claim
@@ -95,7 +94,8 @@ from dra_driver.errors import (
 )
 from dra_driver.kube.cluster import Cluster
 from dra_driver.kube.object_store import COMPUTE_DOMAIN, COMPUTE_DOMAIN_MEMBER, ObjectStore
-from dra_driver.log_safety import claim_fields, one_line
+from kubelet_plugin.claim_calls import claim_error as _claim_error
+from kubelet_plugin.claim_calls import in_parallel as _in_parallel
 from kubelet_plugin.claim_locks import ClaimLocks
 from kubelet_plugin.compute_domain.host_imex import HostImex
 from kubelet_plugin.compute_domain.member_watch import MemberWatch
@@ -104,8 +104,6 @@ from kubelet_plugin.service import ClaimRef, PrepareResult, ResultDevice, Unprep
 log = logging.getLogger(__name__)
 
 DEFAULT_PREPARE_WAIT_S: Final = 45.0
-MAX_PARALLEL_CLAIMS: Final = 16
-MAX_ERROR_CHARS: Final = 2048
 
 DAEMON_REFUSED: Final = (
     "dra-gpu runs IMEX in its per-node IMEX host (`dra-gpu imex-host`), not in a pod that "
@@ -121,8 +119,6 @@ _WAITING_FOR: Final[Mapping[str, str]] = {
     MemberState.FAILED: "the IMEX daemon failed",
 }
 _SETTLED: Final = (MemberState.READY, MemberState.NO_FABRIC)
-_T = TypeVar("_T")
-_R = TypeVar("_R")
 
 
 class ComputeDomainDriver:
@@ -603,30 +599,3 @@ def _result_devices(entry: ClaimEntry) -> tuple[ResultDevice, ...]:
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _claim_error(operation: str, ref: ClaimRef, exc: BaseException) -> str:
-    if isinstance(exc, DraGpuError):
-        text = one_line(str(exc), MAX_ERROR_CHARS)
-    else:
-        text = "internal error: " + one_line(f"{type(exc).__name__}: {exc}", MAX_ERROR_CHARS)
-        log.debug("%s %s: unexpected exception", operation, ref, exc_info=exc)
-    log.warning(
-        "%s %s/%s (%s): %s",
-        operation,
-        ref.namespace,
-        ref.name,
-        ref.uid,
-        text,
-        extra=claim_fields(ref.namespace, ref.name, ref.uid),
-    )
-    return text
-
-
-def _in_parallel(work: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
-    """`work` over `items` on threads (a Prepare may wait for IMEX: claims never wait for
-    each other), results in order."""
-    if len(items) <= 1:
-        return [work(item) for item in items]
-    with ThreadPoolExecutor(max_workers=min(len(items), MAX_PARALLEL_CLAIMS)) as pool:
-        return list(pool.map(work, items))
