@@ -292,10 +292,10 @@ class ProcessImexRunner:
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        self._reap(process.pid)
-        if process_start_ticks(process.pid, self.proc_root) != process.start_ticks:
+        if not self._alive(process):
             return None
         if not self._runs_config(process.pid, paths.config):
+            self._collect_dying(process.pid)  # an exiting process has no cmdline left
             return None
         return process
 
@@ -393,17 +393,21 @@ class ProcessImexRunner:
         self._reap(process.pid)
         if process_start_ticks(process.pid, self.proc_root) == process.start_ticks:
             return True
-        # It died between the reap and the look at /proc (a zombie, or a task still being torn
-        # down, reads as gone): collect its exit now, waiting a moment for the kernel to finish,
-        # or `ended` could not say how it ended.
+        self._collect_dying(process.pid)
+        return False
+
+    def _collect_dying(self, pid: int) -> None:
+        """A child of ours that looks gone (a zombie, or a task still being torn down: no
+        cmdline, no stat) is collected now, waiting a moment for the kernel to finish, so
+        `ended` can say how it ended. Not ours (adopted): nothing to collect."""
         deadline = time.monotonic() + 0.5
         while True:
-            self._reap(process.pid)
+            self._reap(pid)
             with self._lock:
-                if process.pid not in self._children:
-                    return False
+                if pid not in self._children:
+                    return
             if time.monotonic() > deadline:
-                return False
+                return
             time.sleep(0.005)
 
     def _runs_config(self, pid: int, config: Path) -> bool:
