@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["ChildProcess", "Spawn", "popen"]
+__all__ = ["ChildProcess", "Spawn", "file_identity", "log_tail", "popen"]
 
 
 class ChildProcess(Protocol):
@@ -48,3 +49,21 @@ def popen(argv: Sequence[str], env: Mapping[str, str] | None, log_fd: int) -> Ch
     return subprocess.Popen(
         list(argv), stdout=log_fd, stderr=subprocess.STDOUT, env=env, start_new_session=True
     )
+
+
+def log_tail(path: Path, chars: int = 3000) -> str:
+    """The end of a daemon's log file (all its runs); "" before it wrote one."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")[-chars:]
+    except FileNotFoundError:
+        return ""
+
+
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """Inode and change time of `path`: tells a daemon's new socket from a stale one at the
+    same path (None: no file)."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return None
+    return info.st_ino, info.st_ctime_ns

@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any, Final, Self
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.composition.child_process import ChildProcess, Spawn, popen
+from dra_driver.composition.child_process import ChildProcess, Spawn, file_identity, log_tail, popen
 from dra_driver.composition.compute_domain_kubelet import NodeAccess, SchedulerKubelet
 from dra_driver.composition.hardware import open_simulated
 from dra_driver.compute_domain import manifests
@@ -179,10 +179,7 @@ class _Daemon:
             return self.process.wait(timeout=timeout)
 
     def log_tail(self, chars: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")[-chars:]
-        except FileNotFoundError:
-            return ""
+        return log_tail(self.log_path, chars)
 
     def require_running(self) -> None:
         if self.process is not None and self.process.poll() is not None:
@@ -326,10 +323,10 @@ class SimNode:
         once the new one serves and the kubelet registered it."""
         self.plugin.kill()
         self.access.close()
-        stale = _identity(self.registration_socket)
+        stale = file_identity(self.registration_socket)
         self.plugin.start()
         deadline = time.monotonic() + timeout
-        while _identity(self.registration_socket) in (None, stale):
+        while file_identity(self.registration_socket) in (None, stale):
             self.plugin.require_running()
             if time.monotonic() > deadline:
                 raise PluginError(f"{self.plugin.what}: no new registration socket after restart")
@@ -429,6 +426,7 @@ class ComputeDomainCluster:
         gpu_plugins: bool = False,
         keep: bool = False,
         prefix: str = "dra-gpu-cd-",
+        ip_prefix: str = "127.0.1",
     ) -> None:
         self.work = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
         self.cluster_root = self.work / "cluster"
@@ -442,6 +440,9 @@ class ComputeDomainCluster:
         self.keep = keep
         self.nodes: dict[str, SimNode] = {}
         self.controllers: list[ControllerProcess] = []
+        # Nodes get `<ip_prefix>.<k>`; clusters running at once (parallel tests) need prefixes
+        # of their own, or their IMEX daemons would bind each other's addresses.
+        self._ip_prefix = ip_prefix
         self._next_ip = 1
         self._initial_nodes = nodes
         self.kubelet = SchedulerKubelet(
@@ -468,13 +469,13 @@ class ComputeDomainCluster:
     def add_node(
         self, name: str | None = None, *, ip: str | None = None, launch: bool = True
     ) -> SimNode:
-        """A new simulated node (`node-<k>`, IP `127.0.1.<k>` unless given), its Node object
+        """A new simulated node (`node-<k>`, IP `<ip_prefix>.<k>` unless given), its Node object
         Ready; with `launch` its daemons started and its plugin serving."""
         if ip is None:
             used = {n.ip for n in self.nodes.values()}
-            while f"127.0.1.{self._next_ip}" in used:
+            while f"{self._ip_prefix}.{self._next_ip}" in used:
                 self._next_ip += 1
-            ip = f"127.0.1.{self._next_ip}"
+            ip = f"{self._ip_prefix}.{self._next_ip}"
             self._next_ip += 1
         if name is None:
             index = len(self.nodes) + 1
@@ -804,15 +805,6 @@ def processes_naming(path: Path) -> list[int]:
         if needle in cmdline and int(entry) != os.getpid():
             found.append(int(entry))
     return found
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    """Inode and change time: tells a new socket from a stale one at the same path."""
-    try:
-        info = path.lstat()
-    except FileNotFoundError:
-        return None
-    return info.st_ino, info.st_ctime_ns
 
 
 def _cmdline(pid: int) -> list[bytes]:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Final, Self
 
 from dra_driver import failpoints as failpoints_module
-from dra_driver.composition.child_process import ChildProcess, Spawn, popen
+from dra_driver.composition.child_process import ChildProcess, Spawn, file_identity, log_tail, popen
 from dra_driver.composition.hardware import SimulatedNode, open_simulated
 from dra_driver.compute_domain import channel_cdi
 from dra_driver.compute_domain.names import DRIVER_NAME
@@ -87,7 +87,7 @@ class ComputeDomainPluginProcess:
         if self.process is not None and self.process.poll() is None:
             raise PluginError(f"plugin pid {self.process.pid} is still running; stop it first")
         self.simulated_node()  # the node's state file and /proc exist before the plugin
-        stale = _identity(self.registration_socket)
+        stale = file_identity(self.registration_socket)
         self._runs += 1
         env = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "NAMESPACE")}
         env["PYTHONUNBUFFERED"] = "1"
@@ -112,7 +112,7 @@ class ComputeDomainPluginProcess:
             self.process = self._spawn(args, env, log.fileno())
 
         def fresh() -> bool:
-            identity = _identity(self.registration_socket)
+            identity = file_identity(self.registration_socket)
             return identity is not None and identity != stale
 
         self.wait_for(fresh, "registration socket", timeout)
@@ -197,20 +197,9 @@ class ComputeDomainPluginProcess:
         return open_simulated(self.shape, sim_state=self.sim_state, node_name=self.node_name)
 
     def log_tail(self, chars: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")[-chars:]
-        except FileNotFoundError:
-            return ""
+        return log_tail(self.log_path, chars)
 
     def _require_process(self) -> ChildProcess:
         if self.process is None:
             raise PluginError("the CD plugin was never started")
         return self.process
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        info = path.lstat()
-    except FileNotFoundError:
-        return None
-    return info.st_ino, info.st_ctime_ns

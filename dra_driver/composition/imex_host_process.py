@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Self
 
-from dra_driver.composition.child_process import ChildProcess, Spawn, popen
+from dra_driver.composition.child_process import ChildProcess, Spawn, log_tail, popen
 from dra_driver.errors import PluginError
 from kubelet_plugin.imex_host import host_running
 from kubelet_plugin.imex_host_runner import DOMAINS_DIR, DomainPaths, ProcessImexRunner
@@ -135,7 +135,4 @@ class ImexHostProcess:
         return stopped
 
     def _tail(self, chars: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")[-chars:]
-        except FileNotFoundError:
-            return ""
+        return log_tail(self.log_path, chars)

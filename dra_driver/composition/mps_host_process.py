@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Self
 
-from dra_driver.composition.child_process import ChildProcess, Spawn, popen
+from dra_driver.composition.child_process import ChildProcess, Spawn, log_tail, popen
 from dra_driver.errors import PluginError
 from kubelet_plugin.mps_host_main import mps_root
 from kubelet_plugin.mps_intents import MpsHostClient
@@ -104,7 +104,4 @@ class MpsHostProcess:
             return self.process.wait(timeout=timeout)
 
     def _tail(self, chars: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")[-chars:]
-        except FileNotFoundError:
-            return ""
+        return log_tail(self.log_path, chars)

@@ -30,7 +30,7 @@ from dra_driver.claims.checkpoint import Checkpoint
 from dra_driver.claims.checkpoint import decode as decode_checkpoint
 from dra_driver.claims.mps import MPS_DIR
 from dra_driver.claims.mps_intent import HOST_LOCK_FILE, HOST_WAKE_FIFO
-from dra_driver.composition.child_process import ChildProcess, Spawn, popen
+from dra_driver.composition.child_process import ChildProcess, Spawn, file_identity, log_tail, popen
 from dra_driver.composition.hardware import SimulatedNode, open_simulated
 from dra_driver.composition.mps_host_process import MpsHostProcess
 from dra_driver.container import base_spec, injection
@@ -185,7 +185,7 @@ class PluginProcess:
             raise PluginError(f"plugin pid {self.process.pid} is still running; stop it first")
         if failpoints is not None:
             self._failpoints = tuple(failpoints)
-        stale = _file_identity(self.registration_socket)
+        stale = file_identity(self.registration_socket)
         self._runs += 1
         unset = {failpoints_module.ENV_VAR, "POD_UID", "NODE_NAME"}  # only the flags count
         env = {k: v for k, v in os.environ.items() if k not in unset}
@@ -224,7 +224,7 @@ class PluginProcess:
             self.process = self._spawn(args, env, log.fileno())
 
         def fresh_socket() -> bool:
-            identity = _file_identity(self.registration_socket)
+            identity = file_identity(self.registration_socket)
             return identity is not None and identity != stale
 
         if wait:
@@ -471,21 +471,9 @@ class PluginProcess:
 
     def log_tail(self, chars: int = 3000) -> str:
         """The end of the plugin's log (all runs)."""
-        try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")[-chars:]
-        except FileNotFoundError:
-            return ""
+        return log_tail(self.log_path, chars)
 
     def _require_process(self) -> ChildProcess:
         if self.process is None:
             raise PluginError("the plugin was never started")
         return self.process
-
-
-def _file_identity(path: Path) -> tuple[int, int] | None:
-    """Inode and change time of `path`: tells a new socket from a stale one at the same path."""
-    try:
-        info = path.lstat()
-    except FileNotFoundError:
-        return None
-    return info.st_ino, info.st_ctime_ns

@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -73,6 +74,9 @@ def make_cluster() -> Iterator[Any]:
     made: list[ComputeDomainCluster] = []
 
     def make(nodes: int, **kwargs: Any) -> ComputeDomainCluster:
+        # A loopback network of its own (127.X.Y.k): tests in other pytest workers run
+        # clusters at the same time, and IMEX daemons must not bind each other's addresses.
+        kwargs.setdefault("ip_prefix", f"127.{random.randint(2, 254)}.{random.randint(0, 255)}")
         cluster = ComputeDomainCluster(nodes=nodes, spawn=zygote.spawn, timing=TIMING, **kwargs)
         made.append(cluster)
         return cluster
@@ -213,7 +217,7 @@ def test_e1_two_node_domain_on_four_nodes_gets_channels_and_connected_imex(
     # Identical name -> IP maps, naming exactly the two members' addresses.
     maps = [_imex_hosts(cluster.nodes[n]) for n in ("node-1", "node-2")]
     assert maps[0] == maps[1]
-    assert sorted(maps[0].values()) == ["127.0.1.1", "127.0.1.2"]
+    assert sorted(maps[0].values()) == sorted(cluster.nodes[n].ip for n in ("node-1", "node-2"))
     # Both stand-ins connected to each other.
     for n in ("node-1", "node-2"):
         assert set(cluster.nodes[n].imex_peers(uid).values()) == {"C"}
@@ -550,7 +554,7 @@ def test_e5_restarts_and_a_joining_node_keep_indices_and_imex(make_cluster: Any)
     assert {n: cluster.nodes[n].imex_daemon_pids() for n in imex} == imex
     for n in imex:
         assert "SIGUSR1: re-resolving" in cluster.nodes[n].imex_log(uid)
-        assert "127.0.1.3" in _imex_hosts(cluster.nodes[n]).values()
+        assert cluster.nodes["node-3"].ip in _imex_hosts(cluster.nodes[n]).values()
     # A workload pod deleted and created again prepares again, on its old index.
     assert set(cluster.delete_pod(NS, "steady-node-2").values()) == {""}
     again = cluster.run_pod(channel_pod(NS, "steady-node-2", "steady-channel", node="node-2"))
