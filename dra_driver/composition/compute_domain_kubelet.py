@@ -262,7 +262,33 @@ class SchedulerKubelet:
     def allocate(self, pod: Mapping[str, Any], claims: Sequence[Obj]) -> tuple[str, list[Obj]]:
         """Allocate the pod's unallocated claims together on the first node that fits them
         (claims allocated before pin the node); the node and the stored claims.
-        AllocationError says why none fits."""
+        AllocationError says why none fits.
+
+        As kube-scheduler does, the choice is made under the scheduler's lock and
+        *assumed* in its cache there; the claims' status is written after the lock is
+        released (kube-scheduler binds asynchronously), so the next pod's choice does
+        not wait for the store. A write that fails is forgotten again."""
+        node_name, chosen = self._choose(pod, claims)
+        out = []
+        for index, (claim, assumed) in enumerate(chosen):
+            if assumed is None:
+                out.append(claim)
+                continue
+            try:
+                out.append(self._cluster.update_resource_claim_status(assumed))
+            except Exception:
+                with self._allocate_lock:  # forget what was assumed and not written
+                    for _, unwritten in chosen[index:]:
+                        if unwritten is not None and self._state is not None:
+                            self._state.remove(unwritten)
+                raise
+        return node_name, out
+
+    def _choose(
+        self, pod: Mapping[str, Any], claims: Sequence[Obj]
+    ) -> tuple[str, list[tuple[Obj, Obj | None]]]:
+        """The node and, per claim, the claim with the allocation assumed in the cache
+        (None: allocated before)."""
         with self._allocate_lock:
             if self._state is None:  # what was allocated before this stand-in started
                 self._state = AllocatedState(
@@ -294,30 +320,29 @@ class SchedulerKubelet:
                     "and node affinity"
                 )
             if not pending:
-                return nodes[0].name, list(claims)
+                return nodes[0].name, [(c, None) for c in claims]
             for node in nodes:
                 results = allocator.allocate(node, pending)
                 if results is None:
                     continue
-                out = []
                 by_uid = {c["metadata"]["uid"]: r for c, r in zip(pending, results, strict=True)}
                 meta = pod["metadata"]
+                chosen: list[tuple[Obj, Obj | None]] = []
                 for claim in claims:
                     result = by_uid.get(claim["metadata"]["uid"])
                     if result is None:
-                        out.append(claim)
+                        chosen.append((claim, None))
                         continue
-                    done = copy.deepcopy(claim)
-                    done["status"] = {
+                    assumed = copy.deepcopy(claim)
+                    assumed["status"] = {
                         "allocation": result,
                         "reservedFor": [
                             {"resource": "pods", "name": meta["name"], "uid": meta["uid"]}
                         ],
                     }
-                    stored = self._cluster.update_resource_claim_status(done)
-                    state.add(stored)
-                    out.append(stored)
-                return node.name, out
+                    state.add(assumed)
+                    chosen.append((claim, assumed))
+                return node.name, chosen
             raise AllocationError(
                 f"Pod {_pod_key(pod)}: its claims fit on none of "
                 f"{', '.join(n.name for n in nodes)} (devices published: "

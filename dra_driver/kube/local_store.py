@@ -20,14 +20,18 @@ can read, diff and hand-edit the "cluster":
 Writes follow the apiserver's rules (`apiserver_rules`), are atomic (readers
 never see half a file; not fsynced: this is no durable store) and are
 serialised across processes by an flock on `DIR/.lock`; `DIR/.resource-version`
-holds the last resourceVersion handed out. A file that cannot be parsed is
+holds the last resourceVersion handed out. The lock is held only to check
+that the file is still the one read and to rename the new one into place: the
+YAML is rendered before (`LocalCluster._write`), and the threads of one process
+queue on an in-process lock rather than all polling the flock (64 simulated
+nodes' daemons, the controller and a scheduler write through this one lock).
+A file that cannot be parsed is
 reported, never skipped, and so is anything but a regular file (a FIFO would
 block the reader: `dra_driver.files.regular`); a file is parsed once per
-version (its inode, mtime and size), so listing unchanged slices again is cheap.
+version (its inode, mtime and size) by one thread of a process, and the
+writer keeps what it wrote, so listing unchanged objects again is cheap.
 
-Watching slices is polling: the directory's mtime and its entries (name,
-inode, size, mtime) are compared every `SLICE_POLL_SECONDS`, which is cheap
-(no file is read) and sees writes by any process.
+Watching is polling, for slices as for any other kind (below).
 
 The `ObjectStore` half (`dra_driver.kube.object_store`) serves any kind the
 same way, with the apiserver's finalizer rule (a delete only marks an object
@@ -39,25 +43,29 @@ old value, so no change is missed however fast writes follow each other, and
 a poll costs a read and a few stats per kind however many objects there are
 (64 nodes each running two watchers stay cheap). The mtimes of the kind's
 directory and its namespace directories are compared too, so a file put
-there by hand (an editor's rename, a `cp`) is seen.
+there by hand (an editor's rename, a `cp` of a new file) is seen; a file
+edited in place by hand is seen at the next write of its kind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import logging
 import os
+import secrets
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from dra_driver.backoff import backoff_delay
-from dra_driver.errors import ClusterError, NotFoundError, yaml_problem
+from dra_driver.errors import ClusterError, yaml_problem
 from dra_driver.files.atomic import atomic_write, remove_file
 from dra_driver.files.flock import file_lock
 from dra_driver.files.regular import read_regular, require_regular
@@ -151,8 +159,9 @@ class LocalCluster:
     def __init__(self, root: Path, *, server_version: tuple[int, int] | None = None) -> None:
         self._root = Path(root)
         self._server_version = server_version
-        # path -> (inode, mtime, size) when parsed, and the object as JSON (see `_read`).
-        self._parsed: dict[Path, tuple[tuple[int, int, int], str]] = {}
+        # path -> the file as parsed (`_parsed_file`), shared by the process's stores of
+        # the same directory: 16 simulated nodes' daemons in one process parse a file once.
+        self._parsed = _process_state(self._root).parsed
         try:
             for kind in (RESOURCE_SLICE, DEVICE_CLASS, RESOURCE_CLAIM):
                 (self._root / kind.plural).mkdir(parents=True, exist_ok=True)
@@ -193,8 +202,9 @@ class LocalCluster:
         self, obj: Obj, *, field_manager: str, force: bool = True
     ) -> Obj:
         namespace, name = rules.object_key(RESOURCE_CLAIM, obj)
-        with self._write_lock():
-            stored = self._get(RESOURCE_CLAIM, namespace, name)
+
+        def decide(stored: Obj | None) -> _Decision:
+            stored = _existing(RESOURCE_CLAIM, namespace, name, stored)
             new = device_status.apply_device_status(
                 stored,
                 obj,
@@ -203,7 +213,9 @@ class LocalCluster:
                 now=rules.timestamp_now(),
                 what=rules.describe(RESOURCE_CLAIM, namespace, name),
             )
-            return stored if new is None else self._store_new(RESOURCE_CLAIM, new)
+            return _Decision.keep(stored) if new is None else _Decision.store(new)
+
+        return self._write(RESOURCE_CLAIM, namespace, name, decide)
 
     def delete_resource_claim(self, namespace: str, name: str) -> None:
         self._delete(RESOURCE_CLAIM, namespace, name)
@@ -241,12 +253,11 @@ class LocalCluster:
         on_change: Callable[[], None],
         stop: threading.Event,
     ) -> None:
-        directory = self._root / RESOURCE_SLICE.plural
-        seen: tuple[int, frozenset[tuple[str, int, int, int]]] | None = None
+        seen: tuple[object, ...] | None = None
         failures = 0
         while not stop.is_set():
             try:
-                current = _directory_signature(directory)
+                current = self._kind_signature(RESOURCE_SLICE)
             except OSError as exc:
                 failures += 1
                 log.warning(
@@ -299,34 +310,33 @@ class LocalCluster:
         labels: Mapping[str, str] | None = None,
     ) -> list[Obj]:
         if not kind.namespaced:
-            found = self._list_dir(kind, None)
-        elif namespace is not None:
+            return self._list_dir(kind, None, labels)
+        if namespace is not None:
             rules.check_namespace(kind, namespace)
-            found = self._list_dir(kind, namespace)
-        else:
-            found = []
-            for ns_dir in sorted(self._entries(self._root / kind.plural)):
-                if ns_dir.is_dir() and not ns_dir.name.startswith("."):
-                    found.extend(self._list_dir(kind, ns_dir.name))
-        if not labels:
-            return found
-        return [obj for obj in found if _has_labels(obj, labels)]
+            return self._list_dir(kind, namespace, labels)
+        found = []
+        for ns_dir in sorted(self._entries(self._root / kind.plural)):
+            if ns_dir.is_dir() and not ns_dir.name.startswith("."):
+                found.extend(self._list_dir(kind, ns_dir.name, labels))
+        return found
 
     def create_object(self, kind: ResourceKind, obj: Obj) -> Obj:
         return self._create(kind, obj)
 
     def update_object(self, kind: ResourceKind, obj: Obj) -> Obj:
         namespace, name = rules.object_key(kind, obj)
-        with self._write_lock():
-            stored = self._get(kind, namespace, name)
+
+        def decide(stored: Obj | None) -> _Decision:
+            stored = _existing(kind, namespace, name, stored)
             new = rules.prepare_update(kind, stored, obj)
             if new is None:
-                return stored
+                return _Decision.keep(stored)
             rules.check_immutable_spec(kind, stored, new)
             if rules.deletion_finished(new):
-                self._remove_locked(kind, namespace, name)
-                return new
-            return self._store_new(kind, new)
+                return _Decision.remove(new)
+            return _Decision.store(new)
+
+        return self._write(kind, namespace, name, decide)
 
     def update_object_status(self, kind: ResourceKind, obj: Obj) -> Obj:
         namespace, name = rules.object_key(kind, obj)
@@ -339,16 +349,18 @@ class LocalCluster:
 
     def delete_object(self, kind: ResourceKind, namespace: str | None, name: str) -> None:
         namespace = namespace if kind.namespaced else None
-        with self._write_lock():
-            try:
-                stored = self._get(kind, namespace, name)
-            except NotFoundError:
-                return
+
+        def decide(stored: Obj | None) -> _Decision:
+            if stored is None:
+                return _Decision.keep({})
             marked = rules.prepare_delete(stored)
             if marked is None:
-                self._remove_locked(kind, namespace, name)
-            elif marked is not stored:
-                self._store_new(kind, marked)
+                return _Decision.remove(stored)
+            if marked is stored:
+                return _Decision.keep(stored)
+            return _Decision.store(marked)
+
+        self._write(kind, namespace, name, decide)
 
     def watch_objects(
         self,
@@ -420,8 +432,13 @@ class LocalCluster:
             ) from exc
 
     def _read(self, kind: ResourceKind, path: Path) -> Obj:
+        """One object file, as a new object the caller may change (`_parsed_file`)."""
+        loaded: Obj = json.loads(self._parsed_file(kind, path).text)
+        return loaded
+
+    def _parsed_file(self, kind: ResourceKind, path: Path) -> _Parsed:
         """One object file, parsed once per version of the file; FileNotFoundError passes
-        through for the caller.
+        through for the caller. The `_Parsed.obj` it gives is shared: only look at it.
 
         Files are replaced by rename, so an unchanged (inode, mtime, size) means
         unchanged content. The parsed object is kept as JSON, in memory and in
@@ -442,15 +459,21 @@ class LocalCluster:
             raise ClusterError(f"{kind.kind} file {path}: cannot read it: {exc}") from exc
         identity = (info.st_ino, info.st_mtime_ns, info.st_size)
         cached = self._parsed.get(path)
-        text = cached[1] if cached is not None and cached[0] == identity else None
-        if text is None:
+        if cached is not None and cached.identity == identity:
+            return cached
+        # One thread of the process parses a new version; the others (16 simulated nodes'
+        # watchers see a write at once) wait for it instead of all parsing and saving it.
+        with _process_state(self._root).parse_lock(path):
+            cached = self._parsed.get(path)
+            if cached is not None and cached.identity == identity:
+                return cached
             text = self._parsed_copy(path, identity)
-        if text is None:
-            text = json.dumps(self._parse(kind, path))
-            self._save_parsed_copy(path, identity, text)
-        self._parsed[path] = (identity, text)
-        loaded: Obj = json.loads(text)
-        return loaded
+            if text is None:
+                text = json.dumps(self._parse(kind, path))
+                self._save_parsed_copy(path, identity, text)
+            parsed = _Parsed(identity, text, json.loads(text))
+            self._parsed[path] = parsed
+            return parsed
 
     def _parsed_copy_path(self, path: Path) -> Path:
         return self._root / _PARSED_DIR / path.relative_to(self._root).with_suffix(".json")
@@ -511,7 +534,14 @@ class LocalCluster:
         except FileNotFoundError:
             raise rules.not_found(kind, namespace, name) from None
 
-    def _list_dir(self, kind: ResourceKind, namespace: str | None) -> list[Obj]:
+    def _list_dir(
+        self,
+        kind: ResourceKind,
+        namespace: str | None,
+        labels: Mapping[str, str] | None = None,
+    ) -> list[Obj]:
+        """The directory's objects (with `labels`, only those that carry them: filtered
+        before they are copied, as a member watch of 64 nodes lists a few of many)."""
         directory = self._root / kind.plural
         if namespace is not None:
             directory = directory / namespace
@@ -520,22 +550,38 @@ class LocalCluster:
             if path.name.startswith(".") or path.suffix != _SUFFIX:  # .lock, temp files
                 continue
             try:
-                out.append(self._read(kind, path))
+                parsed = self._parsed_file(kind, path)
             except FileNotFoundError:
                 continue  # deleted between listing and reading: not part of the list
+            if labels and not _has_labels(parsed.obj, labels):
+                continue
+            loaded: Obj = json.loads(parsed.text)
+            out.append(loaded)
         return out
 
     @contextmanager
     def _write_lock(self) -> Iterator[None]:
-        """Exclusive across processes and threads (each holder opens its own descriptor)."""
-        with file_lock(
-            self._root / _LOCK_FILE,
-            timeout_s=LOCK_TIMEOUT_S,
-            error=ClusterError,
-            what=f"local cluster {self._root}",
-            poll_s=LOCK_POLL_S,
-        ):
-            yield
+        """Exclusive across processes (the flock) and threads (each holder opens its own
+        descriptor). The threads of one process queue on an in-process lock first, so only
+        one of them polls the flock: 256 pod threads of the benchmark's scheduler each
+        polling every few milliseconds burned the CPU the lock's holder needed."""
+        lock = _process_state(self._root).lock
+        if not lock.acquire(timeout=LOCK_TIMEOUT_S):
+            raise ClusterError(
+                f"local cluster {self._root}: still locked by another thread after "
+                f"{LOCK_TIMEOUT_S:g} s"
+            )
+        try:
+            with file_lock(
+                self._root / _LOCK_FILE,
+                timeout_s=LOCK_TIMEOUT_S,
+                error=ClusterError,
+                what=f"local cluster {self._root}",
+                poll_s=LOCK_POLL_S,
+            ):
+                yield
+        finally:
+            lock.release()
 
     def _next_resource_version(self) -> int:
         """Hand out the next resourceVersion; call with the write lock held."""
@@ -562,71 +608,254 @@ class LocalCluster:
         except OSError as exc:
             raise ClusterError(f"local cluster file {path}: cannot write it: {exc}") from exc
 
-    def _store_new(self, kind: ResourceKind, obj: Obj) -> Obj:
-        """Store `obj` under the next resourceVersion; call with the write lock held."""
-        meta = obj["metadata"]
+    def _write(
+        self,
+        kind: ResourceKind,
+        namespace: str | None,
+        name: str,
+        decide: Callable[[Obj | None], _Decision],
+    ) -> Obj:
+        """Write one object as `decide(stored or None)` says, and return the result.
+
+        Optimistic, to keep the one lock short: the current file is read and the
+        new YAML rendered (most of a write's time) before the lock is taken, with
+        a placeholder where the resourceVersion goes. Under the lock the file's
+        identity is checked: unchanged, the version is filled in and the file
+        replaced; changed (another writer came between), it starts again. After
+        `_OPTIMISTIC_TRIES` it decides under the lock, so a busy object still
+        gets its turn. `decide` raises the apiserver's errors (not found, a
+        conflict, ...) from the object as it was read, as a request that reached
+        the apiserver at that moment would get them.
+        """
+        path = self._path(kind, namespace, name)
+        for _ in range(_OPTIMISTIC_TRIES):
+            seen, stored = self._snapshot(kind, path)
+            decision = decide(stored)
+            if decision.action is _Action.KEEP:
+                return decision.obj
+            rendered = _render(decision) if decision.action is _Action.STORE else None
+            with self._write_lock():
+                if self._identity(kind, path) != seen:
+                    continue
+                written = self._apply_locked(kind, path, decision, rendered)
+            self._save_written(path)
+            return written
+        with self._write_lock():
+            _, stored = self._snapshot(kind, path)
+            decision = decide(stored)
+            if decision.action is _Action.KEEP:
+                return decision.obj
+            written = self._apply_locked(kind, path, decision, None)
+        self._save_written(path)
+        return written
+
+    def _save_written(self, path: Path) -> None:
+        """After the lock: save the parsed copy of what this process just wrote, so other
+        processes read its JSON rather than parse the YAML (skipped if it was replaced)."""
+        parsed = self._parsed.get(path)
+        if parsed is not None:
+            self._save_parsed_copy(path, parsed.identity, parsed.text)
+
+    def _apply_locked(
+        self,
+        kind: ResourceKind,
+        path: Path,
+        decision: _Decision,
+        rendered: tuple[str, str] | None,
+    ) -> Obj:
+        """Carry out a decision; call with the write lock held. `rendered` is the YAML with
+        its version placeholder (None: render it now)."""
+        obj = decision.obj
+        if decision.action is _Action.REMOVE:
+            try:
+                removed = remove_file(path)
+            except OSError as exc:
+                meta = obj.get("metadata") or {}
+                raise ClusterError(
+                    f"{rules.describe(kind, meta.get('namespace'), meta.get('name', ''))}: "
+                    f"cannot delete {path}: {exc}"
+                ) from exc
+            self._parsed.pop(path, None)
+            if removed:
+                self._mark_written(kind, self._next_resource_version())
+            return obj
         version = self._next_resource_version()
-        meta["resourceVersion"] = str(version)
-        self._write_file(self._path(kind, meta.get("namespace"), meta["name"]), dump_yaml(obj))
+        if rendered is None:
+            obj["metadata"]["resourceVersion"] = str(version)
+            text = dump_yaml(obj)
+        else:
+            template, placeholder = rendered
+            text = template.replace(placeholder, f'"{version}"', 1)
+            obj["metadata"]["resourceVersion"] = str(version)
+        self._write_file(path, text)
         self._mark_written(kind, version)
+        identity = self._identity(kind, path)
+        if identity is not None:  # the writer knows what it wrote: nobody parses it again
+            encoded = json.dumps(obj)
+            self._parsed[path] = _Parsed(identity, encoded, json.loads(encoded))
         return obj
+
+    def _snapshot(self, kind: ResourceKind, path: Path) -> tuple[_Identity | None, Obj | None]:
+        """The file's identity, then its object (None, None: no such file). The identity is
+        taken first, so an object newer than it only costs a retry, never a lost write."""
+        identity = self._identity(kind, path)
+        if identity is None:
+            return None, None
+        try:
+            return identity, self._read(kind, path)
+        except FileNotFoundError:
+            return None, None
+
+    def _identity(self, kind: ResourceKind, path: Path) -> _Identity | None:
+        try:
+            info = path.stat()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ClusterError(f"{kind.kind} file {path}: cannot read it: {exc}") from exc
+        return (info.st_ino, info.st_mtime_ns, info.st_size)
 
     def _mark_written(self, kind: ResourceKind, version: int) -> None:
         """Record the kind's last write for `watch_objects`; call with the write lock held."""
         self._write_file(self._root / kind.plural / _LAST_WRITE_FILE, f"{version}\n")
 
-    def _remove_locked(self, kind: ResourceKind, namespace: str | None, name: str) -> None:
-        """Remove the object's file (gone already is fine); call with the write lock held."""
-        path = self._path(kind, namespace, name)
-        try:
-            removed = remove_file(path)
-        except OSError as exc:
-            raise ClusterError(
-                f"{rules.describe(kind, namespace, name)}: cannot delete {path}: {exc}"
-            ) from exc
-        if removed:
-            self._mark_written(kind, self._next_resource_version())
-
     def _create(self, kind: ResourceKind, obj: Obj) -> Obj:
         namespace, name = rules.object_key(kind, obj)
-        path = self._path(kind, namespace, name)
-        with self._write_lock():
-            if path.exists():
+
+        def decide(stored: Obj | None) -> _Decision:
+            if stored is not None:
                 raise rules.already_exists(kind, namespace, name)
-            return self._store_new(
-                kind, rules.prepare_create(kind, obj, namespace=namespace, keep_uid=True)
+            return _Decision.store(
+                rules.prepare_create(kind, obj, namespace=namespace, keep_uid=True)
             )
+
+        return self._write(kind, namespace, name, decide)
 
     def _update(self, kind: ResourceKind, obj: Obj, *, status_only: bool = False) -> Obj:
         namespace, name = rules.object_key(kind, obj)
-        with self._write_lock():
-            stored = self._get(kind, namespace, name)
-            return self._update_locked(kind, stored, obj, status_only=status_only)
 
-    def _update_locked(
-        self, kind: ResourceKind, stored: Obj, obj: Obj, *, status_only: bool = False
-    ) -> Obj:
-        new = rules.prepare_update(kind, stored, obj, status_only=status_only)
-        if new is None:
-            return stored
-        return self._store_new(kind, new)
+        def decide(stored: Obj | None) -> _Decision:
+            stored = _existing(kind, namespace, name, stored)
+            new = rules.prepare_update(kind, stored, obj, status_only=status_only)
+            return _Decision.keep(stored) if new is None else _Decision.store(new)
+
+        return self._write(kind, namespace, name, decide)
 
     def _put(self, kind: ResourceKind, obj: Obj) -> Obj:
         namespace, name = rules.object_key(kind, obj)
-        with self._write_lock():
-            try:
-                stored = self._get(kind, namespace, name)
-            except NotFoundError:
+
+        def decide(stored: Obj | None) -> _Decision:
+            if stored is None:
                 if obj["metadata"].get("resourceVersion") not in (None, ""):
-                    raise  # replacing a version of an object that is gone
-                new = rules.prepare_create(kind, obj, namespace=namespace, keep_uid=True)
-                return self._store_new(kind, new)
-            return self._update_locked(kind, stored, obj)
+                    # replacing a version of an object that is gone
+                    raise rules.not_found(kind, namespace, name)
+                return _Decision.store(
+                    rules.prepare_create(kind, obj, namespace=namespace, keep_uid=True)
+                )
+            new = rules.prepare_update(kind, stored, obj)
+            return _Decision.keep(stored) if new is None else _Decision.store(new)
+
+        return self._write(kind, namespace, name, decide)
 
     def _delete(self, kind: ResourceKind, namespace: str | None, name: str) -> None:
         self._path(kind, namespace, name)  # checks the name before taking the lock
-        with self._write_lock():
-            self._remove_locked(kind, namespace, name)
+
+        def decide(stored: Obj | None) -> _Decision:
+            return _Decision.keep({}) if stored is None else _Decision.remove(stored)
+
+        self._write(kind, namespace, name, decide)
+
+
+_Identity = tuple[int, int, int]
+_OPTIMISTIC_TRIES = 3
+"""Tries to write outside the lock before deciding under it (module docstring)."""
+
+
+class _Action(enum.Enum):
+    STORE = "store"
+    REMOVE = "remove"
+    KEEP = "keep"
+
+
+@dataclass(frozen=True)
+class _Decision:
+    """What a write does with the object as read: store `obj`, remove the file, or keep
+    it and answer `obj`."""
+
+    action: _Action
+    obj: Obj
+
+    @classmethod
+    def store(cls, obj: Obj) -> _Decision:
+        return cls(_Action.STORE, obj)
+
+    @classmethod
+    def remove(cls, obj: Obj) -> _Decision:
+        return cls(_Action.REMOVE, obj)
+
+    @classmethod
+    def keep(cls, obj: Obj) -> _Decision:
+        return cls(_Action.KEEP, obj)
+
+
+def _existing(kind: ResourceKind, namespace: str | None, name: str, stored: Obj | None) -> Obj:
+    if stored is None:
+        raise rules.not_found(kind, namespace, name)
+    return stored
+
+
+def _render(decision: _Decision) -> tuple[str, str] | None:
+    """The object's YAML with a placeholder resourceVersion, and the placeholder as it
+    appears there; None when it does not appear exactly once (then it is rendered under the
+    lock). The placeholder is a digit string, quoted as the real version will be."""
+    token = str(secrets.randbelow(10**30) + 10**30)
+    meta = decision.obj["metadata"]
+    meta["resourceVersion"] = token
+    text = dump_yaml(decision.obj)
+    placeholder = f'"{token}"'
+    return (text, placeholder) if text.count(placeholder) == 1 else None
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """One version of an object file as parsed: its identity (inode, mtime, size), its
+    JSON (copied from for callers) and the object (shared: only looked at)."""
+
+    identity: _Identity
+    text: str
+    obj: Obj
+
+
+@dataclass
+class _ProcessState:
+    """What every `LocalCluster` of one directory shares within a process."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    parsed: dict[Path, _Parsed] = field(default_factory=dict)
+    parse_locks: tuple[threading.Lock, ...] = field(
+        default_factory=lambda: tuple(threading.Lock() for _ in range(_PARSE_LOCK_STRIPES))
+    )
+
+    def parse_lock(self, path: Path) -> threading.Lock:
+        """The lock under which this process parses `path` (one of a few, by its hash)."""
+        return self.parse_locks[hash(path) % len(self.parse_locks)]
+
+
+_PARSE_LOCK_STRIPES = 16
+
+
+_PROCESS_STATES: dict[str, _ProcessState] = {}
+_PROCESS_STATES_GUARD = threading.Lock()
+
+
+def _process_state(root: Path) -> _ProcessState:
+    """The in-process lock and parse cache of a store directory."""
+    key = os.path.realpath(root)
+    with _PROCESS_STATES_GUARD:
+        state = _PROCESS_STATES.get(key)
+        if state is None:
+            state = _PROCESS_STATES[key] = _ProcessState()
+        return state
 
 
 def _has_labels(obj: Obj, labels: Mapping[str, str]) -> bool:
@@ -636,24 +865,3 @@ def _has_labels(obj: Obj, labels: Mapping[str, str]) -> bool:
 
 def _identity_stamp(identity: tuple[int, int, int]) -> str:
     return " ".join(str(part) for part in identity)
-
-
-def _directory_signature(directory: Path) -> tuple[int, frozenset[tuple[str, int, int, int]]]:
-    """What changes whenever an object file is written or removed.
-
-    The directory's own mtime changes with every create, rename and delete,
-    so a slice deleted and re-created between two polls (the same files as
-    before) still counts as a change; the files' (name, inode, size, mtime)
-    catch edits in place.
-    """
-    out = set()
-    with os.scandir(directory) as entries:
-        for entry in entries:
-            if entry.name.startswith(".") or not entry.name.endswith(_SUFFIX):
-                continue
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            out.add((entry.name, info.st_ino, info.st_size, info.st_mtime_ns))
-    return directory.stat().st_mtime_ns, frozenset(out)

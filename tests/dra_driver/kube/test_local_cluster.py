@@ -91,27 +91,37 @@ def _only_slice(cluster: LocalCluster) -> dict[str, Any]:
     return obj
 
 
+def _in_another_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalCluster:
+    """A store as a new process has it: nothing parsed in memory yet (the stores of one
+    directory in one process share what they parsed)."""
+    from dra_driver.kube import local_store
+
+    monkeypatch.setattr(local_store, "_PROCESS_STATES", {})
+    return LocalCluster(tmp_path)
+
+
 def test_a_file_is_parsed_once_per_version_and_other_processes_reuse_it(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     writer = LocalCluster(tmp_path)
     stored = writer.create_resource_slice(copy.deepcopy(SLICE))
     name = stored["metadata"]["name"]
-    assert _only_slice(LocalCluster(tmp_path)) == stored  # parsed, then kept
+    assert _only_slice(_in_another_process(tmp_path, monkeypatch)) == stored  # parsed, kept
     (copy_path,) = (tmp_path / ".parsed").rglob("*.json")
 
     # Another process trusts the parsed copy of that very file version...
     stamp, _, _text = copy_path.read_text().partition("\n")
     copy_path.write_text(f"{stamp}\n" + '{"kind": "what the cache says"}')
-    assert _only_slice(LocalCluster(tmp_path))["kind"] == "what the cache says"
+    reader = _in_another_process(tmp_path, monkeypatch)
+    assert _only_slice(reader)["kind"] == "what the cache says"
 
     # ... and only that one: a changed file is parsed again, a torn copy ignored.
     copy_path.unlink()
     stored["spec"]["pool"]["generation"] = 2
     updated = writer.update_resource_slice(stored)
-    assert _only_slice(LocalCluster(tmp_path)) == updated
+    assert _only_slice(_in_another_process(tmp_path, monkeypatch)) == updated
     copy_path.write_text("garbage")
-    assert _only_slice(LocalCluster(tmp_path)) == updated
+    assert _only_slice(_in_another_process(tmp_path, monkeypatch)) == updated
     assert [o["metadata"]["name"] for o in writer.list_resource_slices()] == [name]  # not an object
 
 
@@ -265,3 +275,37 @@ def test_a_fifo_in_the_store_is_refused_at_once_not_waited_on(tmp_path: Path, ki
     assert isinstance(raised, ClusterError)
     assert str(fifo) in str(raised)
     assert "not a regular file (a FIFO)" in str(raised)
+
+
+def test_a_write_that_lands_while_another_renders_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes render their YAML before taking the store's lock; one that another writer
+    overtook in the meantime starts again from the new file instead of overwriting it."""
+    from dra_driver.kube import local_store
+
+    cluster = LocalCluster(tmp_path)
+    other = LocalCluster(tmp_path)
+    cluster.put_resource_claim(copy.deepcopy(CLAIM))
+    real_dump = local_store.dump_yaml
+    overtaken: list[bool] = []
+
+    def dump_overtaken_once(obj: Any) -> str:
+        if not overtaken:
+            overtaken.append(True)
+            theirs = other.get_resource_claim("gpu-test", "claim-1")
+            theirs["metadata"]["annotations"] = {"written": "meanwhile"}
+            other.put_resource_claim(theirs)
+        return real_dump(obj)
+
+    monkeypatch.setattr(local_store, "dump_yaml", dump_overtaken_once)
+    mine = copy.deepcopy(CLAIM)
+    mine["status"] = {"reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}]}
+    stored = cluster.update_resource_claim_status(mine)
+
+    on_disk = LocalCluster(tmp_path).get_resource_claim("gpu-test", "claim-1")
+    assert on_disk["metadata"]["annotations"] == {"written": "meanwhile"}
+    assert on_disk["status"]["reservedFor"][0]["name"] == "p"
+    assert on_disk["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"] == "3"
+    text = (tmp_path / "resourceclaims" / "gpu-test" / "claim-1.yaml").read_text()
+    assert 'resourceVersion: "3"' in text
