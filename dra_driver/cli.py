@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from dra_driver.scheduling.whatif.command import ScenarioOptions
 
 SHAPES = (
-    "dgx-a100-40gb, dgx-a100-80gb, dgx-h100, dgx-h200, dgx-b200, gb200-node, gh200-node, "
-    "a30-node, l4-node, h100-pcie-node"
+    "dgx-a100-40gb, dgx-a100-80gb, dgx-h100, dgx-h200, dgx-b200, gb200-node, gb300-node, "
+    "gh200-node, a30-node, l4-node, h100-pcie-node"
 )  # dra_driver.hardware.simulated.shapes.BUILTIN_SHAPES (a test keeps them equal)
 NVML_HELP = (
     "'real' for the GPUs of this machine through NVML, or 'sim:<shape>' for a simulated node "

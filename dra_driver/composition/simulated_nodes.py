@@ -22,7 +22,7 @@ second; nodes of one shape only differ in their name and UUIDs, so the first
 node of a shape is built in full and the others are derived from it by
 renaming (the test suite checks that this equals a full build).
 
-A shape with a multi-node NVLink fabric (`gb200-node`) also publishes the
+A shape with a multi-node NVLink fabric (`gb200-node`, `gb300-node`) also publishes the
 second driver's slice (`compute-domain.nvidia.com`: `channel-0`, `daemon-0`),
 as its CD plugin would (`dra_driver.compute_domain.devices`), so ComputeDomain
 channel claims can be placed, and its nodes carry NVIDIA's `nvidia.com/gpu.clique`
@@ -137,7 +137,7 @@ def _shape(request: NodeRequest) -> NodeShape:
     if shape.fabric is None:
         raise ConfigError(
             f"--nodes {request.shape}: the shape has no NVLink fabric, so fabric= and clique= "
-            "do not apply (use gb200-node, or a shape file with a fabric block)"
+            "do not apply (use gb200-node, gb300-node, or a shape file with a fabric block)"
         )
     nvlink = shape.fabric
     if request.fabric_state is not None:

@@ -30,7 +30,8 @@ and gives every GPU of node `--node` the domain's UUID as cluster UUID and
 the clique's id, as the mock does by `NODE_NAME`; like the mock, only GPUs
 that have a fabric answer take it (the others stay NOT_SUPPORTED). A node the
 document does not place is an error. (The reference gives GB200's numbers,
-one clique per rack; it has none for GB300, so no GB300 shape is offered.)
+one clique per rack; `gb300-node` boots with the answer a real GB300 node
+printed, which this command changes the same way.)
 """
 
 from __future__ import annotations

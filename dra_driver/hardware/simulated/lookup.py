@@ -55,9 +55,11 @@ def mig_on_gpu(st: NodeState, ref: GpuRef) -> GpuState:
 def find_gi_profile(g: GpuState, profile_id: int) -> GiProfileSpec:
     profile = g.model.gi_profile_by_id(profile_id)
     if profile is None:
+        note = g.model.unverified_note
         raise NvmlError(
             codes.ERROR_INVALID_ARGUMENT,
-            f"{gpu_name(g)}: no GPU instance profile id {profile_id} on {g.model.key}",
+            f"{gpu_name(g)}: no GPU instance profile id {profile_id} on {g.model.key}"
+            + (f" ({note})" if note else ""),
         )
     return profile
 

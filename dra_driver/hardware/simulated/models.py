@@ -19,14 +19,26 @@ not known either (`multiprocessors` is None). Two models are left out on
 purpose: the GH200 144 GB (its total memory and
 its 3g/4g/7g rows were never seen in real output) and the H20 (no
 `nvidia-smi` MIG table or device totals were found; the user guide lists
-it only as "H20, 96GB, 7 instances"). The GB300 is left out for the same
-reason: §2.11 has its name, PCI id and MIG profile names, but not its
-total memory, SM count, compute capability or profile ids.
+it only as "H20, 96GB, 7 instances").
+
+The GB300 comes from a real capture: `nvidia-smi -q -x` of a 4x GB300 node
+(NVIDIA/k8s-test-infra, tests/e2e/go/assertions/nvidiasmi/testdata/hardware/
+qx-gb300.xml, driver 580.173.02 / CUDA 13.0): product name, PCI device id
+0x31C2, 284208 MiB, Blackwell, ATS, PCI domain 0x0008 of its first GPU, and
+MIG mode "Disabled" (so NVML answers the MIG-mode query: MIG-capable). Its
+compute capability, 10.3, is NVIDIA's CUDA GPUs page
+(developer.nvidia.com/cuda-gpus: "10.3 NVIDIA GB300 NVIDIA B300"). Its SM
+count is in neither (None, as for GB200). Its MIG profiles are names and
+counts only (§2.11, ids unverified, and the user guide's minimum MIG driver
+for GB300 is R595, newer than the captured R580): all of them are in
+`unverified_profiles`, none is offered, so a simulated GB300 is MIG-capable
+and lists no GPU-instance profile; asking for one says why.
 
 Addressing mode (`nvmlDeviceGetAddressingMode`): the Grace superchips
 (GH200, GB200), whose CPU and GPU share coherent memory over NVLink-C2C,
 report ATS (§3 and §7 for GH200; NVIDIA's driver publishes it on GB200 as
-on GH200, issue #25). Every other model answers NOT_SUPPORTED, as PCIe/SXM
+on GH200, issue #25; the GB200 and GB300 captures of NVIDIA/k8s-test-infra
+print `<addressing_mode>ATS`). Every other model answers NOT_SUPPORTED, as PCIe/SXM
 GPUs on older drivers do (§3), so no `addressingMode` is published for them.
 """
 
@@ -247,6 +259,9 @@ _GB200_ROWS = (
     "14:2g.47gb:3:46592:38:4:2:0:2:0",
 )
 _GB200_UNVERIFIED = ("3g.93gb", "4g.93gb", "7g.186gb")  # mig-parted config names only (§2.10)
+# §2.11: GB300's profile names and counts only ("1g.35gb x7, 1g.70gb x4, 2g.70gb x3, 3g.139gb x2,
+# 4g.139gb x1, 7g.278gb x1"; ids "probably 19/20/15/14/9/5/0, but UNVERIFIED"): none simulated.
+_GB300_UNVERIFIED = ("1g.35gb", "1g.70gb", "2g.70gb", "3g.139gb", "4g.139gb", "7g.278gb")
 # §2.1 / §7 (driver 535.183.01)
 _A30_ROWS = (
     "14:1g.6gb:4:5952:14:1:1:0:0:0:{0,1,2,3}/1",
@@ -296,11 +311,23 @@ _MODELS: tuple[GpuModel, ...] = (
            memory_mib=143771, sms=132, slots=8, compute_slices=7, rows=_H200_ROWS),
     # Blackwell B200 / GB200: §3 table (names, device ids, totals, SMs), §2.9-2.10 MIG rows; the
     # 8-slot grid (§1: "Grid sizes: 8 on ... B200, GB200"). GB200 SMs: unverified (None).
+    # NVIDIA/k8s-test-infra's qx-gb200.xml (4x GB200, AWS p6e-gb200.36xlarge, 580.173.02)
+    # agrees on name, 0x2941, 189471 MiB, Blackwell and ATS; its PCI domain is 0000 (that
+    # instance's), where §3 saw 0008 (kept: the GB300 capture's first GPU is also at 0008).
     _model("B200", "NVIDIA B200", 0x2901, arch=_BLACKWELL, cc=(10, 0), memory_mib=183359,
            sms=148, slots=8, compute_slices=7, rows=_B200_ROWS, unverified=_B200_UNVERIFIED),
     _model("GB200", "NVIDIA GB200", 0x2941, arch=_BLACKWELL, cc=(10, 0), memory_mib=189471,
            sms=None, slots=8, compute_slices=7, rows=_GB200_ROWS, pci_domain=0x0008,
            unverified=_GB200_UNVERIFIED, addressing_mode=codes.ADDRESSING_MODE_ATS),
+    # GB300: the qx-gb300.xml capture (module docstring): "NVIDIA GB300", pci_device_id 31C210DE,
+    # product_architecture Blackwell (10, §3 enum), fb_memory_usage total 284208 MiB,
+    # addressing_mode ATS, pci_domain 0008 (the first GPU; the node's four are 0008, 0009, 0018,
+    # 0019: shapes.gb300-node). CC 10.3: developer.nvidia.com/cuda-gpus. SMs: not in either
+    # (None). Compute slices 7: §2.11's "1g.35gb x7" and "7g.278gb" (at most 7 MIG devices);
+    # no placement grid (memory slices 0): §1 lists none for GB300 and no profile is offered.
+    _model("GB300", "NVIDIA GB300", 0x31C2, arch=_BLACKWELL, cc=(10, 3), memory_mib=284208,
+           sms=None, compute_slices=7, pci_domain=0x0008, unverified=_GB300_UNVERIFIED,
+           addressing_mode=codes.ADDRESSING_MODE_ATS),
     # Blackwell: §2.12 / §3 (a 12-unit placement grid, 4 compute slices)
     _model("RTX-PRO-6000-BW-SERVER", "NVIDIA RTX PRO 6000 Blackwell Server Edition", 0x2BB5,
            arch=_BLACKWELL, cc=(12, 0), memory_mib=97887, sms=188,

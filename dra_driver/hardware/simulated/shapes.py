@@ -43,7 +43,16 @@ answers what NVIDIA's mock NVML answers for its shipped GB200 profile
 (cluster `00000000-0000-0000-0000-000000000001`, clique 0, COMPLETED,
 status SUCCESS; computedomain.md §6.3) with a healthy v2/v3 health mask and
 summary, so every simulated `gb200-node` is in the same clique: one clique
-per rack. Other shapes have no fabric (NVML answers NOT_SUPPORTED). A shape
+per rack. `gb300-node` is one GB300 compute tray as a real one was captured
+(`nvidia-smi -q -x` of a 4x GB300 node in NVIDIA/k8s-test-infra,
+tests/e2e/go/assertions/nvidiasmi/testdata/hardware/qx-gb300.xml): driver
+580.173.02 / CUDA 13.0, GPUs at 0008:06:00.0, 0009:06:00.0, 0018:06:00.0 and
+0019:06:00.0, MIG off, and that capture's fabric answer on every GPU
+(COMPLETED, SUCCESS, clique 32766, healthy; its cluster UUID is the capture's
+scrubbed placeholder `00000001-0000-0000-0000-000000000001`): every
+simulated `gb300-node` is in one clique, another than the GB200 rack's. Which
+NUMA node each GPU is on is not in the capture: the two-way split of the other
+shapes. Other shapes have no fabric (NVML answers NOT_SUPPORTED). A shape
 file's `fabric` block sets the answer, with the mock's vocabulary.
 """
 
@@ -70,6 +79,9 @@ _AMPERE_DRIVER = ("550.54.15", 12040)  # R550 -> CUDA 12.4, seen on A100 (§3)
 _A30_DRIVER = ("535.183.01", 12020)  # R535 -> CUDA 12.2, seen on A30 (§2.1)
 _GB200_DRIVER = ("580.95.05", 13000)  # R580 -> CUDA 13.0, seen on GB200 (§3)
 _GH200_DRIVER = ("550.127.05", 12040)  # R550 -> CUDA 12.4, seen on GH200 96GB (§3)
+# R580 -> CUDA 13.0 as captured on a 4x GB300 node (NVIDIA/k8s-test-infra qx-gb300.xml:
+# driver_version 580.173.02, cuda_version 13.0)
+_GB300_DRIVER = ("580.173.02", 13000)
 
 # NVIDIA's mock NVML, shipped GB200 profile (computedomain.md §6.3): one rack, clique 0.
 NVL72_RACK: Final = FabricInfo(
@@ -81,9 +93,25 @@ NVL72_RACK: Final = FabricInfo(
     health_summary=fabric.HEALTH_HEALTHY,
 )
 
+# The same capture's GPU fabric answer, on every GPU: state Completed, status Success, cliqueId
+# 32766, health summary Healthy with full bandwidth and no route, timeout or configuration
+# problem (the healthy mask). Its clusterUuid is the capture's scrubbed placeholder (the real one
+# is not public): a cluster of its own, so a GB300 rack is never a GB200 rack's clique.
+GB300_NVL72_RACK: Final = FabricInfo(
+    cluster_uuid="00000001-0000-0000-0000-000000000001",
+    clique_id=32766,
+    state=fabric.STATE_COMPLETED,
+    status=codes.SUCCESS,
+    health_mask=fabric.HEALTHY_MASK,
+    health_summary=fabric.HEALTH_HEALTHY,
+)
+
 _DGX_A100_BUSES = (0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD)
 _DGX_H100_BUSES = (0x1B, 0x43, 0x52, 0x61, 0x9D, 0xC3, 0xD1, 0xDF)
 _GENERIC_BUSES = (0x18, 0x3B, 0x5E, 0x86, 0xAF, 0xD8)
+# The captured GB300 node's four GPUs, (PCI domain, bus): 00000008:06:00.0, 00000009:06:00.0,
+# 00000018:06:00.0, 00000019:06:00.0 (qx-gb300.xml `pci_bus_id`): a PCI segment per GPU.
+_GB300_ADDRESSES = ((0x0008, 0x06), (0x0009, 0x06), (0x0018, 0x06), (0x0019, 0x06))
 
 
 @dataclass(frozen=True)
@@ -136,21 +164,33 @@ def _layout(
     groups: list[_Group],
     driver: tuple[str, int],
     buses: tuple[int, ...] = _GENERIC_BUSES,
+    *,
     nvlink_fabric: FabricInfo | None = None,
+    addresses: tuple[tuple[int, int], ...] = (),
 ) -> NodeShape:
-    """Lay out the groups on PCI buses, roots and NUMA nodes."""
+    """Lay out the groups on PCI buses, roots and NUMA nodes.
+
+    `addresses` ((domain, bus) per GPU, in NVML index order) places the GPUs where a real
+    node of that kind has them; otherwise every GPU is in its model's PCI domain on `buses`.
+    """
     flat = [group for group in groups for _ in range(group.count)]
     n = len(flat)
     # More GPUs than listed buses: the next free buses above the listed ones, so that
     # PCI order (the order devices are published in) stays the NVML index order.
     above = list(range(max(buses) + 1, 0x100))
     all_buses = list(buses) + above + [b for b in range(0x01, max(buses)) if b not in buses]
+    if addresses and len(addresses) != n:
+        raise ConfigError(f"shape {name}: {len(addresses)} PCI addresses for {n} GPUs")
     gpus = []
     for i, group in enumerate(flat):
         model = group.model
-        domain = model.pci_domain
-        bus = all_buses[i]
-        root_bus = all_buses[i - i % 2] & 0xF0
+        if addresses:
+            domain, bus = addresses[i]
+            root_bus = bus & 0xF0
+        else:
+            domain = model.pci_domain
+            bus = all_buses[i]
+            root_bus = all_buses[i - i % 2] & 0xF0
         gpus.append(
             ShapeGpu(
                 model=model,
@@ -185,6 +225,15 @@ def _builtin() -> Mapping[str, NodeShape]:
         # A GB200 compute tray: four GB200 GPUs (PCI domain 0x0008, §3).
         _layout(
             "gb200-node", [_Group(m["GB200"], False, 4)], _GB200_DRIVER, nvlink_fabric=NVL72_RACK
+        ),
+        # A GB300 compute tray as captured (qx-gb300.xml): four GB300 GPUs, a PCI domain each,
+        # driver 580.173.02, MIG off, in the capture's NVLink clique.
+        _layout(
+            "gb300-node",
+            [_Group(m["GB300"], False, 4)],
+            _GB300_DRIVER,
+            nvlink_fabric=GB300_NVL72_RACK,
+            addresses=_GB300_ADDRESSES,
         ),
         # Two GH200 96GB superchips (PCI domain 0x0009, §3), as in NVIDIA's MIG 1g.12gb spec.
         _layout("gh200-node", [_Group(m["GH200-96GB"], False, 2)], _GH200_DRIVER),
@@ -348,16 +397,13 @@ def _mig_devices(where: str, model: GpuModel, entries: Any) -> tuple[MigDevice, 
         name = entry.get("profile")
         profile = next((p for p in model.gi_profiles if p.name == name), None)
         if profile is None:
-            known = ", ".join(p.name for p in model.gi_profiles)
-            unverified = (
-                f"; {', '.join(model.unverified_profiles)} exist on real hardware but are not "
-                "simulated (their sizes are unverified)"
-                if model.unverified_profiles
-                else ""
-            )
+            reasons = [f"profiles: {', '.join(p.name for p in model.gi_profiles)}"]
+            if not model.gi_profiles:
+                reasons = ["no MIG profile is simulated"]
+            if model.unverified_note:
+                reasons.append(model.unverified_note)
             raise ConfigError(
-                f"{at}.profile: {model.key} has no MIG profile {name!r} (profiles: {known}"
-                f"{unverified})"
+                f"{at}.profile: {model.key} has no MIG profile {name!r} ({'; '.join(reasons)})"
             )
         start = entry.get("placement")
         if isinstance(start, bool) or not isinstance(start, int):

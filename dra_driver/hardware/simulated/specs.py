@@ -89,7 +89,7 @@ class GpuModel:
     memory_mib: int  # nvidia-smi "Memory-Usage" total; memory.total = MiB * 2**20
     multiprocessors: int | None  # None: not seen in real output (never made up)
     brand_id: int = BRAND_NVIDIA
-    memory_slices: int = 0  # placement grid size; 0 = not MIG-capable
+    memory_slices: int = 0  # placement grid size; 0 = none (not MIG-capable, or none known)
     compute_slices: int = 0
     pci_domain: int = 0
     gi_profiles: tuple[GiProfileSpec, ...] = ()
@@ -105,7 +105,9 @@ class GpuModel:
 
     @property
     def mig_capable(self) -> bool:
-        return bool(self.gi_profiles)
+        """NVML answers the MIG-mode query: the model has MIG profiles, verified or not (a
+        GB300 offers none, yet real `nvidia-smi -q` prints its MIG mode "Disabled")."""
+        return bool(self.gi_profiles or self.unverified_profiles)
 
     @property
     def memory_bytes(self) -> int:
@@ -115,6 +117,16 @@ class GpuModel:
     def mig_toggle_supported(self) -> bool:
         """Hopper and newer switch MIG mode without a reset; the mode does not survive one."""
         return self.architecture_id >= codes.ARCH_HOPPER
+
+    @property
+    def unverified_note(self) -> str:
+        """Why a profile NVIDIA names is missing here ("" when none is): for error messages."""
+        if not self.unverified_profiles:
+            return ""
+        return (
+            f"{', '.join(self.unverified_profiles)} exist on real hardware but are not "
+            "simulated (their profile ids or sizes were never seen in real output)"
+        )
 
     def gi_profile_by_id(self, profile_id: int) -> GiProfileSpec | None:
         return next((p for p in self.gi_profiles if p.id == profile_id), None)

@@ -43,7 +43,7 @@ class NodeRequest:
     """`shape[:option...]=count` from `--nodes`.
 
     Options change the NVLink fabric every GPU of the shape reports (the shape
-    must have one: `gb200-node`, or a shape file with a `fabric` block):
+    must have one: `gb200-node`, `gb300-node`, or a shape file with a `fabric` block):
     `fabric=STATE` (NVML's fabric state: `not-supported`, `not-started`,
     `in-progress`, `completed`; `_` for `-` too), as right after a boot while
     the fabric manager registers the GPUs; `clique=N`, the clique ID (another

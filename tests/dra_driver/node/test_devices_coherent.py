@@ -61,7 +61,7 @@ def _by_name(devices: list[AllocatableDevice]) -> dict[str, AllocatableDevice]:
 
 
 @BACKENDS
-@pytest.mark.parametrize("shape", ["gh200-node", "gb200-node"])
+@pytest.mark.parametrize("shape", ["gh200-node", "gb200-node", "gb300-node"])
 def test_grace_gpus_and_their_mig_devices_publish_ats(
     backend: Backend, shape: str, tmp_path: Path
 ) -> None:
@@ -96,7 +96,7 @@ def test_a_driver_without_the_call_publishes_everything_but_addressing_mode(
 
 
 @BACKENDS
-@pytest.mark.parametrize("shape", ["gh200-node", "gb200-node"])
+@pytest.mark.parametrize("shape", ["gh200-node", "gb200-node", "gb300-node"])
 def test_numa_node_is_a_one_element_list_under_the_gate(
     backend: Backend, shape: str, tmp_path: Path
 ) -> None:

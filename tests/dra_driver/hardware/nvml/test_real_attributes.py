@@ -26,7 +26,7 @@ def open_node(shape: str) -> tuple[RealNvml, FakePynvml]:
     return RealNvml(lib, sysfs_root=None), lib
 
 
-@pytest.mark.parametrize("shape", ["gh200-node", "gb200-node"])
+@pytest.mark.parametrize("shape", ["gh200-node", "gb200-node", "gb300-node"])
 def test_grace_superchips_report_ats(shape: str) -> None:
     nvml, lib = open_node(shape)
     gpus = nvml.gpus()

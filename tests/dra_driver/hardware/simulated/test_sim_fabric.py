@@ -37,7 +37,7 @@ def test_every_gb200_node_is_in_the_racks_clique() -> None:
             assert classify(gpu.fabric) is FabricCondition.IN_CLIQUE
 
 
-@pytest.mark.parametrize("name", sorted(set(BUILTIN_SHAPES) - {"gb200-node"}))
+@pytest.mark.parametrize("name", sorted(set(BUILTIN_SHAPES) - {"gb200-node", "gb300-node"}))
 def test_other_shapes_have_no_fabric(name: str) -> None:
     nvml = SimNvml(SimHardware(load_shape(name)))
     assert {gpu.fabric for gpu in nvml.gpus()} == {None}

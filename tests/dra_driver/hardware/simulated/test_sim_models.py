@@ -40,6 +40,8 @@ DEVICE_FACTS = {
     "H200": ("NVIDIA H200", 0x2335, 9, (9, 0), 143771, 132),
     "B200": ("NVIDIA B200", 0x2901, 10, (10, 0), 183359, 148),
     "GB200": ("NVIDIA GB200", 0x2941, 10, (10, 0), 189471, None),  # SMs never seen: None
+    # qx-gb300.xml capture (NVIDIA/k8s-test-infra); CC 10.3: developer.nvidia.com/cuda-gpus
+    "GB300": ("NVIDIA GB300", 0x31C2, 10, (10, 3), 284208, None),
     "RTX-PRO-6000-BW-SERVER": (
         "NVIDIA RTX PRO 6000 Blackwell Server Edition",
         0x2BB5,
@@ -160,10 +162,31 @@ def test_unverified_blackwell_profiles_are_named_not_simulated():
     """NVIDIA's user guide names B200's 3g/4g/7g profiles but gives no sizes: not made up."""
     assert MODELS["B200"].unverified_profiles == ("3g.90gb", "4g.90gb", "7g.180gb")
     assert MODELS["GB200"].unverified_profiles == ("3g.93gb", "4g.93gb", "7g.186gb")
-    for key in ("B200", "GB200"):
+    assert MODELS["GB300"].unverified_profiles == (
+        "1g.35gb",
+        "1g.70gb",
+        "2g.70gb",
+        "3g.139gb",
+        "4g.139gb",
+        "7g.278gb",
+    )
+    for key in ("B200", "GB200", "GB300"):
         names = {p.name for p in MODELS[key].gi_profiles}
         assert not names & set(MODELS[key].unverified_profiles)
-    assert all(not m.unverified_profiles for k, m in MODELS.items() if k not in ("B200", "GB200"))
+    blackwell = ("B200", "GB200", "GB300")
+    assert all(not m.unverified_profiles for k, m in MODELS.items() if k not in blackwell)
+
+
+def test_gb300_is_mig_capable_but_offers_no_profile() -> None:
+    """Real `nvidia-smi -q` prints GB300's MIG mode ("Disabled"), but §2.11 gives its profiles'
+    names and counts only: none is simulated; at most 7 MIG devices (1g x7), no placement grid."""
+    gb300 = MODELS["GB300"]
+    assert gb300.mig_capable
+    assert gb300.gi_profiles == ()
+    assert (gb300.memory_slices, gb300.compute_slices) == (0, 7)
+    assert gb300.mig_toggle_supported  # Blackwell: MIG mode applies without a reset
+    assert gb300.pci_domain == 0x0008
+    assert gb300.addressing_mode == codes.ADDRESSING_MODE_ATS
 
 
 def test_grids_of_a30_and_rtx_pro():
@@ -239,4 +262,5 @@ def test_find_model_by_key_or_product_name_in_any_case():
     assert find_model("NVIDIA L4") is MODELS["L4"]
     assert find_model(" tesla t4 ") is MODELS["T4"]
     assert find_model("NVIDIA B200") is MODELS["B200"]
+    assert find_model("NVIDIA GB300") is MODELS["GB300"]
     assert find_model("NVIDIA GH200 144G HBM3e") is None  # total memory never verified

@@ -21,6 +21,7 @@ EXPECTED = {
     "dgx-h200": ("H200", 8, False, "570.172.08", 12080),
     "dgx-b200": ("B200", 8, False, "570.172.08", 12080),
     "gb200-node": ("GB200", 4, False, "580.95.05", 13000),
+    "gb300-node": ("GB300", 4, False, "580.173.02", 13000),
     "gh200-node": ("GH200-96GB", 2, False, "550.127.05", 12040),
     "a30-node": ("A30", 4, True, "535.183.01", 12020),
     "l4-node": ("L4", 4, False, "570.172.08", 12080),
@@ -38,8 +39,7 @@ def test_builtin_shapes(name):
     buses = [g.pci_bus_id for g in shape.gpus]
     assert all(BUS_ID.match(b) for b in buses)
     assert len(set(buses)) == count
-    domain = f"{shape.gpus[0].model.pci_domain:04x}"
-    assert all(g.pcie_root.startswith(f"pci{domain}:") for g in shape.gpus)
+    assert all(g.pcie_root.startswith(f"pci{g.pci_bus_id[:4]}:") for g in shape.gpus)
     assert {g.numa_node for g in shape.gpus} <= {0, 1}
 
 
@@ -53,6 +53,23 @@ def test_dgx_shapes_pair_gpus_behind_pcie_roots_and_split_numa():
     assert roots[0] == roots[1] != roots[2]
     assert [g.numa_node for g in shape.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
     assert shape.gpus[0].pci_bus_id == "0000:1b:00.0"
+
+
+def test_gb300_node_has_its_gpus_where_the_real_node_has_them() -> None:
+    """qx-gb300.xml (NVIDIA/k8s-test-infra): a PCI domain per GPU, each at bus 06."""
+    shape = load_shape("gb300-node")
+    assert [g.pci_bus_id for g in shape.gpus] == [
+        "0008:06:00.0",
+        "0009:06:00.0",
+        "0018:06:00.0",
+        "0019:06:00.0",
+    ]
+    assert [g.pcie_root for g in shape.gpus] == [
+        "pci0008:00",
+        "pci0009:00",
+        "pci0018:00",
+        "pci0019:00",
+    ]
 
 
 def test_yaml_shape(tmp_path: Path):

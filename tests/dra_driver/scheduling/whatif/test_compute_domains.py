@@ -87,6 +87,17 @@ def test_nvidias_channel_injection_demo_gets_channel_0_on_a_gb200_node(
     }
 
 
+def test_the_channel_injection_demo_places_on_a_gb300_node_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, placements = _simulate(tmp_path, CHANNEL_INJECTION, "dgx-h100=1,gb300-node=1", capsys)
+    assert code == 0
+    (placement,) = placements
+    assert (placement["node"], placement["placed"]) == ("gb300-node-0", True)
+    (claim,) = placement["claims"]
+    assert [r["device"] for r in claim["results"]] == ["channel-0"]
+
+
 def test_one_channel_claim_per_node_as_nvidia(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
