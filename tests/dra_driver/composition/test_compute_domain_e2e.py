@@ -12,7 +12,9 @@ Scenarios: E1 (a 2-node domain on 4 nodes), E2 (allocationMode All), E3 (a node 
 E4 (a second domain in the clique, a reused IP), E5 (an IMEX host and a plugin restarted,
 a node joining, a pod re-created), E6 (a fabric that settles late), E7 (a
 node without multi-node NVLink), E8 (deletion under running work, and a domain forced
-away), E9 (leader failover), E12 (host-managed IMEX); and `dra-gpu demo compute-domain`.
+away), E9 (leader failover), E10 (a plugin killed mid-Prepare, a stale Prepare, a node
+reboot), E12 (host-managed IMEX), E13 (an upgrade over objects and a checkpoint an older
+release wrote); and `dra-gpu demo compute-domain`.
 The daemons are started through the suite's fork server (`tests.fakes.zygote`).
 """
 
@@ -26,13 +28,18 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dra_driver.claims.checkpoint import ClaimState
+from dra_driver.claims.checkpoint import decode as decode_checkpoint
+from dra_driver.claims.checkpoint_store import CLAIM_FILE_SUFFIX
 from dra_driver.composition.compute_domain_cluster import (
     DRIVER_NAMESPACE,
     ClusterTiming,
@@ -43,16 +50,22 @@ from dra_driver.composition.compute_domain_cluster import (
 )
 from dra_driver.composition.compute_domain_demo import run_compute_domain_demo
 from dra_driver.composition.compute_domain_kubelet import PodPlacementError
-from dra_driver.compute_domain import membership
+from dra_driver.compute_domain import channel_cdi, membership
 from dra_driver.compute_domain.names import DOMAIN_LABEL, DRIVER_NAME, FINALIZER, TARGET_LABEL
+from dra_driver.container.cdi_store import CdiStore
 from dra_driver.errors import NotFoundError
+from dra_driver.kube.apiserver_rules import RESOURCE_CLAIM
 from dra_driver.kube.object_store import (
     COMPUTE_DOMAIN,
     COMPUTE_DOMAIN_CLIQUE,
     COMPUTE_DOMAIN_MEMBER,
     RESOURCE_CLAIM_TEMPLATE,
 )
+from kubelet_plugin.compute_domain.main import CHECKPOINT_DIR
+from kubelet_plugin.service import ClaimRef, PrepareResult
+from kubelet_plugin.socket_names import plugin_data_dir
 from tests.fakes import zygote
+from tests.fakes.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -584,3 +597,132 @@ def test_demo_compute_domain_reports_a_ready_domain_and_channels_as_json() -> No
     assert all(set(p["imexCtl"].values()) == {"C"} for p in report["imexPeers"].values())
     elapsed = time.monotonic() - began
     assert elapsed < 45.0, f"the demo took {elapsed:.1f} s"
+
+
+# -- E10: a plugin restart mid-Prepare, a stale Prepare, a reboot ---------------------------
+
+
+def _checkpoint(node: SimNode) -> dict[str, tuple[ClaimState, str]]:
+    """claim UID -> (state, boot id) of every claim file in the node's CD plugin checkpoint."""
+    directory = plugin_data_dir(node.kubelet_root, DRIVER_NAME) / CHECKPOINT_DIR
+    out = {}
+    for path in directory.glob(f"*{CLAIM_FILE_SUFFIX}"):
+        stored = decode_checkpoint(path.read_bytes(), source=str(path))
+        for uid, entry in stored.claims.items():
+            out[uid] = (entry.state, stored.boot_id)
+    return out
+
+
+def _cdi_claims(node: SimNode) -> set[str]:
+    """The claims the node's CDI directory has a channel spec for."""
+    return CdiStore(node.cdi_root, kind=channel_cdi.CLAIMS).claim_uids()
+
+
+def _prepare(node: SimNode, ref: ClaimRef) -> PrepareResult | str:
+    """The kubelet's NodePrepareResources for one claim: its answer, or the RPC's failure."""
+    try:
+        return node.access.client(DRIVER_NAME).prepare([ref])[ref.uid]
+    except Exception as exc:  # grpc.RpcError: the plugin died under the call
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _allocated_claim(cluster: ComputeDomainCluster, pod: dict[str, Any]) -> ClaimRef:
+    """The pod's channel claim, made from its template and allocated (the scheduler's part of
+    `run_pod`, without the kubelet's Prepare)."""
+    claims = cluster.kubelet.claims_for(pod, timeout=10.0)
+    _node, (claim,) = cluster.kubelet.allocate(pod, claims)
+    return ClaimRef(NS, claim["metadata"]["uid"], claim["metadata"]["name"])
+
+
+def test_e10_plugin_killed_mid_prepare_stale_prepare_refused_reboot_voids_checkpoint(
+    make_cluster: Any,
+) -> None:
+    cluster = make_cluster(1).start()
+    node = cluster.nodes["node-1"]
+    uid = cluster.apply_compute_domain(NS, "phoenix", "phoenix-channel")["metadata"]["uid"]
+    cluster.wait_for(lambda: _templates(cluster, uid), "template", 10.0)
+    began = time.monotonic()
+
+    # node-1's IMEX host is down, so a channel claim's Prepare waits for IMEX there ...
+    node.imex_host.kill()
+    pod = channel_pod(NS, "phoenix-0", "phoenix-channel", node="node-1")
+    pod["metadata"]["uid"] = str(uuid.uuid4())
+    ref = _allocated_claim(cluster, pod)
+    answers: list[PrepareResult | str] = []
+    preparing = threading.Thread(target=lambda: answers.append(_prepare(node, ref)))
+    preparing.start()
+    wait_until(  # not cluster.wait_for: that one fails on the IMEX host killed on purpose
+        lambda: (
+            _checkpoint(node).get(ref.uid, (None,))[0] is ClaimState.PrepareStarted
+            and "node-1" in _members(cluster, uid)
+        ),
+        "a Prepare waiting for IMEX (PrepareStarted, member created)",
+        timeout=10.0,
+    )
+    # ... when the plugin is SIGKILLed under it: the kubelet's call fails, half done.
+    node.plugin.kill()
+    preparing.join(timeout=10.0)
+    (answer,) = answers
+    assert isinstance(answer, str), answer
+    assert "UNAVAILABLE" in answer, answer
+    assert ref.uid in _checkpoint(node)
+    # The pod gives up: its claim is deleted; a finalizer keeps it Terminating for now.
+    claim = cluster.store.get_resource_claim(NS, ref.name)
+    claim["metadata"]["finalizers"] = ["resource.kubernetes.io/delete-protection"]
+    cluster.store.update_object(RESOURCE_CLAIM, claim)
+    cluster.store.delete_object(RESOURCE_CLAIM, NS, ref.name)
+
+    # The restarted plugin sweeps the half-done Prepare: no entry, no CDI spec, no member.
+    node.restart_plugin()
+    assert ref.uid not in _checkpoint(node)
+    assert ref.uid not in _cdi_claims(node)
+    assert _members(cluster, uid) == {}
+    log = node.plugin.log_tail(100_000)
+    assert f"rolled back the half-done Prepare of ResourceClaim {NS}/{ref.name}" in log
+
+    # The kubelet's stale retry is refused at once, naming the claim, and leaves nothing:
+    # while the claim is Terminating, and once it is gone.
+    refused_began = time.monotonic()
+    stale = _prepare(node, ref)
+    assert isinstance(stale, PrepareResult), stale
+    assert f"ResourceClaim {NS}/{ref.name} (UID {ref.uid})" in stale.error
+    assert "being deleted; a Prepare of it is stale and refused" in stale.error, stale.error
+    claim = cluster.store.get_resource_claim(NS, ref.name)
+    claim["metadata"]["finalizers"] = []
+    cluster.store.update_object(RESOURCE_CLAIM, claim)
+    assert _get(cluster, RESOURCE_CLAIM, NS, ref.name) is None
+    stale = _prepare(node, ref)
+    assert isinstance(stale, PrepareResult), stale
+    assert "not found: it was deleted; a Prepare of it is stale and refused" in stale.error
+    refused_after = time.monotonic() - refused_began
+    assert ref.uid not in _checkpoint(node)
+    assert ref.uid not in _cdi_claims(node)
+    assert _members(cluster, uid) == {}
+
+    # Nothing holds node-1 back: with its IMEX host back, a new pod gets its channel.
+    node.imex_host.start()
+    running = cluster.run_pod(channel_pod(NS, "phoenix-1", "phoenix-channel", node="node-1"))
+    assert [n["path"] for n in running.device_nodes] == [CHANNEL]
+    (claim_ref,) = [pc.ref for pc in running.claims]
+    ((_, boot_before),) = _checkpoint(node).values()
+
+    # A reboot: the checkpoint of the earlier boot is void. The restarted plugin discards the
+    # entry, removes the claim's CDI spec and the member nobody holds any more ...
+    boot_after = node.reboot()
+    assert boot_after != boot_before
+    log = node.plugin.log_tail(100_000)
+    assert f"discarded ResourceClaim {NS}/{claim_ref.name} (uid {claim_ref.uid}) of an " in log
+    assert _checkpoint(node) == {}
+    assert _cdi_claims(node) == set()
+    cluster.wait_for(lambda: not _members(cluster, uid), "member gone after the reboot", 5.0)
+    # ... and the kubelet, re-running the pod after the reboot, prepares it from scratch.
+    again = _prepare(node, claim_ref)
+    assert isinstance(again, PrepareResult), again
+    assert again.error == ""
+    assert _checkpoint(node) == {claim_ref.uid: (ClaimState.PrepareCompleted, boot_after)}
+    assert _cdi_claims(node) == {claim_ref.uid}
+    member = _members(cluster, uid)["node-1"]
+    assert membership.member_status(member).state == membership.MemberState.READY
+    elapsed = time.monotonic() - began
+    assert refused_after < 2.0, f"the stale Prepares took {refused_after:.1f} s to refuse"
+    assert elapsed < 20.0, f"E10 took {elapsed:.1f} s"
