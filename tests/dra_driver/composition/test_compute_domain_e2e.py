@@ -20,6 +20,8 @@ The daemons are started through the suite's fork server (`tests.fakes.zygote`).
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import io
 import json
 import os
@@ -54,7 +56,7 @@ from dra_driver.compute_domain import channel_cdi, membership
 from dra_driver.compute_domain.names import DOMAIN_LABEL, DRIVER_NAME, FINALIZER, TARGET_LABEL
 from dra_driver.container.cdi_store import CdiStore
 from dra_driver.errors import NotFoundError
-from dra_driver.kube.apiserver_rules import RESOURCE_CLAIM
+from dra_driver.kube.apiserver_rules import EVENT, RESOURCE_CLAIM
 from dra_driver.kube.object_store import (
     COMPUTE_DOMAIN,
     COMPUTE_DOMAIN_CLIQUE,
@@ -70,6 +72,7 @@ from tests.fakes.waiting import wait_until
 pytestmark = pytest.mark.slow
 
 NS = "team-a"
+CLIQUE = "00000000-0000-0000-0000-000000000001.0"  # every gb200-node's, unless changed
 CHANNEL = "/dev/nvidia-caps-imex-channels/channel0"
 TIMING = ClusterTiming(
     fabric_check_interval=0.5,
@@ -726,3 +729,144 @@ def test_e10_plugin_killed_mid_prepare_stale_prepare_refused_reboot_voids_checkp
     elapsed = time.monotonic() - began
     assert refused_after < 2.0, f"the stale Prepares took {refused_after:.1f} s to refuse"
     assert elapsed < 20.0, f"E10 took {elapsed:.1f} s"
+
+
+# -- E13: an upgrade over what an older release wrote ---------------------------------------
+
+
+def _with_unknown_fields(path: Path) -> None:
+    """Rewrite a claim file of the CD plugin's checkpoint as a release with more fields would
+    have: unknown fields at every level (payload, claim, device, channel record), the
+    checksum over the new payload bytes, as that release computes it."""
+    _header, _, payload = path.read_bytes().partition(b"\n")
+    data = json.loads(payload)
+    data["legacyNote"] = "written by an older dra-gpu"
+    for entry in data["claims"].values():
+        entry["legacyHint"] = {"attempts": 3}
+        for device in entry["devices"]:
+            device["legacyField"] = True
+            if device.get("channel"):
+                device["channel"]["legacyImexVersion"] = "570.86"
+    body = (json.dumps(data, sort_keys=True, indent=2) + "\n").encode()
+    digest = hashlib.sha256(body).hexdigest()
+    header = json.dumps({"checksum": f"sha256:{digest}", "format": "dra-gpu/checkpoint"})
+    path.write_bytes(header.encode() + b"\n" + body)
+
+
+def _events(cluster: ComputeDomainCluster, namespace: str, reason: str) -> list[dict[str, Any]]:
+    return [e for e in cluster.store.list_objects(EVENT, namespace) if e.get("reason") == reason]
+
+
+def test_e13_upgrade_over_old_objects_and_checkpoint_deletes_cleanly_and_stays_strict_on_config(
+    make_cluster: Any,
+) -> None:
+    cluster = make_cluster(1).start()
+    node = cluster.nodes["node-1"]
+    # numNodes set, no allocationMode: a ComputeDomain as v25.3 users wrote them.
+    uid = cluster.apply_compute_domain(NS, "legacy", "legacy-channel", num_nodes=1)["metadata"][
+        "uid"
+    ]
+    old_pod = cluster.run_pod(channel_pod(NS, "legacy-0", "legacy-channel", node="node-1"))
+    cluster.wait_for(lambda: _is(cluster, "legacy", "Ready"), "legacy Ready", 20.0)
+    (old_ref,) = [pc.ref for pc in old_pod.claims]
+    began = time.monotonic()
+
+    # The old release's controller and plugin stop (the upgrade's rollout) ...
+    (controller,) = cluster.controllers
+    controller.terminate()
+    node.plugin.kill()
+    # ... leaving what they wrote: the domain's status in NVIDIA v25.3's shape (rows of name,
+    # IP and clique only, no conditions) with a field this release does not know; clique rows
+    # without `status` and with unknown fields; a member with unknown fields; the claim's
+    # checkpoint file with unknown fields at every level.
+    domain = cluster.compute_domain(NS, "legacy")
+    domain["status"] = {
+        "status": "Ready",
+        "nodes": [{"name": "node-1", "ipAddress": node.ip, "cliqueID": CLIQUE, "imexPort": 50000}],
+        "legacyPhase": "Running",
+    }
+    cluster.store.update_object_status(COMPUTE_DOMAIN, domain)
+    (clique,) = _cliques(cluster, uid)
+    for row in clique["daemons"]:
+        del row["status"]
+        row["legacyDNSName"] = "compute-domain-daemon-0000"
+    clique["legacyGeneration"] = 7
+    cluster.store.update_object(COMPUTE_DOMAIN_CLIQUE, clique)
+    member = _members(cluster, uid)["node-1"]
+    member["spec"]["legacyHint"] = "older"
+    cluster.store.update_object(COMPUTE_DOMAIN_MEMBER, member)
+    checkpoint_file = (
+        plugin_data_dir(node.kubelet_root, DRIVER_NAME)
+        / CHECKPOINT_DIR
+        / f"{old_ref.uid}{CLAIM_FILE_SUFFIX}"
+    )
+    _with_unknown_fields(checkpoint_file)
+
+    # The new plugin loads the old checkpoint as it is (nothing quarantined or rolled back),
+    # and prepares a new pod's claim in the old domain, whose status it does not all know.
+    node.restart_plugin()
+    log = node.plugin.log_tail(100_000)
+    assert "quarantined" not in log
+    assert _checkpoint(node)[old_ref.uid][0] is ClaimState.PrepareCompleted
+    new_pod = cluster.run_pod(
+        channel_pod(NS, "legacy-1", "legacy-channel", node="node-1"), timeout=10.0
+    )
+    assert [n["path"] for n in new_pod.device_nodes] == [CHANNEL]
+
+    # The new controller takes the old objects over: the domain is Ready again with this
+    # release's status (conditions, indices; the unknown fields dropped), never InvalidSpec.
+    controller.start({"POD_NAME": controller.pod_name, "HOSTNAME": "controller-host-0"})
+    cluster.wait_for(
+        lambda: (
+            (_get(cluster, COMPUTE_DOMAIN, NS, "legacy").get("status") or {}).get("conditions")
+            and _is(cluster, "legacy", "Ready")
+        ),
+        "legacy Ready under the new controller",
+        10.0,
+    )
+    status = cluster.compute_domain(NS, "legacy")["status"]
+    assert "legacyPhase" not in status
+    assert [(n["name"], n["index"]) for n in status["nodes"]] == [("node-1", 0)]
+    assert not _events(cluster, NS, "InvalidSpec")
+    assert [r.index for r in membership.clique_rows(_cliques(cluster, uid)[0])] == [0]
+
+    # A user's config with an unknown field is refused strictly, naming the field, with an
+    # Event the user sees on the claim and the pod.
+    template = copy.deepcopy(_templates(cluster, uid)[0])
+    template["metadata"] = {"namespace": NS, "name": "legacy-strict"}
+    config = template["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
+    config["unexpectedField"] = 1
+    cluster.store.create_object(RESOURCE_CLAIM_TEMPLATE, template)
+    with pytest.raises(PodPlacementError, match=r"unexpectedField"):
+        cluster.run_pod(channel_pod(NS, "strict-0", "legacy-strict", node="node-1"), timeout=3.0)
+    event = cluster.wait_for(
+        lambda: [
+            e
+            for e in _events(cluster, NS, "PrepareFailed")
+            if "unexpectedField" in e.get("note", "")
+        ],
+        "a PrepareFailed Event naming the field",
+        5.0,
+    )[0]
+    assert event["type"] == "Warning"
+    assert {e["regarding"]["kind"] for e in _events(cluster, NS, "PrepareFailed")} >= {
+        "ResourceClaim",
+        "Pod",
+    }
+
+    # Deleting the old workloads works: the claim the old plugin prepared unprepares from the
+    # old checkpoint, then the domain goes, with no finalizer left anywhere.
+    assert cluster.delete_pod(NS, "legacy-0") == {old_ref.name: ""}
+    assert set(cluster.delete_pod(NS, "legacy-1").values()) == {""}
+    assert _checkpoint(node) == {}
+    assert _cdi_claims(node) == set()
+    assert not checkpoint_file.exists()
+    cluster.delete_compute_domain(NS, "legacy")
+    cluster.wait_for(
+        lambda: _get(cluster, COMPUTE_DOMAIN, NS, "legacy") is None, "the domain gone", 15.0
+    )
+    assert not _members(cluster, uid)
+    assert not _cliques(cluster, uid)
+    assert not _templates(cluster, uid)
+    elapsed = time.monotonic() - began
+    assert elapsed < 20.0, f"E13 took {elapsed:.1f} s"
