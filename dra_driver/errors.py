@@ -17,6 +17,7 @@ because the person reading them is an admin looking at a pending pod.
     │   └── ConflictError      stale resourceVersion/uid (HTTP 409)
     │       └── AlreadyExistsError   create found the name taken
     ├── ClaimError             a ResourceClaim cannot be prepared as it is
+    │   └── StaleClaimError    a Prepare of a claim that is gone or going (a late retry)
     ├── CheckpointError        the checkpoint file cannot be read or written
     ├── CdiError               a CDI spec cannot be built or written
     ├── DriverRootError        the NVIDIA driver's files are not under the driver root
@@ -101,6 +102,11 @@ class AlreadyExistsError(ConflictError):
 
 class ClaimError(DraGpuError):
     """A ResourceClaim cannot be prepared as it stands (per-claim error)."""
+
+
+class StaleClaimError(ClaimError):
+    """A Prepare for a ResourceClaim that is gone or going (deleted, being deleted, or
+    re-created under another UID): a late retry of the kubelet's, refused."""
 
 
 class CheckpointError(DraGpuError):

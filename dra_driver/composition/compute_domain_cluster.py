@@ -31,7 +31,8 @@ scheduler's allocator, Prepare over each node's socket).
 
 The scenario controls are what an operator or a failure does to a cluster:
 lose a node (its processes and IMEX daemons killed, the Node marked
-NotReady), bring a new node up on a freed IP address, change a node's NVLink
+NotReady), reboot a node (a new boot id, its disk kept), bring a new node up
+on a freed IP address, change a node's NVLink
 fabric with `dra-gpu sim fabric`, run two controllers and kill the leader,
 delete a ComputeDomain or a pod.
 """
@@ -325,11 +326,32 @@ class SimNode:
         self.access.close()
         stale = file_identity(self.registration_socket)
         self.plugin.start()
+        self._await_new_plugin(stale, timeout)
+
+    def reboot(self, timeout: float = START_TIMEOUT_S) -> str:
+        """Reboot the node: every process of it dies (daemons, IMEX daemons), the simulated
+        hardware comes back with a new boot id (`/proc/sys/kernel/random/boot_id`), the
+        kubelet, CDI and IMEX state directories stay (a persistent disk), the daemons start
+        again. Returns the new boot id once the CD plugin serves and is registered."""
+        self.kill()
+        stale = file_identity(self.registration_socket)
+        hardware = open_simulated(SHAPE, sim_state=self.sim_state, node_name=self.name).sim
+        hardware.reboot()
+        self.launch()
+        self._await_new_plugin(stale, timeout)
+        return hardware.boot_id()
+
+    def _await_new_plugin(self, stale: tuple[int, int] | None, timeout: float) -> None:
+        """Wait for a registration socket other than `stale` (the dead plugin's file), then
+        register the plugin as the kubelet does."""
         deadline = time.monotonic() + timeout
         while file_identity(self.registration_socket) in (None, stale):
             self.plugin.require_running()
             if time.monotonic() > deadline:
-                raise PluginError(f"{self.plugin.what}: no new registration socket after restart")
+                raise PluginError(
+                    f"{self.plugin.what}: no new registration socket after {timeout:g} s; "
+                    f"log:\n{self.plugin.log_tail()}"
+                )
             time.sleep(0.05)
         self.access.client(DRIVER_NAME).register()
 

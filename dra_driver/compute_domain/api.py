@@ -13,6 +13,12 @@ Decoding is strict where the API server with strict field validation is: an
 unknown field, a wrong type (no "2" for 2, no true for 1) and a malformed name
 are errors naming the object and the field, as `ConfigError`. pydantic does
 the field work, as for the opaque configs (`dra_driver.claims.device_config`).
+The exception is `status`: no user writes it, controllers do, and one of
+another release may have written a field this one does not know (a downgrade
+leaves the newer CRD in place; Helm never changes CRDs). Its unknown fields are
+ignored (and dropped when the controller next writes the status), so a domain
+never turns invalid, nor refuses claims, over a field of its own status; wrong
+types in the fields it knows are still errors.
 """
 
 from __future__ import annotations
@@ -46,6 +52,12 @@ Readiness = Literal["Ready", "NotReady"]
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True)
+
+
+class _StatusPart(BaseModel):
+    """Written by controllers of any release: unknown fields ignored (module docstring)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True, strict=True)
 
 
 def _subdomain(value: str) -> str:
@@ -111,7 +123,7 @@ class ComputeDomainSpec(_Strict):
     channel: ChannelSpec
 
 
-class NodeStatus(_Strict):
+class NodeStatus(_StatusPart):
     """One node with an IMEX daemon (`status.nodes[]`, keyed by `name`)."""
 
     name: str
@@ -121,7 +133,7 @@ class NodeStatus(_Strict):
     status: Readiness = "NotReady"
 
 
-class Condition(_Strict):
+class Condition(_StatusPart):
     """`metav1.Condition` (our addition to NVIDIA's status), with its API rules."""
 
     type: Annotated[str, StringConstraints(max_length=316, pattern=_CONDITION_TYPE)]
@@ -136,7 +148,7 @@ class Condition(_Strict):
     )
 
 
-class ComputeDomainStatus(_Strict):
+class ComputeDomainStatus(_StatusPart):
     status: Readiness = "NotReady"
     nodes: list[NodeStatus] = Field(default_factory=list)
     conditions: list[Condition] = Field(default_factory=list)

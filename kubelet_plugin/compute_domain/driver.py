@@ -24,6 +24,12 @@ restart (`recover`) rolls back every PrepareStarted claim, removes CDI specs
 no claim owns, and deletes every member of this node that no completed claim
 holds.
 
+A stale Prepare (a late retry of the kubelet's for a claim that is deleted,
+being deleted, or re-created under another UID; NVIDIA's `PrepareAborted`
+case) is refused with `StaleClaimError` naming the claim, and whatever an
+earlier Prepare of it left (entry, member) is rolled back at once: nothing
+will ever Unprepare a claim that is gone, so nothing may stay prepared for it.
+
 Errors: bad input (an unknown config field, a config of the wrong kind, a
 domain that does not exist or lives in another namespace, a daemon device)
 is a per-claim error naming the object and field; the daemon keeps serving.
@@ -91,6 +97,7 @@ from dra_driver.errors import (
     ConfigError,
     DraGpuError,
     NotFoundError,
+    StaleClaimError,
 )
 from dra_driver.kube.cluster import Cluster
 from dra_driver.kube.object_store import COMPUTE_DOMAIN, COMPUTE_DOMAIN_MEMBER, ObjectStore
@@ -247,7 +254,12 @@ class ComputeDomainDriver:
         entry = self.current().claims.get(ref.uid)
         if entry is not None and entry.state is ClaimState.PrepareCompleted:
             return _result_devices(entry)
-        claim = self._fetch(ref)
+        try:
+            claim = self._fetch(ref)
+        except StaleClaimError:
+            if entry is not None:  # an earlier Prepare of the gone claim: undo what it left
+                self._roll_back(entry)
+            raise
         record, results = self._plan(claim)
         devices = tuple(
             PreparedDevice(
@@ -304,13 +316,29 @@ class ComputeDomainDriver:
         return _result_devices(completed.claims[claim.uid])
 
     def _fetch(self, ref: ClaimRef) -> AllocatedClaim:
+        """The claim the kubelet asks for; StaleClaimError when it is gone or going (deleted,
+        being deleted, or re-created under another UID): a Prepare of it now is stale."""
+        what = f"ResourceClaim {ref.namespace}/{ref.name} (UID {ref.uid})"
         try:
             obj = self._cluster.get_resource_claim(ref.namespace, ref.name)
         except NotFoundError as exc:
-            raise ClaimError(
-                f"ResourceClaim {ref.namespace}/{ref.name} not found: it was deleted, "
-                "or the kubelet and the API disagree"
+            raise StaleClaimError(
+                f"{what} not found: it was deleted; a Prepare of it is stale and refused "
+                "(nothing is prepared for it)"
             ) from exc
+        meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+        if isinstance(meta, Mapping):
+            if meta.get("uid") not in (None, ref.uid):
+                raise StaleClaimError(
+                    f"{what}: metadata.uid is {meta.get('uid')}: the claim was deleted and "
+                    "re-created; a Prepare of the old one is stale and refused"
+                )
+            if meta.get("deletionTimestamp"):
+                raise StaleClaimError(
+                    f"{what}: metadata.deletionTimestamp is {meta['deletionTimestamp']}: the "
+                    "claim is being deleted; a Prepare of it is stale and refused (nothing is "
+                    "prepared for it)"
+                )
         return parse_allocated_claim(
             obj,
             driver=DRIVER_NAME,

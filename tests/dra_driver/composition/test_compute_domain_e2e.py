@@ -12,12 +12,16 @@ Scenarios: E1 (a 2-node domain on 4 nodes), E2 (allocationMode All), E3 (a node 
 E4 (a second domain in the clique, a reused IP), E5 (an IMEX host and a plugin restarted,
 a node joining, a pod re-created), E6 (a fabric that settles late), E7 (a
 node without multi-node NVLink), E8 (deletion under running work, and a domain forced
-away), E9 (leader failover), E12 (host-managed IMEX); and `dra-gpu demo compute-domain`.
+away), E9 (leader failover), E10 (a plugin killed mid-Prepare, a stale Prepare, a node
+reboot), E12 (host-managed IMEX), E13 (an upgrade over objects and a checkpoint an older
+release wrote); and `dra-gpu demo compute-domain`.
 The daemons are started through the suite's fork server (`tests.fakes.zygote`).
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import io
 import json
 import os
@@ -26,13 +30,18 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dra_driver.claims.checkpoint import ClaimState
+from dra_driver.claims.checkpoint import decode as decode_checkpoint
+from dra_driver.claims.checkpoint_store import CLAIM_FILE_SUFFIX
 from dra_driver.composition.compute_domain_cluster import (
     DRIVER_NAMESPACE,
     ClusterTiming,
@@ -43,20 +52,27 @@ from dra_driver.composition.compute_domain_cluster import (
 )
 from dra_driver.composition.compute_domain_demo import run_compute_domain_demo
 from dra_driver.composition.compute_domain_kubelet import PodPlacementError
-from dra_driver.compute_domain import membership
+from dra_driver.compute_domain import channel_cdi, membership
 from dra_driver.compute_domain.names import DOMAIN_LABEL, DRIVER_NAME, FINALIZER, TARGET_LABEL
+from dra_driver.container.cdi_store import CdiStore
 from dra_driver.errors import NotFoundError
+from dra_driver.kube.apiserver_rules import EVENT, RESOURCE_CLAIM
 from dra_driver.kube.object_store import (
     COMPUTE_DOMAIN,
     COMPUTE_DOMAIN_CLIQUE,
     COMPUTE_DOMAIN_MEMBER,
     RESOURCE_CLAIM_TEMPLATE,
 )
+from kubelet_plugin.compute_domain.main import CHECKPOINT_DIR
+from kubelet_plugin.service import ClaimRef, PrepareResult
+from kubelet_plugin.socket_names import plugin_data_dir
 from tests.fakes import zygote
+from tests.fakes.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
 NS = "team-a"
+CLIQUE = "00000000-0000-0000-0000-000000000001.0"  # every gb200-node's, unless changed
 CHANNEL = "/dev/nvidia-caps-imex-channels/channel0"
 TIMING = ClusterTiming(
     fabric_check_interval=0.5,
@@ -322,7 +338,7 @@ def test_e6_unsettled_fabric_publishes_nothing_then_settles_without_restart(
             for d in s["spec"].get("devices") or []
         ]
 
-    time.sleep(4 * TIMING.fabric_check_interval)  # several fabric checks pass
+    time.sleep(4 * (TIMING.fabric_check_interval or 0))  # several fabric checks pass
     assert devices() == []
     assert node.plugin.running()
     assert node.plugin.pid == pid
@@ -414,7 +430,7 @@ def test_e9_leader_failover_within_the_lease_and_no_duplicate_template(
     time.sleep(1.0)  # the new leader's first full reconcile has passed
     assert len(_templates(cluster, uid)) == 1
     assert len(_templates(cluster, uid2)) == 1
-    assert takeover <= TIMING.lease_duration + 2 * (TIMING.retry_period or 0) + 1.0, (
+    assert takeover <= (TIMING.lease_duration or 0) + 2 * (TIMING.retry_period or 0) + 1.0, (
         f"takeover after {takeover:.1f} s"
     )
 
@@ -584,3 +600,273 @@ def test_demo_compute_domain_reports_a_ready_domain_and_channels_as_json() -> No
     assert all(set(p["imexCtl"].values()) == {"C"} for p in report["imexPeers"].values())
     elapsed = time.monotonic() - began
     assert elapsed < 45.0, f"the demo took {elapsed:.1f} s"
+
+
+# -- E10: a plugin restart mid-Prepare, a stale Prepare, a reboot ---------------------------
+
+
+def _checkpoint(node: SimNode) -> dict[str, tuple[ClaimState, str]]:
+    """claim UID -> (state, boot id) of every claim file in the node's CD plugin checkpoint."""
+    directory = plugin_data_dir(node.kubelet_root, DRIVER_NAME) / CHECKPOINT_DIR
+    out = {}
+    for path in directory.glob(f"*{CLAIM_FILE_SUFFIX}"):
+        stored = decode_checkpoint(path.read_bytes(), source=str(path))
+        for uid, entry in stored.claims.items():
+            out[uid] = (entry.state, stored.boot_id)
+    return out
+
+
+def _cdi_claims(node: SimNode) -> set[str]:
+    """The claims the node's CDI directory has a channel spec for."""
+    return CdiStore(node.cdi_root, kind=channel_cdi.CLAIMS).claim_uids()
+
+
+def _prepare(node: SimNode, ref: ClaimRef) -> PrepareResult | str:
+    """The kubelet's NodePrepareResources for one claim: its answer, or the RPC's failure."""
+    try:
+        return node.access.client(DRIVER_NAME).prepare([ref])[ref.uid]
+    except Exception as exc:  # grpc.RpcError: the plugin died under the call
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _allocated_claim(cluster: ComputeDomainCluster, pod: dict[str, Any]) -> ClaimRef:
+    """The pod's channel claim, made from its template and allocated (the scheduler's part of
+    `run_pod`, without the kubelet's Prepare)."""
+    claims = cluster.kubelet.claims_for(pod, timeout=10.0)
+    _node, (claim,) = cluster.kubelet.allocate(pod, claims)
+    return ClaimRef(NS, claim["metadata"]["uid"], claim["metadata"]["name"])
+
+
+def test_e10_plugin_killed_mid_prepare_stale_prepare_refused_reboot_voids_checkpoint(
+    make_cluster: Any,
+) -> None:
+    cluster = make_cluster(1).start()
+    node = cluster.nodes["node-1"]
+    uid = cluster.apply_compute_domain(NS, "phoenix", "phoenix-channel")["metadata"]["uid"]
+    cluster.wait_for(lambda: _templates(cluster, uid), "template", 10.0)
+    began = time.monotonic()
+
+    # node-1's IMEX host is down, so a channel claim's Prepare waits for IMEX there ...
+    node.imex_host.kill()
+    pod = channel_pod(NS, "phoenix-0", "phoenix-channel", node="node-1")
+    pod["metadata"]["uid"] = str(uuid.uuid4())
+    ref = _allocated_claim(cluster, pod)
+    answers: list[PrepareResult | str] = []
+    preparing = threading.Thread(target=lambda: answers.append(_prepare(node, ref)))
+    preparing.start()
+    wait_until(  # not cluster.wait_for: that one fails on the IMEX host killed on purpose
+        lambda: (
+            _checkpoint(node).get(ref.uid, (None,))[0] is ClaimState.PrepareStarted
+            and "node-1" in _members(cluster, uid)
+        ),
+        "a Prepare waiting for IMEX (PrepareStarted, member created)",
+        timeout=10.0,
+    )
+    # ... when the plugin is SIGKILLed under it: the kubelet's call fails, half done.
+    node.plugin.kill()
+    preparing.join(timeout=10.0)
+    (answer,) = answers
+    assert isinstance(answer, str), answer
+    assert "UNAVAILABLE" in answer, answer
+    assert ref.uid in _checkpoint(node)
+    # The pod gives up: its claim is deleted; a finalizer keeps it Terminating for now.
+    claim = cluster.store.get_resource_claim(NS, ref.name)
+    claim["metadata"]["finalizers"] = ["resource.kubernetes.io/delete-protection"]
+    cluster.store.update_object(RESOURCE_CLAIM, claim)
+    cluster.store.delete_object(RESOURCE_CLAIM, NS, ref.name)
+
+    # The restarted plugin sweeps the half-done Prepare: no entry, no CDI spec, no member.
+    node.restart_plugin()
+    assert ref.uid not in _checkpoint(node)
+    assert ref.uid not in _cdi_claims(node)
+    assert _members(cluster, uid) == {}
+    log = node.plugin.log_tail(100_000)
+    assert f"rolled back the half-done Prepare of ResourceClaim {NS}/{ref.name}" in log
+
+    # The kubelet's stale retry is refused at once, naming the claim, and leaves nothing:
+    # while the claim is Terminating, and once it is gone.
+    refused_began = time.monotonic()
+    stale = _prepare(node, ref)
+    assert isinstance(stale, PrepareResult), stale
+    assert f"ResourceClaim {NS}/{ref.name} (UID {ref.uid})" in stale.error
+    assert "being deleted; a Prepare of it is stale and refused" in stale.error, stale.error
+    claim = cluster.store.get_resource_claim(NS, ref.name)
+    claim["metadata"]["finalizers"] = []
+    cluster.store.update_object(RESOURCE_CLAIM, claim)
+    assert _get(cluster, RESOURCE_CLAIM, NS, ref.name) is None
+    stale = _prepare(node, ref)
+    assert isinstance(stale, PrepareResult), stale
+    assert "not found: it was deleted; a Prepare of it is stale and refused" in stale.error
+    refused_after = time.monotonic() - refused_began
+    assert ref.uid not in _checkpoint(node)
+    assert ref.uid not in _cdi_claims(node)
+    assert _members(cluster, uid) == {}
+
+    # Nothing holds node-1 back: with its IMEX host back, a new pod gets its channel.
+    node.imex_host.start()
+    running = cluster.run_pod(channel_pod(NS, "phoenix-1", "phoenix-channel", node="node-1"))
+    assert [n["path"] for n in running.device_nodes] == [CHANNEL]
+    (claim_ref,) = [pc.ref for pc in running.claims]
+    ((_, boot_before),) = _checkpoint(node).values()
+
+    # A reboot: the checkpoint of the earlier boot is void. The restarted plugin discards the
+    # entry, removes the claim's CDI spec and the member nobody holds any more ...
+    boot_after = node.reboot()
+    assert boot_after != boot_before
+    log = node.plugin.log_tail(100_000)
+    assert f"discarded ResourceClaim {NS}/{claim_ref.name} (uid {claim_ref.uid}) of an " in log
+    assert _checkpoint(node) == {}
+    assert _cdi_claims(node) == set()
+    cluster.wait_for(lambda: not _members(cluster, uid), "member gone after the reboot", 5.0)
+    # ... and the kubelet, re-running the pod after the reboot, prepares it from scratch.
+    again = _prepare(node, claim_ref)
+    assert isinstance(again, PrepareResult), again
+    assert again.error == ""
+    assert _checkpoint(node) == {claim_ref.uid: (ClaimState.PrepareCompleted, boot_after)}
+    assert _cdi_claims(node) == {claim_ref.uid}
+    member = _members(cluster, uid)["node-1"]
+    assert membership.member_status(member).state == membership.MemberState.READY
+    elapsed = time.monotonic() - began
+    assert refused_after < 2.0, f"the stale Prepares took {refused_after:.1f} s to refuse"
+    assert elapsed < 20.0, f"E10 took {elapsed:.1f} s"
+
+
+# -- E13: an upgrade over what an older release wrote ---------------------------------------
+
+
+def _with_unknown_fields(path: Path) -> None:
+    """Rewrite a claim file of the CD plugin's checkpoint as a release with more fields would
+    have: unknown fields at every level (payload, claim, device, channel record), the
+    checksum over the new payload bytes, as that release computes it."""
+    _header, _, payload = path.read_bytes().partition(b"\n")
+    data = json.loads(payload)
+    data["legacyNote"] = "written by an older dra-gpu"
+    for entry in data["claims"].values():
+        entry["legacyHint"] = {"attempts": 3}
+        for device in entry["devices"]:
+            device["legacyField"] = True
+            if device.get("channel"):
+                device["channel"]["legacyImexVersion"] = "570.86"
+    body = (json.dumps(data, sort_keys=True, indent=2) + "\n").encode()
+    digest = hashlib.sha256(body).hexdigest()
+    header = json.dumps({"checksum": f"sha256:{digest}", "format": "dra-gpu/checkpoint"})
+    path.write_bytes(header.encode() + b"\n" + body)
+
+
+def _events(cluster: ComputeDomainCluster, namespace: str, reason: str) -> list[dict[str, Any]]:
+    return [e for e in cluster.store.list_objects(EVENT, namespace) if e.get("reason") == reason]
+
+
+def test_e13_upgrade_over_old_objects_and_checkpoint_deletes_cleanly_and_stays_strict_on_config(
+    make_cluster: Any,
+) -> None:
+    cluster = make_cluster(1).start()
+    node = cluster.nodes["node-1"]
+    # numNodes set, no allocationMode: a ComputeDomain as v25.3 users wrote them.
+    uid = cluster.apply_compute_domain(NS, "legacy", "legacy-channel", num_nodes=1)["metadata"][
+        "uid"
+    ]
+    old_pod = cluster.run_pod(channel_pod(NS, "legacy-0", "legacy-channel", node="node-1"))
+    cluster.wait_for(lambda: _is(cluster, "legacy", "Ready"), "legacy Ready", 20.0)
+    (old_ref,) = [pc.ref for pc in old_pod.claims]
+    began = time.monotonic()
+
+    # The old release's controller and plugin stop (the upgrade's rollout) ...
+    (controller,) = cluster.controllers
+    controller.terminate()
+    node.plugin.kill()
+    # ... leaving what they wrote: the domain's status in NVIDIA v25.3's shape (rows of name,
+    # IP and clique only, no conditions) with a field this release does not know; clique rows
+    # without `status` and with unknown fields; a member with unknown fields; the claim's
+    # checkpoint file with unknown fields at every level.
+    domain = cluster.compute_domain(NS, "legacy")
+    domain["status"] = {
+        "status": "Ready",
+        "nodes": [{"name": "node-1", "ipAddress": node.ip, "cliqueID": CLIQUE, "imexPort": 50000}],
+        "legacyPhase": "Running",
+    }
+    cluster.store.update_object_status(COMPUTE_DOMAIN, domain)
+    (clique,) = _cliques(cluster, uid)
+    for row in clique["daemons"]:
+        del row["status"]
+        row["legacyDNSName"] = "compute-domain-daemon-0000"
+    clique["legacyGeneration"] = 7
+    cluster.store.update_object(COMPUTE_DOMAIN_CLIQUE, clique)
+    member = _members(cluster, uid)["node-1"]
+    member["spec"]["legacyHint"] = "older"
+    cluster.store.update_object(COMPUTE_DOMAIN_MEMBER, member)
+    checkpoint_file = (
+        plugin_data_dir(node.kubelet_root, DRIVER_NAME)
+        / CHECKPOINT_DIR
+        / f"{old_ref.uid}{CLAIM_FILE_SUFFIX}"
+    )
+    _with_unknown_fields(checkpoint_file)
+
+    # The new plugin loads the old checkpoint as it is (nothing quarantined or rolled back),
+    # and prepares a new pod's claim in the old domain, whose status it does not all know.
+    node.restart_plugin()
+    log = node.plugin.log_tail(100_000)
+    assert "quarantined" not in log
+    assert _checkpoint(node)[old_ref.uid][0] is ClaimState.PrepareCompleted
+    new_pod = cluster.run_pod(
+        channel_pod(NS, "legacy-1", "legacy-channel", node="node-1"), timeout=10.0
+    )
+    assert [n["path"] for n in new_pod.device_nodes] == [CHANNEL]
+
+    # The new controller takes the old objects over: the domain is Ready again with this
+    # release's status (conditions, indices; the unknown fields dropped), never InvalidSpec.
+    controller.start({"POD_NAME": controller.pod_name, "HOSTNAME": "controller-host-0"})
+    cluster.wait_for(
+        lambda: (
+            (_get(cluster, COMPUTE_DOMAIN, NS, "legacy").get("status") or {}).get("conditions")
+            and _is(cluster, "legacy", "Ready")
+        ),
+        "legacy Ready under the new controller",
+        10.0,
+    )
+    status = cluster.compute_domain(NS, "legacy")["status"]
+    assert "legacyPhase" not in status
+    assert [(n["name"], n["index"]) for n in status["nodes"]] == [("node-1", 0)]
+    assert not _events(cluster, NS, "InvalidSpec")
+    assert [r.index for r in membership.clique_rows(_cliques(cluster, uid)[0])] == [0]
+
+    # A user's config with an unknown field is refused strictly, naming the field, with an
+    # Event the user sees on the claim and the pod.
+    template = copy.deepcopy(_templates(cluster, uid)[0])
+    template["metadata"] = {"namespace": NS, "name": "legacy-strict"}
+    config = template["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
+    config["unexpectedField"] = 1
+    cluster.store.create_object(RESOURCE_CLAIM_TEMPLATE, template)
+    with pytest.raises(PodPlacementError, match=r"unexpectedField"):
+        cluster.run_pod(channel_pod(NS, "strict-0", "legacy-strict", node="node-1"), timeout=3.0)
+    event = cluster.wait_for(
+        lambda: [
+            e
+            for e in _events(cluster, NS, "PrepareFailed")
+            if "unexpectedField" in e.get("note", "")
+        ],
+        "a PrepareFailed Event naming the field",
+        5.0,
+    )[0]
+    assert event["type"] == "Warning"
+    assert {e["regarding"]["kind"] for e in _events(cluster, NS, "PrepareFailed")} >= {
+        "ResourceClaim",
+        "Pod",
+    }
+
+    # Deleting the old workloads works: the claim the old plugin prepared unprepares from the
+    # old checkpoint, then the domain goes, with no finalizer left anywhere.
+    assert cluster.delete_pod(NS, "legacy-0") == {old_ref.name: ""}
+    assert set(cluster.delete_pod(NS, "legacy-1").values()) == {""}
+    assert _checkpoint(node) == {}
+    assert _cdi_claims(node) == set()
+    assert not checkpoint_file.exists()
+    cluster.delete_compute_domain(NS, "legacy")
+    cluster.wait_for(
+        lambda: _get(cluster, COMPUTE_DOMAIN, NS, "legacy") is None, "the domain gone", 15.0
+    )
+    assert not _members(cluster, uid)
+    assert not _cliques(cluster, uid)
+    assert not _templates(cluster, uid)
+    elapsed = time.monotonic() - began
+    assert elapsed < 20.0, f"E13 took {elapsed:.1f} s"

@@ -161,9 +161,29 @@ def test_status_rows_and_conditions() -> None:
     with pytest.raises(ConfigError, match=r"status\.nodes: node 'n1' is listed twice"):
         decode_compute_domain(obj)
     obj["status"]["nodes"][1]["name"] = "n2"
-    obj["status"]["nodes"][1]["ip"] = "x"
-    with pytest.raises(ConfigError, match=r"status.nodes.1.ip: unknown field"):
+    obj["status"]["nodes"][1]["index"] = "1"
+    with pytest.raises(ConfigError, match=r"status.nodes.1.index: Input should be a valid int"):
         decode_compute_domain(obj)
+
+
+def test_status_fields_of_another_release_are_ignored_and_dropped() -> None:
+    """A status an older (or newer) controller wrote: NVIDIA v25.3's rows (name, IP, clique
+    only) and fields this release does not know decode; the spec stays strict."""
+    obj = _with(
+        "status",
+        {
+            "status": "Ready",
+            "nodes": [{"name": "n1", "ipAddress": "10.0.0.1", "cliqueID": "c.0", "imexVersion": 1}],
+            "legacyPhase": "Running",
+        },
+    )
+    status = decode_compute_domain(obj).status
+    assert status is not None
+    assert [(n.name, n.index, n.status) for n in status.nodes] == [("n1", 0, "NotReady")]
+    assert "legacyPhase" not in decode_compute_domain(obj).to_api()["status"]
+    assert "imexVersion" not in decode_compute_domain(obj).to_api()["status"]["nodes"][0]
+    with pytest.raises(ConfigError, match=r"spec\.legacyField: unknown field"):
+        decode_compute_domain(_with("spec.legacyField", 1))
 
 
 def test_spec_changes_names_the_changed_fields() -> None:

@@ -22,6 +22,7 @@ from dra_driver.compute_domain.membership import (
     member_name,
     member_spec,
 )
+from dra_driver.kube.apiserver_rules import RESOURCE_CLAIM
 from dra_driver.kube.object_store import (
     COMPUTE_DOMAIN,
     COMPUTE_DOMAIN_CLIQUE,
@@ -32,6 +33,7 @@ from tests.fakes.imex_runner import FakeImexRunner
 from tests.fakes.waiting import wait_until
 from tests.kubelet_plugin.compute_domain.harness import (
     CHANNELS_MAJOR,
+    CLAIM_UIDS,
     CLIQUE,
     DOMAIN_UID,
     NAMESPACE,
@@ -385,3 +387,40 @@ def test_a_node_beyond_a_full_clique_fails_prepare_saying_the_clique_is_full(
         assert f"Pending (CliqueFull): clique {CLIQUE} of ComputeDomain default/x" in error, error
         assert "already has 18 nodes" in error
         assert "--max-nodes-per-imex-domain 18" in error
+
+
+@pytest.mark.parametrize("how", ["deleted", "being-deleted", "re-created"])
+def test_a_stale_prepare_of_a_gone_claim_is_refused_and_undoes_its_earlier_prepare(
+    tmp_path: Path, how: str
+) -> None:
+    """NVIDIA's PrepareAborted case: a Prepare timed out waiting (entry and member kept for
+    the retry), then the claim went away; the kubelet's late retry is refused, naming the
+    claim, and what the earlier Prepare left is undone (nothing would ever unprepare it)."""
+    for node in make_node(tmp_path, prepare_wait=0.2):
+        node.new_driver()
+        ref = node.claim()
+        assert "Pending" in node.prepare(ref).error
+        assert node.members() == [member_name(DOMAIN_UID, NODE)]
+        claim = node.cluster.get_resource_claim(ref.namespace, ref.name)
+        if how == "being-deleted":  # a finalizer keeps it while it is deleted
+            claim["metadata"]["finalizers"] = ["resource.kubernetes.io/delete-protection"]
+            node.cluster.put_resource_claim(claim)
+            node.cluster.delete_object(RESOURCE_CLAIM, ref.namespace, ref.name)
+        else:
+            node.cluster.delete_resource_claim(ref.namespace, ref.name)
+        expected = {
+            "deleted": "not found: it was deleted",
+            "being-deleted": "metadata.deletionTimestamp is",
+            "re-created": "the claim was deleted and re-created",
+        }[how]
+        if how == "re-created":  # the same name, another UID
+            again = dict(claim, metadata={**claim["metadata"], "uid": CLAIM_UIDS[1]})
+            again["metadata"].pop("resourceVersion", None)
+            node.cluster.put_resource_claim(again)
+        error = node.prepare(ref).error
+        assert f"ResourceClaim default/claim-0 (UID {ref.uid})" in error, error
+        assert expected in error, error
+        assert "stale and refused" in error
+        assert ref.uid not in node.checkpoint().claims
+        assert node.members() == []
+        assert node.spec(ref) is None
