@@ -637,24 +637,13 @@ class LocalCluster:
             with self._write_lock():
                 if self._identity(kind, path) != seen:
                     continue
-                written = self._apply_locked(kind, path, decision, rendered)
-            self._save_written(path)
-            return written
+                return self._apply_locked(kind, path, decision, rendered)
         with self._write_lock():
             _, stored = self._snapshot(kind, path)
             decision = decide(stored)
             if decision.action is _Action.KEEP:
                 return decision.obj
-            written = self._apply_locked(kind, path, decision, None)
-        self._save_written(path)
-        return written
-
-    def _save_written(self, path: Path) -> None:
-        """After the lock: save the parsed copy of what this process just wrote, so other
-        processes read its JSON rather than parse the YAML (skipped if it was replaced)."""
-        parsed = self._parsed.get(path)
-        if parsed is not None:
-            self._save_parsed_copy(path, parsed.identity, parsed.text)
+            return self._apply_locked(kind, path, decision, None)
 
     def _apply_locked(
         self,
