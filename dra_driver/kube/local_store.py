@@ -230,11 +230,9 @@ class LocalCluster:
             wanted["spec.driver"] = driver
         if node_name is not None:
             wanted["spec.nodeName"] = node_name
-        return [
-            obj
-            for obj in self._list_dir(RESOURCE_SLICE, None)
-            if rules.matches_field_selector(obj, wanted)
-        ]
+        return self._list_dir(
+            RESOURCE_SLICE, None, lambda obj: rules.matches_field_selector(obj, wanted)
+        )
 
     def create_resource_slice(self, obj: Obj) -> Obj:
         return self._create(RESOURCE_SLICE, obj)
@@ -309,15 +307,16 @@ class LocalCluster:
         *,
         labels: Mapping[str, str] | None = None,
     ) -> list[Obj]:
+        keep = None if not labels else lambda obj: _has_labels(obj, labels)
         if not kind.namespaced:
-            return self._list_dir(kind, None, labels)
+            return self._list_dir(kind, None, keep)
         if namespace is not None:
             rules.check_namespace(kind, namespace)
-            return self._list_dir(kind, namespace, labels)
+            return self._list_dir(kind, namespace, keep)
         found = []
         for ns_dir in sorted(self._entries(self._root / kind.plural)):
             if ns_dir.is_dir() and not ns_dir.name.startswith("."):
-                found.extend(self._list_dir(kind, ns_dir.name, labels))
+                found.extend(self._list_dir(kind, ns_dir.name, keep))
         return found
 
     def create_object(self, kind: ResourceKind, obj: Obj) -> Obj:
@@ -538,10 +537,11 @@ class LocalCluster:
         self,
         kind: ResourceKind,
         namespace: str | None,
-        labels: Mapping[str, str] | None = None,
+        keep: Callable[[Obj], bool] | None = None,
     ) -> list[Obj]:
-        """The directory's objects (with `labels`, only those that carry them: filtered
-        before they are copied, as a member watch of 64 nodes lists a few of many)."""
+        """The directory's objects (with `keep`, those it keeps: a label or field selector
+        looks at the shared parsed object before it is copied, as a node's daemons list a
+        few of 64 nodes' objects)."""
         directory = self._root / kind.plural
         if namespace is not None:
             directory = directory / namespace
@@ -553,7 +553,7 @@ class LocalCluster:
                 parsed = self._parsed_file(kind, path)
             except FileNotFoundError:
                 continue  # deleted between listing and reading: not part of the list
-            if labels and not _has_labels(parsed.obj, labels):
+            if keep is not None and not keep(parsed.obj):
                 continue
             loaded: Obj = json.loads(parsed.text)
             out.append(loaded)
