@@ -161,7 +161,8 @@ class LocalCluster:
         self._server_version = server_version
         # path -> the file as parsed (`_parsed_file`), shared by the process's stores of
         # the same directory: 16 simulated nodes' daemons in one process parse a file once.
-        self._parsed = _process_state(self._root).parsed
+        self._state = _process_state(self._root)
+        self._parsed = self._state.parsed
         try:
             for kind in (RESOURCE_SLICE, DEVICE_CLASS, RESOURCE_CLAIM):
                 (self._root / kind.plural).mkdir(parents=True, exist_ok=True)
@@ -462,7 +463,7 @@ class LocalCluster:
             return cached
         # One thread of the process parses a new version; the others (16 simulated nodes'
         # watchers see a write at once) wait for it instead of all parsing and saving it.
-        with _process_state(self._root).parse_lock(path):
+        with self._state.parse_lock(path):
             cached = self._parsed.get(path)
             if cached is not None and cached.identity == identity:
                 return cached
@@ -546,18 +547,37 @@ class LocalCluster:
         if namespace is not None:
             directory = directory / namespace
         out: list[Obj] = []
-        for path in sorted(self._entries(directory)):
-            if path.name.startswith(".") or path.suffix != _SUFFIX:  # .lock, temp files
-                continue
-            try:
-                parsed = self._parsed_file(kind, path)
-            except FileNotFoundError:
-                continue  # deleted between listing and reading: not part of the list
+        for parsed in self._listing(kind, directory):
             if keep is not None and not keep(parsed.obj):
                 continue
             loaded: Obj = json.loads(parsed.text)
             out.append(loaded)
         return out
+
+    def _listing(self, kind: ResourceKind, directory: Path) -> tuple[_Parsed, ...]:
+        """The directory's files as parsed, in name order; shared by the process's stores
+        and looked at again only when the kind's `.last-write` or the directory's mtime
+        changed since (each of 64 nodes' daemons lists the members after every write of
+        one: a stat of every file each time was most of their CPU). The signature is read
+        first, so a listing is never kept under a signature older than what it saw. A file
+        edited in place by hand (no rename, no write through this class) is seen at the
+        next write of its kind, as by `watch_objects`; `get_object` sees it at once."""
+        signature = self._kind_signature(kind), _mtime_ns(directory)
+        listings = self._state.listings
+        cached = listings.get(directory)
+        if cached is not None and cached[0] == signature:
+            return cached[1]
+        found = []
+        for path in sorted(self._entries(directory)):
+            if path.name.startswith(".") or path.suffix != _SUFFIX:  # .lock, temp files
+                continue
+            try:
+                found.append(self._parsed_file(kind, path))
+            except FileNotFoundError:
+                continue  # deleted between listing and reading: not part of the list
+        listing = tuple(found)
+        listings[directory] = (signature, listing)
+        return listing
 
     @contextmanager
     def _write_lock(self) -> Iterator[None]:
@@ -565,7 +585,7 @@ class LocalCluster:
         descriptor). The threads of one process queue on an in-process lock first, so only
         one of them polls the flock: 256 pod threads of the benchmark's scheduler each
         polling every few milliseconds burned the CPU the lock's holder needed."""
-        lock = _process_state(self._root).lock
+        lock = self._state.lock
         if not lock.acquire(timeout=LOCK_TIMEOUT_S):
             raise ClusterError(
                 f"local cluster {self._root}: still locked by another thread after "
@@ -821,6 +841,7 @@ class _ProcessState:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     parsed: dict[Path, _Parsed] = field(default_factory=dict)
+    listings: dict[Path, tuple[object, tuple[_Parsed, ...]]] = field(default_factory=dict)
     parse_locks: tuple[threading.Lock, ...] = field(
         default_factory=lambda: tuple(threading.Lock() for _ in range(_PARSE_LOCK_STRIPES))
     )
@@ -845,6 +866,15 @@ def _process_state(root: Path) -> _ProcessState:
         if state is None:
             state = _PROCESS_STATES[key] = _ProcessState()
         return state
+
+
+def _mtime_ns(directory: Path) -> int | None:
+    try:
+        return directory.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ClusterError(f"local cluster directory {directory}: cannot stat it: {exc}") from exc
 
 
 def _has_labels(obj: Obj, labels: Mapping[str, str]) -> bool:

@@ -309,3 +309,30 @@ def test_a_write_that_lands_while_another_renders_is_kept(
     assert on_disk["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"] == "3"
     text = (tmp_path / "resourceclaims" / "gpu-test" / "claim-1.yaml").read_text()
     assert 'resourceVersion: "3"' in text
+
+
+def test_a_listing_is_kept_only_until_the_kind_or_its_directory_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lists are served from what the process last listed while nothing changed; a write by
+    another process and a file renamed in by hand are both seen by the next list."""
+    mine = LocalCluster(tmp_path)
+    mine.put_resource_claim(copy.deepcopy(CLAIM))
+    assert [c["metadata"]["name"] for c in mine.list_resource_claims("gpu-test")] == ["claim-1"]
+
+    by_hand = copy.deepcopy(CLAIM)
+    by_hand["metadata"]["name"] = "claim-2"
+    directory = tmp_path / "resourceclaims" / "gpu-test"
+    (directory / ".claim-2.tmp").write_text(yaml.safe_dump(by_hand))
+    os.replace(directory / ".claim-2.tmp", directory / "claim-2.yaml")
+    assert [c["metadata"]["name"] for c in mine.list_resource_claims("gpu-test")] == [
+        "claim-1",
+        "claim-2",
+    ]
+
+    theirs = _in_another_process(tmp_path, monkeypatch)
+    changed = theirs.get_resource_claim("gpu-test", "claim-1")
+    changed["metadata"]["annotations"] = {"by": "another process"}
+    theirs.put_resource_claim(changed)
+    (listed, _) = mine.list_resource_claims("gpu-test")
+    assert listed["metadata"]["annotations"] == {"by": "another process"}
