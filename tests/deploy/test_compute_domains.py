@@ -81,7 +81,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     "controller-metrics-off": {
         "resources": {"computeDomains": {"enabled": True}},
-        "controller": {"metrics": {"enabled": False, "httpEndpoint": "0.0.0.0:9402"}},
+        "controller": {
+            "metrics": {"enabled": False, "httpEndpoint": "0.0.0.0:9402"},
+            # Where NVIDIA's chart takes it: the IMEX host must get it too.
+            "containers": {
+                "computeDomain": {"env": [{"name": "MAX_NODES_PER_IMEX_DOMAIN", "value": "9"}]}
+            },
+        },
     },
     "election-in-seconds": {
         "resources": {"computeDomains": {"enabled": True}},
@@ -566,6 +572,14 @@ def test_the_controller_and_imex_host_agree_on_the_clique_size() -> None:
     default = _charts()["driver-managed"]
     default_host = _container(_find(default, "DaemonSet", "dra-gpu-imex-host"), "imex-host")
     assert "--max-nodes-per-imex-domain" not in _flags(default_host)[1]
+    # NVIDIA's way, MAX_NODES_PER_IMEX_DOMAIN in the controller's env, reaches the IMEX host too.
+    nvidia_way = _charts()["controller-metrics-off"]
+    for kind, name, container in (
+        ("Deployment", "dra-gpu-compute-domain-controller", "compute-domain"),
+        ("DaemonSet", "dra-gpu-imex-host", "imex-host"),
+    ):
+        flags = _flags(_container(_find(nvidia_way, kind, name), container))[1]
+        assert flags["--max-nodes-per-imex-domain"] == "9", name
 
 
 def test_without_leader_election_the_controller_is_recreated_never_doubled() -> None:
@@ -624,6 +638,26 @@ def test_without_leader_election_the_controller_is_recreated_never_doubled() -> 
             "at '/controller/leaderElection/leaseDuration'",
         ),
         (["--set", "controller.replicaz=2"], "additional properties 'replicaz' not allowed"),
+        (
+            [
+                "--set",
+                "resources.computeDomains.enabled=true,"
+                "resources.computeDomains.maxNodesPerImexDomain=8,"
+                "controller.containers.computeDomain.env[0].name=MAX_NODES_PER_IMEX_DOMAIN,"
+                "controller.containers.computeDomain.env[0].value=9",
+            ],
+            "MAX_NODES_PER_IMEX_DOMAIN=9 and resources.computeDomains.maxNodesPerImexDomain=8"
+            " disagree",
+        ),
+        (
+            [
+                "--set",
+                "resources.computeDomains.enabled=true,"
+                "controller.containers.computeDomain.env[0].name=MAX_NODES_PER_IMEX_DOMAIN,"
+                "controller.containers.computeDomain.env[0].value=many",
+            ],
+            'MAX_NODES_PER_IMEX_DOMAIN "many": a whole number of nodes, at least 1',
+        ),
     ],
 )
 def test_values_the_chart_cannot_honour_fail_naming_them(flags: list[str], error: str) -> None:
