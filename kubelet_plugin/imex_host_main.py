@@ -15,9 +15,10 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from dra_driver.errors import DriverRootError, NvmlError
+from dra_driver.errors import DriverRootError
 from dra_driver.hardware.machine import Hardware
 from dra_driver.kube.object_store import ObjectStore
+from kubelet_plugin.driver_wait import wait_for_driver
 from kubelet_plugin.imex_host import FAST_POLL_S, READY_POLL_S, HostConfig, ImexHost, serve
 from kubelet_plugin.imex_host_runner import IMEX_BINARY, IMEX_CTL_BINARY, ProcessImexRunner
 from kubelet_plugin.stop_signals import stop_on_signals
@@ -98,21 +99,14 @@ def _runner(
     options: HostOptions, stop: threading.Event
 ) -> tuple[Hardware, ProcessImexRunner] | None:
     """The hardware and the IMEX runner, once the driver's IMEX binaries are found."""
-    last = ""
-    while True:
-        try:
-            hardware = options.open_hardware()
-            runner = imex_runner(hardware, query_timeout=options.query_timeout)
-        except (DriverRootError, NvmlError) as exc:
-            if str(exc) != last:
-                log.error(
-                    "NVIDIA driver not ready, no IMEX daemon can run yet (retrying every %gs): %s",
-                    options.driver_retry_interval,
-                    exc,
-                )
-                last = str(exc)
-            if stop.wait(options.driver_retry_interval):
-                return None
-            continue
-        log.info("IMEX daemons run with %s", runner.imex)
-        return hardware, runner
+
+    def open_() -> tuple[Hardware, ProcessImexRunner]:
+        hardware = options.open_hardware()
+        return hardware, imex_runner(hardware, query_timeout=options.query_timeout)
+
+    found = wait_for_driver(
+        open_, stop, retry_interval=options.driver_retry_interval, what="IMEX daemon", log=log
+    )
+    if found is not None:
+        log.info("IMEX daemons run with %s", found[1].imex)
+    return found

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dra_driver.claims.mps import MPS_DIR
-from dra_driver.errors import DriverRootError, NvmlError
+from dra_driver.errors import DriverRootError
 from dra_driver.hardware.machine import Hardware
+from kubelet_plugin.driver_wait import wait_for_driver
 from kubelet_plugin.mps_daemons import MpsDaemons
 from kubelet_plugin.mps_host import PASS_INTERVAL_S, MpsHost, serve
 from kubelet_plugin.stop_signals import stop_on_signals
@@ -82,21 +83,14 @@ def host_daemons(hardware: Hardware, root: Path) -> MpsDaemons:
 
 def _daemons(options: HostOptions, stop: threading.Event) -> MpsDaemons | None:
     """The daemons under the plugin's MPS directory, once the driver's MPS binary is found."""
-    last = ""
     root = mps_root(options.kubelet_root, options.driver_name)
-    while True:
-        try:
-            daemons = host_daemons(options.open_hardware(), root)
-        except (DriverRootError, NvmlError) as exc:
-            if str(exc) != last:
-                log.error(
-                    "NVIDIA driver not ready, no MPS daemons can run yet (retrying every %gs): %s",
-                    options.driver_retry_interval,
-                    exc,
-                )
-                last = str(exc)
-            if stop.wait(options.driver_retry_interval):
-                return None
-            continue
+    daemons = wait_for_driver(
+        lambda: host_daemons(options.open_hardware(), root),
+        stop,
+        retry_interval=options.driver_retry_interval,
+        what="MPS daemons",
+        log=log,
+    )
+    if daemons is not None:
         log.info("MPS control daemons run with %s", daemons.command[0])
-        return daemons
+    return daemons

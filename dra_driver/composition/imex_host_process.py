@@ -11,23 +11,20 @@ listens.
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Self
 
-from dra_driver.composition.child_process import ChildProcess, Spawn, log_tail, popen
-from dra_driver.errors import PluginError
+from dra_driver.composition.child_process import HostProcess, Spawn, popen
 from kubelet_plugin.imex_host import host_running
 from kubelet_plugin.imex_host_runner import DOMAINS_DIR, DomainPaths, ProcessImexRunner
 
-HOST_START_TIMEOUT_S = 30.0
+__all__ = ["ImexHostProcess"]
 
 
-class ImexHostProcess:
+class ImexHostProcess(HostProcess):
     """Runs `python -m dra_driver.cli imex-host` for one simulated node."""
+
+    label = "IMEX host"
 
     def __init__(
         self,
@@ -46,8 +43,7 @@ class ImexHostProcess:
         spawn: Spawn = popen,
     ) -> None:
         self.state_dir = state_dir
-        self.log_path = log_path
-        self._args = [
+        args = [
             sys.executable,
             "-m",
             "dra_driver.cli",
@@ -65,57 +61,10 @@ class ImexHostProcess:
             *([f"--poll-interval={poll_interval}"] if poll_interval else []),
             *extra_args,
         ]
-        self.process: ChildProcess | None = None
-        self._spawn = spawn
+        super().__init__(args, log_path, spawn)
 
-    @property
-    def pid(self) -> int:
-        if self.process is None:
-            raise PluginError("the IMEX host was never started")
-        return self.process.pid
-
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def start(self, timeout: float = HOST_START_TIMEOUT_S) -> Self:
-        """Start the host in a new session and wait until it holds its lock."""
-        self.launch()
-        self.wait_ready(timeout)
-        return self
-
-    def launch(self) -> None:
-        """Start the host in a new session (unless it runs), without waiting for it."""
-        if self.running():
-            return
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self.process = self._spawn(self._args, None, log.fileno())
-
-    def wait_ready(self, timeout: float = HOST_START_TIMEOUT_S) -> None:
-        """Wait until the launched host holds its lock; PluginError if it exits first."""
-        if self.process is None:
-            raise PluginError("the IMEX host was never launched")
-        deadline = time.monotonic() + timeout
-        while not host_running(self.state_dir):
-            if self.process.poll() is not None:
-                raise PluginError(
-                    f"the IMEX host exited with {self.process.returncode}; log:\n{self._tail()}"
-                )
-            if time.monotonic() > deadline:
-                raise PluginError(f"the IMEX host did not start in {timeout:g} s:\n{self._tail()}")
-            time.sleep(0.02)
-
-    def stop(self, timeout: float = 15.0) -> int | None:
-        """SIGTERM the host and wait; its IMEX daemon keeps running. None if it was not running."""
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait(timeout=timeout)
+    def _holds_lock(self) -> bool:
+        return host_running(self.state_dir)
 
     def stop_imex(self, timeout: float = 10.0) -> int:
         """SIGTERM every IMEX daemon the host left running (the node's teardown); how many."""
@@ -133,6 +82,3 @@ class ImexHostProcess:
                 runner.stop(paths)
                 stopped += 1
         return stopped
-
-    def _tail(self, chars: int = 3000) -> str:
-        return log_tail(self.log_path, chars)

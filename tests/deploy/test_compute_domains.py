@@ -79,6 +79,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
             "containers": {"computeDomain": {"env": [{"name": "X", "value": "1"}]}},
         },
     },
+    "controller-metrics-off": {
+        "resources": {"computeDomains": {"enabled": True}},
+        "controller": {
+            "metrics": {"enabled": False, "httpEndpoint": "0.0.0.0:9402"},
+            # Where NVIDIA's chart takes it: the IMEX host must get it too.
+            "containers": {
+                "computeDomain": {"env": [{"name": "MAX_NODES_PER_IMEX_DOMAIN", "value": "9"}]}
+            },
+        },
+    },
     "election-in-seconds": {
         "resources": {"computeDomains": {"enabled": True}},
         "controller": {
@@ -293,6 +303,37 @@ def test_the_controller_is_one_leader_elected_writer_near_the_control_plane() ->
         flags["--leader-elect-retry-period"],
     ) == ("15", "10", "2")  # NVIDIA's 15s / 10s / 2s
     assert _container(deployment, "compute-domain")["securityContext"]["privileged"] is False
+
+
+def _health_port(container: dict[str, Any]) -> int:
+    """The controller's --healthcheck-port, checked against its probes and its named port."""
+    port = int(_flags(container)[1]["--healthcheck-port"])
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": port}, probe
+    assert container["ports"] == [{"name": "metrics", "containerPort": port}]
+    return port
+
+
+@pytest.mark.parametrize("source", ["component", "chart"])
+def test_the_controller_is_probed_and_scraped_on_its_healthcheck_port(source: str) -> None:
+    docs = _component() if source == "component" else _charts()["driver-managed"]
+    deployment = _find(docs, "Deployment", "dra-gpu-compute-domain-controller")
+    # NVIDIA's controller.metrics.httpEndpoint default, :8080.
+    assert _health_port(_container(deployment, "compute-domain")) == 8080
+    assert deployment["spec"]["template"]["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "8080",
+        "prometheus.io/path": "/metrics",
+    }
+
+
+def test_the_charts_controller_metrics_values_move_the_port_and_the_annotations() -> None:
+    deployment = _find(
+        _charts()["controller-metrics-off"], "Deployment", "dra-gpu-compute-domain-controller"
+    )
+    # The probes stay with metrics.enabled false: they need the port, not the scrape.
+    assert _health_port(_container(deployment, "compute-domain")) == 9402
+    assert "annotations" not in deployment["spec"]["template"]["metadata"]
 
 
 def _rules_of(docs: Any, account: str) -> set[tuple[str, str, str, str]]:
@@ -531,6 +572,14 @@ def test_the_controller_and_imex_host_agree_on_the_clique_size() -> None:
     default = _charts()["driver-managed"]
     default_host = _container(_find(default, "DaemonSet", "dra-gpu-imex-host"), "imex-host")
     assert "--max-nodes-per-imex-domain" not in _flags(default_host)[1]
+    # NVIDIA's way, MAX_NODES_PER_IMEX_DOMAIN in the controller's env, reaches the IMEX host too.
+    nvidia_way = _charts()["controller-metrics-off"]
+    for kind, name, container in (
+        ("Deployment", "dra-gpu-compute-domain-controller", "compute-domain"),
+        ("DaemonSet", "dra-gpu-imex-host", "imex-host"),
+    ):
+        flags = _flags(_container(_find(nvidia_way, kind, name), container))[1]
+        assert flags["--max-nodes-per-imex-domain"] == "9", name
 
 
 def test_without_leader_election_the_controller_is_recreated_never_doubled() -> None:
@@ -589,6 +638,26 @@ def test_without_leader_election_the_controller_is_recreated_never_doubled() -> 
             "at '/controller/leaderElection/leaseDuration'",
         ),
         (["--set", "controller.replicaz=2"], "additional properties 'replicaz' not allowed"),
+        (
+            [
+                "--set",
+                "resources.computeDomains.enabled=true,"
+                "resources.computeDomains.maxNodesPerImexDomain=8,"
+                "controller.containers.computeDomain.env[0].name=MAX_NODES_PER_IMEX_DOMAIN,"
+                "controller.containers.computeDomain.env[0].value=9",
+            ],
+            "MAX_NODES_PER_IMEX_DOMAIN=9 and resources.computeDomains.maxNodesPerImexDomain=8"
+            " disagree",
+        ),
+        (
+            [
+                "--set",
+                "resources.computeDomains.enabled=true,"
+                "controller.containers.computeDomain.env[0].name=MAX_NODES_PER_IMEX_DOMAIN,"
+                "controller.containers.computeDomain.env[0].value=many",
+            ],
+            'MAX_NODES_PER_IMEX_DOMAIN "many": a whole number of nodes, at least 1',
+        ),
     ],
 )
 def test_values_the_chart_cannot_honour_fail_naming_them(flags: list[str], error: str) -> None:

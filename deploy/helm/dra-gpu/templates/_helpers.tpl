@@ -177,3 +177,26 @@ rollingUpdate:
 {{- trimSuffix "s" (toString .) }}
 {{- end }}
 
+
+{{/*
+IMEX indices per clique, which the controller and the IMEX host must agree on
+(the CD plugin does not read it): resources.computeDomains.maxNodesPerImexDomain,
+else a MAX_NODES_PER_IMEX_DOMAIN in controller.containers.computeDomain.env
+(where NVIDIA's chart takes it), else 18. Both get it as a flag, which beats the env.
+*/}}
+{{- define "dra-gpu.maxNodesPerImexDomain" -}}
+{{- $value := int .Values.resources.computeDomains.maxNodesPerImexDomain }}
+{{- range (.Values.controller.containers.computeDomain.env | default list) }}
+{{- if eq (toString .name) "MAX_NODES_PER_IMEX_DOMAIN" }}
+{{- $env := int (toString .value) }}
+{{- if lt $env 1 }}
+{{- fail (printf "controller.containers.computeDomain.env MAX_NODES_PER_IMEX_DOMAIN %q: a whole number of nodes, at least 1" (toString .value)) }}
+{{- end }}
+{{- if and (ne $value 18) (ne $env $value) }}
+{{- fail (printf "controller.containers.computeDomain.env MAX_NODES_PER_IMEX_DOMAIN=%d and resources.computeDomains.maxNodesPerImexDomain=%d disagree: set one" $env $value) }}
+{{- end }}
+{{- $value = $env }}
+{{- end }}
+{{- end }}
+{{- $value }}
+{{- end }}
