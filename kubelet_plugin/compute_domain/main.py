@@ -30,7 +30,7 @@ from typing import Final, cast
 
 from controller.publisher import SlicePublisher
 from dra_driver.claims.checkpoint_store import CheckpointStore
-from dra_driver.compute_domain import channel_cdi
+from dra_driver.compute_domain import channel_cdi, isolation
 from dra_driver.compute_domain.names import DRIVER_NAME
 from dra_driver.container.cdi_store import CdiStore, owner_of_data_dir
 from dra_driver.errors import ConfigError, DraGpuError, DriverRootError, NvmlError
@@ -76,6 +76,7 @@ class CdPluginOptions:
     cdi_root: Path
     kubeconfig: str | None = None
     imex_mode: str = "driverManaged"
+    imex_isolation: str = isolation.DOMAIN
     imex_host_socket_path: str = DEFAULT_SOCKET
     gpu_clique_label: bool = False
     fabric_check_interval: float = 10.0
@@ -92,6 +93,9 @@ def run(options: CdPluginOptions, stop: threading.Event | None = None) -> int:
         raise ConfigError(
             f"--imex-mode {options.imex_mode!r}: expected one of {', '.join(IMEX_MODES)}"
         )
+    isolation.check_isolation(
+        options.imex_isolation, host_managed=options.imex_mode == "hostManaged"
+    )
     cluster = open_cluster(options.cluster, kubeconfig=options.kubeconfig)
     objects = object_store(cluster, options.cluster)
     probe = PluginProbe(DRIVER_NAME)
@@ -167,6 +171,8 @@ def _serve(
     fabric.evaluate()
 
     def serve_domain() -> None:  # republish channel-0 with the domain the node serves
+        if options.imex_isolation == isolation.CHANNEL:
+            return  # every domain is served, each on its own channel: no `domain` pin
         try:
             fabric.set_domain(members.serving(options.node_name))
         except DraGpuError as exc:
@@ -201,6 +207,7 @@ def _serve(
         host_imex=host_imex,
         claim_locks=ClaimLocks(data_dir / "locks", timeout_s=options.prepare_wait + 15.0),
         warn=lambda ref, text: post_warning(cluster, options.node_name, ref, text),
+        isolation_mode=options.imex_isolation,
     )
     for line in driver.recover():
         log.warning("recovery: %s", line)
@@ -264,10 +271,11 @@ def _serve(
         registration=lambda: server.registration_status,
     )
     log.info(
-        "serving %s on node %s (%s IMEX; DRA socket %s)",
+        "serving %s on node %s (%s IMEX, isolation %s; DRA socket %s)",
         DRIVER_NAME,
         options.node_name,
         options.imex_mode,
+        options.imex_isolation,
         server.dra_socket,
     )
     try:
