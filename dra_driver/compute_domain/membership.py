@@ -23,6 +23,13 @@ The IMEX host of each member node reads the clique for its peers: the nodes
 config lists `imex_node_name(uid, i)` for every possible index, the hosts
 file maps the names of current members to their addresses, so a name of one
 domain never resolves into another (#1447).
+
+In channel isolation (`dra_driver.compute_domain.isolation`) members are the
+same (labelled with the mode), but the indices live in one clique-wide
+ComputeDomainClique per clique (`build_shared_clique`, also the controller's
+alone): a row per node of the clique that is a member of any domain, named
+after `isolation.shared_domain_uid`, which stands for the domain UID in the
+IMEX names and files.
 """
 
 from __future__ import annotations

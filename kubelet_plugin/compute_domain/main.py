@@ -12,7 +12,9 @@ republished when the fabric changes (`NodeFabric`, every
 `publish_interval`. The members are watched so Prepare wakes when IMEX on the
 node is Ready, and so `channel-0` is republished with the `domain` attribute
 while the node serves a ComputeDomain and without it after (re-read at every
-fabric check too, in case the watch missed an event). SIGTERM/SIGINT stop it
+fabric check too, in case the watch missed an event); in channel isolation
+(`--imex-isolation channel`) never, since the node serves every domain, each
+on its own channel. SIGTERM/SIGINT stop it
 cleanly; the slices stay (the kubelet removes them when the plugin is gone for
 good), the clique label goes.
 """
