@@ -487,8 +487,20 @@ class ComputeDomainController:
     # -- orphans -------------------------------------------------------------------
     def _sweep_orphans(self, snap: _Snapshot, uids: set[str]) -> None:
         """Cliques and workload templates of domains that no longer exist (a domain
-        removed without its finalizer running): deleted, as NVIDIA's sweep does."""
+        removed without its finalizer running): deleted, as NVIDIA's sweep does; so are
+        clique-wide cliques in domain isolation (the mode was switched back)."""
         writes: list[Write] = []
+        if not self.options.channel_isolation:
+            for clique in snap.shared_cliques:  # left by a controller in channel isolation
+                writes.append(
+                    Write(
+                        reconcile.DELETE,
+                        COMPUTE_DOMAIN_CLIQUE,
+                        clique,
+                        f"clique {clique['metadata'].get('name')}: a clique-wide clique of "
+                        "channel isolation, and this controller runs --imex-isolation domain",
+                    )
+                )
         for uid, cliques in snap.cliques.items():
             if uid in uids:
                 continue

@@ -236,3 +236,16 @@ def test_domain_mode_writes_no_channel_and_keeps_its_four_conditions() -> None:
         "Terminating",
     ]
     assert not any(w.verb == "set_channel" for w in plan.writes)
+
+
+def test_a_controller_in_domain_mode_removes_clique_wide_cliques_left_by_channel_mode() -> None:
+    store = MemoryObjectStore()
+    row = membership.CliqueRow("n1", "10.0.0.1", CLIQUE_A, 0, "Ready")
+    store.create_object(
+        COMPUTE_DOMAIN_CLIQUE, membership.build_shared_clique(CLIQUE_A, [row], namespace=DRIVER_NS)
+    )
+    controller = ComputeDomainController(
+        store, LoopOptions(Options(namespace=DRIVER_NS), retry_min=0.0, debounce=0.01)
+    )
+    controller.reconcile_pass()
+    assert store.list_objects(COMPUTE_DOMAIN_CLIQUE, DRIVER_NS) == []
