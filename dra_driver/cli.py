@@ -599,6 +599,18 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def _add_imex_isolation_flag(parser: argparse.ArgumentParser, *, who: str) -> None:
+    parser.add_argument(
+        "--imex-isolation",
+        choices=("domain", "channel"),
+        default=os.environ.get("IMEX_ISOLATION") or "domain",
+        help="domain: one IMEX domain per ComputeDomain, a node serves one at a time, pods get "
+        "channel0; channel: one IMEX domain per clique, each ComputeDomain its own channel "
+        f"1..2047 and nodes shared; {who} (env IMEX_ISOLATION; the controller, the CD kubelet "
+        "plugin and the IMEX host must agree)",
+    )
+
+
 def _cd_plugin_flags(parser: argparse.ArgumentParser) -> None:
     _add_node_name_flag(parser, help="the node this plugin serves")
     parser.add_argument(
@@ -630,6 +642,7 @@ def _cd_plugin_flags(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("IMEX_HOST_SOCKET_PATH") or "/etc/nvidia-imex/imex_ctrl.sock",
         help="the host IMEX daemon's control socket (hostManaged; env IMEX_HOST_SOCKET_PATH)",
     )
+    _add_imex_isolation_flag(parser, who="channel: Prepare injects the domain's channel")
     parser.add_argument(
         "--gpu-clique-label",
         action="store_true",
@@ -684,6 +697,7 @@ def _run_cd_plugin(args: argparse.Namespace) -> int:
             kubelet_root=args.kubelet_root,
             cdi_root=args.cdi_root,
             imex_mode=args.imex_mode,
+            imex_isolation=args.imex_isolation,
             imex_host_socket_path=args.imex_host_socket_path,
             gpu_clique_label=args.gpu_clique_label,
             fabric_check_interval=args.fabric_check_interval,
@@ -791,6 +805,7 @@ def _imex_host_flags(parser: argparse.ArgumentParser) -> None:
         help="lines of nodes.cfg; must equal the controller's (env MAX_NODES_PER_IMEX_DOMAIN, "
         "else 18)",
     )
+    _add_imex_isolation_flag(parser, who="channel: one IMEX daemon for the node's clique")
     parser.add_argument(
         "--imex-host-socket-path",
         default=os.environ.get("IMEX_HOST_SOCKET_PATH") or "/etc/nvidia-imex/imex_ctrl.sock",
@@ -866,6 +881,7 @@ def _run_imex_host(args: argparse.Namespace) -> int:
                 namespace=args.namespace,
                 state_dir=args.state_dir,
                 max_nodes=_max_nodes_per_imex_domain(args),
+                isolation=args.imex_isolation,
                 hosts_file=args.hosts_file,
                 host_socket=socket_path,
                 sigusr1_min_interval=args.sigusr1_min_interval,
@@ -1412,6 +1428,7 @@ def _compute_domain_controller_flags(parser: argparse.ArgumentParser) -> None:
         help="driverManaged: IMEX runs in the IMEX host, the controller keeps cliques; "
         "hostManaged: the host runs IMEX, only the finalizer, template and status (env IMEX_MODE)",
     )
+    _add_imex_isolation_flag(parser, who="channel: the controller assigns the channels")
     parser.add_argument(
         "--leader-elect",
         action=argparse.BooleanOptionalAction,
@@ -1459,6 +1476,7 @@ def _run_compute_domain_controller(args: argparse.Namespace) -> int:
             namespace=args.namespace,
             max_nodes=max_nodes,
             imex_mode=args.imex_mode,
+            imex_isolation=args.imex_isolation,
             leader_elect=args.leader_elect,
             lease_duration=args.leader_elect_lease_duration,
             renew_deadline=args.leader_elect_renew_deadline,

@@ -48,6 +48,16 @@ slow after):
 - A domain directory without a member is swept: SIGTERM to IMEX (it tells
   its peers), wait, remove the directory.
 
+Channel isolation (`HostConfig.isolation == "channel"`,
+`dra_driver.compute_domain.isolation`): the node runs ONE IMEX daemon, for its
+clique's clique-wide IMEX domain (`isolation.shared_domain_uid`), whatever
+domains its members belong to; its index and peers come from the clique-wide
+ComputeDomainClique the controller writes (every node of the clique that is a
+member of any domain). Files, SIGUSR1 and restarts are as above, under
+`domains/<shared uid>/`; every member of the node gets that daemon's status.
+A member written by a plugin of the other mode is `Failed`,
+`IsolationMismatch`, naming both modes.
+
 The process side is behind `ImexRunner` (`kubelet_plugin.imex_host_runner`:
 `ProcessImexRunner` runs the real binaries, or on a simulated node the driver
 root's stand-ins), so the logic here is tested against a fake runner as well
@@ -70,7 +80,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from dra_driver.backoff import backoff_delay
-from dra_driver.compute_domain import imex_config
+from dra_driver.compute_domain import imex_config, isolation
 from dra_driver.compute_domain.membership import (
     MAX_NODES_PER_IMEX_DOMAIN,
     NODE_LABEL,
@@ -141,6 +151,8 @@ class Reason:
     NODE_SERVES_ANOTHER_DOMAIN: Final = "NodeServesAnotherDomain"
     INVALID_MEMBER: Final = "InvalidMember"
     NO_CLIQUE: Final = "NoClique"
+    ISOLATION_MISMATCH: Final = "IsolationMismatch"
+    OTHER_CLIQUE: Final = "MemberOfAnotherClique"
 
 
 # -- the host -----------------------------------------------------------------------------
@@ -163,6 +175,7 @@ class HostConfig:
     failures_before_failed: int = FAILURES_BEFORE_FAILED
     restart_backoff_base: float = 1.0
     restart_backoff_cap: float = 30.0
+    isolation: str = isolation.DOMAIN  # `channel`: one clique-wide IMEX daemon
 
 
 @dataclass
@@ -233,6 +246,19 @@ class ImexHost:
                 continue
             if spec.node_name != cfg.node_name:
                 continue  # a label that lies; not ours to answer
+            written = isolation.isolation_of(obj)
+            if written != cfg.isolation:
+                decided[name] = MemberStatus(
+                    state=MemberState.FAILED,
+                    ip_address=cfg.node_ip,
+                    reason=Reason.ISOLATION_MISMATCH,
+                    message=f"ComputeDomainMember {name} was written by a CD kubelet plugin run "
+                    f"with --imex-isolation {written}, but the IMEX host of node "
+                    f"{cfg.node_name} runs --imex-isolation {cfg.isolation}: run the "
+                    "controller, the plugin and the IMEX host with the same mode "
+                    "(resources.computeDomains.imex.isolation)",
+                )
+                continue
             if not spec.clique_id:
                 decided[name] = MemberStatus(
                     state=MemberState.NO_FABRIC,
@@ -243,6 +269,8 @@ class ImexHost:
                 )
                 continue
             candidates.append((obj, spec))
+        if cfg.isolation == isolation.CHANNEL:
+            return self._reconcile_shared(members, candidates, decided, poll=poll)
         served = self._choose(candidates)
         for obj, spec in candidates:
             name = str(obj["metadata"]["name"])
@@ -264,6 +292,56 @@ class ImexHost:
             decided[str(obj["metadata"]["name"])] = (
                 MemberStatus() if self._host_imex else self._serve(spec, poll=poll)
             )
+        return self._finish(members, decided)
+
+    def _reconcile_shared(
+        self,
+        members: list[Obj],
+        candidates: list[tuple[Obj, MemberSpec]],
+        decided: dict[str, MemberStatus],
+        *,
+        poll: bool,
+    ) -> dict[str, MemberStatus]:
+        """Channel isolation: one daemon for the clique's IMEX domain, serving every member."""
+        cfg = self.config
+        clique = ""
+        if candidates:
+            oldest = min(
+                candidates,
+                key=lambda c: (str(c[0]["metadata"].get("creationTimestamp") or ""),
+                               str(c[0]["metadata"]["name"])),
+            )  # fmt: skip
+            clique = oldest[1].clique_id
+        shared = isolation.shared_domain_uid(clique) if clique else ""
+        self._sweep({shared} if shared else set())
+        if shared:
+            spec = MemberSpec(
+                domain_uid=shared,
+                domain_namespace="",
+                domain_name="",
+                node_name=cfg.node_name,
+                clique_id=clique,
+            )
+            status = MemberStatus() if self._host_imex else self._serve(spec, poll=poll)
+            for obj, member in candidates:
+                name = str(obj["metadata"]["name"])
+                if member.clique_id == clique:
+                    decided[name] = status
+                else:
+                    decided[name] = MemberStatus(
+                        state=MemberState.FAILED,
+                        ip_address=cfg.node_ip,
+                        reason=Reason.OTHER_CLIQUE,
+                        message=f"ComputeDomainMember {name} names clique {member.clique_id}, "
+                        f"but node {cfg.node_name} serves clique {clique} (its oldest member's)",
+                    )
+        return self._finish(members, decided)
+
+    def _finish(
+        self, members: list[Obj], decided: dict[str, MemberStatus]
+    ) -> dict[str, MemberStatus]:
+        """Beside a host IMEX every member fails; then publish each member's status."""
+        cfg = self.config
         if self._host_imex:
             decided = {
                 name: status
@@ -346,8 +424,8 @@ class ImexHost:
                     state=MemberState.PENDING,
                     ip_address=cfg.node_ip,
                     reason=Reason.CLIQUE_FULL,
-                    message=f"clique {spec.clique_id} of ComputeDomain {spec.domain_namespace}/"
-                    f"{spec.domain_name} already has {len(placed)} nodes, the limit "
+                    message=f"clique {spec.clique_id} of {_owner(spec)} "
+                    f"already has {len(placed)} nodes, the limit "
                     f"(--max-nodes-per-imex-domain {cfg.max_nodes}): node {cfg.node_name} gets "
                     "no IMEX index until one leaves (ComputeDomainClique "
                     f"{cfg.namespace}/{clique})",
@@ -735,6 +813,14 @@ class ImexHost:
         except ClusterError as exc:
             log.warning("cannot post the %s Event for node %s: %s", status.reason,
                         cfg.node_name, exc)  # fmt: skip
+
+
+def _owner(spec: MemberSpec) -> str:
+    """What an IMEX daemon serves, for messages: a ComputeDomain, or (channel isolation)
+    its clique's clique-wide IMEX domain."""
+    if spec.domain_name:
+        return f"ComputeDomain {spec.domain_namespace}/{spec.domain_name}"
+    return "the clique-wide IMEX domain (--imex-isolation channel)"
 
 
 def _with(status: MemberStatus, **changes: Any) -> MemberStatus:

@@ -14,6 +14,11 @@ counts of writes, conflicts and failures are kept in `ControllerStats` (and
 as Prometheus counters) for the benchmark and for operators: a conflict
 storm would show there.
 
+In channel isolation each pass first assigns the domains' channels
+(`channels.assign_channels`, all domains at once: one writer, no races) and
+plans the clique-wide cliques (`reconcile.plan_shared_cliques`, all members
+at once), then gives each domain's plan its share.
+
 Events (events.k8s.io/v1) are posted once per appearance of a notice
 (reason + node) and again only after it went away and came back.
 """
@@ -36,8 +41,11 @@ from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client import Counter as PromCounter
 
 from controller.compute_domain import reconcile
+from controller.compute_domain.channels import assign_channels
+from controller.compute_domain.indices import Placement
 from controller.compute_domain.reconcile import DomainObjects, Options, Plan, Write
-from controller.compute_domain.status import Notice
+from controller.compute_domain.status import Member, Notice
+from dra_driver.compute_domain import isolation, membership
 from dra_driver.compute_domain.names import (
     DOMAIN_LABEL,
     DRIVER_NAME,
@@ -180,6 +188,16 @@ class _Snapshot:
     cliques: dict[str, list[Obj]] = field(default_factory=dict)
     templates: dict[str, list[Obj]] = field(default_factory=dict)  # by namespace
     node_ready: dict[str, str | None] = field(default_factory=dict)
+    shared_cliques: list[Obj] = field(default_factory=list)  # channel isolation's, by clique
+
+
+@dataclass
+class _Shared:
+    """Channel isolation's pass-wide decisions: each domain's channel, each clique's
+    indices."""
+
+    channels: dict[str, int] = field(default_factory=dict)
+    placements: dict[str, Placement] = field(default_factory=dict)
 
 
 class ComputeDomainController:
@@ -280,6 +298,7 @@ class ComputeDomainController:
             return 0
         self.stats.leader.set(1)
         snap = self._load()
+        shared = self._plan_shared(snap) if self.options.channel_isolation else _Shared()
         now = self._clock()
         planned = 0
         uids = set()
@@ -295,6 +314,8 @@ class ComputeDomainController:
                 cliques=snap.cliques.get(uid, []),
                 templates=snap.templates.get(str(meta.get("namespace") or "default"), []),
                 node_ready=snap.node_ready,
+                channel=shared.channels.get(uid),
+                shared_placements=_shares(shared.placements, snap.members.get(uid, [])),
             )
             inputs = _fingerprint(objs)
             retry = self._retry.get(uid)
@@ -340,6 +361,8 @@ class ComputeDomainController:
             uid = _label(clique, DOMAIN_LABEL)
             if uid:
                 snap.cliques.setdefault(uid, []).append(clique)
+            elif isolation.isolation_of(clique) == isolation.CHANNEL:
+                snap.shared_cliques.append(clique)
         namespaces = {str((d.get("metadata") or {}).get("namespace") or "") for d in snap.domains}
         for template in self._store.list_objects(RESOURCE_CLAIM_TEMPLATE):
             tns = str((template.get("metadata") or {}).get("namespace") or "")
@@ -349,6 +372,44 @@ class ComputeDomainController:
             name = str((node.get("metadata") or {}).get("name") or "")
             snap.node_ready[name] = _node_ready(node)
         return snap
+
+    def _plan_shared(self, snap: _Snapshot) -> _Shared:
+        """Channel isolation: assign every domain's channel and write the clique-wide
+        cliques (a failed write is retried like a failed orphan sweep)."""
+
+        def age(raw: Obj) -> tuple[str, str, str]:
+            meta = raw.get("metadata") or {}
+            return (
+                str(meta.get("creationTimestamp") or ""),
+                str(meta.get("namespace") or ""),
+                str(meta.get("name") or ""),
+            )
+
+        domains = sorted((d for d in snap.domains if (d.get("metadata") or {}).get("uid")), key=age)
+        uid_of = {id(d): str(d["metadata"]["uid"]) for d in domains}
+        current = {uid_of[id(d)]: _channel_annotation(d) for d in domains}
+        closing = [uid_of[id(d)] for d in domains if d["metadata"].get("deletionTimestamp")]
+        channels = assign_channels(current, [uid_of[id(d)] for d in domains], no_new=closing)
+        members = []
+        for objs in snap.members.values():
+            for obj in objs:
+                try:
+                    spec = membership.member_spec(obj)
+                except ClusterError:
+                    continue  # the domain's own pass names it (InvalidMember)
+                members.append(
+                    Member(
+                        spec=spec,
+                        status=membership.member_status(obj),
+                        created=str((obj.get("metadata") or {}).get("creationTimestamp") or ""),
+                    )
+                )
+        writes, placements = reconcile.plan_shared_cliques(
+            members, snap.shared_cliques, self.options
+        )
+        if writes and not self._execute(Plan(writes=tuple(writes), notices=())):
+            self._sweep_due = self._clock() + self._loop.retry_min
+        return _Shared(channels=dict(channels.channels), placements=placements)
 
     def _reconcile(self, uid: str, objs: DomainObjects) -> bool:
         self.stats.reconciled()
@@ -389,6 +450,17 @@ class ComputeDomainController:
             result = store.update_object_status(kind, _with_version(write.obj, versions.get(key)))
         elif verb == reconcile.DELETE:
             store.delete_object(kind, write.namespace, write.name)
+        elif verb == reconcile.SET_CHANNEL:
+            try:
+                current = store.get_object(kind, write.namespace, write.name)
+            except NotFoundError:
+                return
+            wanted = write.obj["metadata"]["annotations"]
+            annotations = dict(current["metadata"].get("annotations") or {})
+            if all(annotations.get(k) == v for k, v in wanted.items()):
+                return
+            current["metadata"]["annotations"] = {**annotations, **wanted}
+            result = store.update_object(kind, current)
         elif verb in (reconcile.ADD_FINALIZER, reconcile.REMOVE_FINALIZER):
             try:
                 current = store.get_object(kind, write.namespace, write.name)
@@ -415,8 +487,20 @@ class ComputeDomainController:
     # -- orphans -------------------------------------------------------------------
     def _sweep_orphans(self, snap: _Snapshot, uids: set[str]) -> None:
         """Cliques and workload templates of domains that no longer exist (a domain
-        removed without its finalizer running): deleted, as NVIDIA's sweep does."""
+        removed without its finalizer running): deleted, as NVIDIA's sweep does; so are
+        clique-wide cliques in domain isolation (the mode was switched back)."""
         writes: list[Write] = []
+        if not self.options.channel_isolation:
+            for clique in snap.shared_cliques:  # left by a controller in channel isolation
+                writes.append(
+                    Write(
+                        reconcile.DELETE,
+                        COMPUTE_DOMAIN_CLIQUE,
+                        clique,
+                        f"clique {clique['metadata'].get('name')}: a clique-wide clique of "
+                        "channel isolation, and this controller runs --imex-isolation domain",
+                    )
+                )
         for uid, cliques in snap.cliques.items():
             if uid in uids:
                 continue
@@ -523,6 +607,25 @@ def _node_ready(node: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _channel_annotation(domain: Obj) -> int | None:
+    try:
+        return isolation.domain_channel(domain)
+    except ClusterError:
+        return None  # edited by hand: assigned afresh
+
+
+def _shares(placements: Mapping[str, Placement], members: Sequence[Obj]) -> dict[str, Placement]:
+    """The clique-wide placements restricted to the nodes of one domain's members."""
+    nodes = {str((m.get("spec") or {}).get("nodeName") or "") for m in members}
+    out = {}
+    for clique_id, placement in placements.items():
+        indices = {n: i for n, i in placement.indices.items() if n in nodes}
+        left_out = tuple(n for n in placement.left_out if n in nodes)
+        if indices or left_out:
+            out[clique_id] = Placement(indices=indices, left_out=left_out)
+    return out
+
+
 def _with_version(obj: Obj, version: str | None) -> Obj:
     if version is None:
         return obj
@@ -559,4 +662,11 @@ def _fingerprint(objs: DomainObjects) -> Hashable:
         rvs(objs.cliques),
         rvs(objs.templates),
         nodes,
+        objs.channel,
+        tuple(
+            sorted(
+                (clique, tuple(sorted(p.indices.items())), p.left_out)
+                for clique, p in objs.shared_placements.items()
+            )
+        ),
     )

@@ -25,11 +25,18 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from controller.compute_domain.leader import LeaderConfig, LeaderElector, default_identity
 from controller.compute_domain.loop import ComputeDomainController, ControllerStats, LoopOptions
 from controller.compute_domain.reconcile import Options
+from dra_driver.compute_domain import isolation
 from dra_driver.errors import ConfigError
 from dra_driver.kube.access import open_cluster
 from dra_driver.kube.object_store import ObjectStore
 
-__all__ = ["DRIVER_MANAGED", "HOST_MANAGED", "ControllerCommand", "open_store", "run"]
+__all__ = [
+    "DRIVER_MANAGED",
+    "HOST_MANAGED",
+    "ControllerCommand",
+    "open_store",
+    "run",
+]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +51,7 @@ class ControllerCommand:
     namespace: str
     max_nodes: int = 18
     imex_mode: str = DRIVER_MANAGED
+    imex_isolation: str = isolation.DOMAIN
     leader_elect: bool = False
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
@@ -57,6 +65,7 @@ class ControllerCommand:
             raise ConfigError(
                 f"--imex-mode {self.imex_mode!r}: expected one of {', '.join(IMEX_MODES)}"
             )
+        isolation.check_isolation(self.imex_isolation, host_managed=self.imex_mode == HOST_MANAGED)
         if self.max_nodes < 1:
             raise ConfigError(f"--max-nodes-per-imex-domain {self.max_nodes}: must be at least 1")
         if not self.namespace:
@@ -111,6 +120,7 @@ def run(
                 namespace=command.namespace,
                 max_nodes=command.max_nodes,
                 host_managed=command.imex_mode == HOST_MANAGED,
+                isolation=command.imex_isolation,
             ),
             debounce=0.1,
             identity=identity,
@@ -125,11 +135,12 @@ def run(
         else None
     )
     log.info(
-        "compute-domain-controller %s: namespace %s, imex mode %s, at most %d nodes per "
-        "IMEX domain%s",
+        "compute-domain-controller %s: namespace %s, imex mode %s, isolation %s, at most %d "
+        "nodes per IMEX domain%s",
         identity,
         command.namespace,
         command.imex_mode,
+        command.imex_isolation,
         command.max_nodes,
         ", leader election on" if elector else "",
     )

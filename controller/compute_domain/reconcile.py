@@ -24,6 +24,16 @@ The order (computedomain.md §2.2, §2.4; CD-DESIGN.md point 3):
   drop the domain's finalizer. Unlike NVIDIA (PR #384), deletion never stops
   IMEX under running work.
 
+Channel isolation (`Options.isolation == "channel"`,
+`dra_driver.compute_domain.isolation`): the loop assigns each domain its
+channel (`channels.assign_channels`, over all domains) and the clique-wide
+indices (`plan_shared_cliques`, over all members), and passes each domain
+its share (`DomainObjects.channel`, `.shared_placements`). The domain's plan
+then records the channel in its annotation (right after the finalizer, so the
+plugin can prepare), writes a template without the `domain` pin, writes no
+per-domain clique (it deletes any left from domain mode), and shows the
+channel in the condition `ImexChannel`.
+
 Nothing is written that would not change anything: a plan for a domain in
 its desired state is empty.
 """
@@ -44,7 +54,7 @@ from controller.compute_domain.status import (
     domain_status,
     invalid_status,
 )
-from dra_driver.compute_domain import membership
+from dra_driver.compute_domain import isolation, membership
 from dra_driver.compute_domain.api import ComputeDomain, decode_compute_domain
 from dra_driver.compute_domain.names import DOMAIN_LABEL, FINALIZER
 from dra_driver.compute_domain.templates import workload_claim_template
@@ -62,6 +72,7 @@ __all__ = [
     "CREATE",
     "DELETE",
     "REMOVE_FINALIZER",
+    "SET_CHANNEL",
     "STATUS",
     "UPDATE",
     "DomainObjects",
@@ -69,6 +80,7 @@ __all__ = [
     "Plan",
     "Write",
     "plan_domain",
+    "plan_shared_cliques",
 ]
 
 CREATE: Final = "create"
@@ -77,6 +89,7 @@ STATUS: Final = "status"
 DELETE: Final = "delete"
 ADD_FINALIZER: Final = "add_finalizer"  # read, add FINALIZER, update (with resourceVersion)
 REMOVE_FINALIZER: Final = "remove_finalizer"  # read, drop FINALIZER, update
+SET_CHANNEL: Final = "set_channel"  # read, set the channel annotation (obj's), update
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +99,11 @@ class Options:
     namespace: str  # the driver namespace: cliques and members live there
     max_nodes: int = membership.MAX_NODES_PER_IMEX_DOMAIN
     host_managed: bool = False
+    isolation: str = isolation.DOMAIN  # `channel`: one IMEX domain per clique, a channel each
+
+    @property
+    def channel_isolation(self) -> bool:
+        return self.isolation == isolation.CHANNEL and not self.host_managed
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +115,10 @@ class DomainObjects:
     cliques: Sequence[Obj] = ()  # ComputeDomainCliques labelled with the domain's UID
     templates: Sequence[Obj] = ()  # RCTs in the domain's namespace (ours or in the way)
     node_ready: Mapping[str, str | None] = field(default_factory=dict)
+    # Channel isolation only: the domain's channel (None: none free) and the indices of its
+    # members' nodes in the clique-wide cliques (`plan_shared_cliques`), by clique ID.
+    channel: int | None = None
+    shared_placements: Mapping[str, Placement] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,13 +183,15 @@ def plan_domain(objs: DomainObjects, options: Options, *, now: str) -> Plan:
     deleting = bool(meta.get("deletionTimestamp"))
     try:
         domain = decode_compute_domain(raw)
-        template = workload_claim_template(domain, host_managed=options.host_managed)
+        template = workload_claim_template(
+            domain, host_managed=options.host_managed, pin_domain=not options.channel_isolation
+        )
     except ConfigError as exc:
         return _plan_invalid(objs, str(exc), uid=uid, deleting=deleting, now=now)
 
     writes: list[Write] = []
     notices: list[Notice] = []
-    members = _members(objs, domain, notices, host_managed=options.host_managed)
+    members = _members(objs, domain, notices, options)
 
     # 1. the domain's finalizer (a live domain only: a deleting one cannot gain one)
     if not deleting and FINALIZER not in _finalizers(raw):
@@ -178,6 +202,16 @@ def plan_domain(objs: DomainObjects, options: Options, *, now: str) -> Plan:
                 _ref(COMPUTE_DOMAIN, domain.namespace, domain.name),
                 f"{domain.ref}: add finalizer {FINALIZER}",
             )
+        )
+
+    # 1b. channel isolation: the domain's channel, recorded before anything can use it
+    recorded = _recorded_channel(raw)
+    wanted_channel = objs.channel if options.channel_isolation and not deleting else None
+    if wanted_channel is not None and recorded != wanted_channel:
+        body = _ref(COMPUTE_DOMAIN, domain.namespace, domain.name)
+        body["metadata"]["annotations"] = {isolation.CHANNEL_ANNOTATION: str(wanted_channel)}
+        writes.append(
+            Write(SET_CHANNEL, COMPUTE_DOMAIN, body, f"{domain.ref}: IMEX channel {wanted_channel}")
         )
 
     # 2. the workload ResourceClaimTemplate
@@ -214,7 +248,16 @@ def plan_domain(objs: DomainObjects, options: Options, *, now: str) -> Plan:
 
     # 3. cliques
     placements: dict[str, Placement] = {}
-    if not options.host_managed:
+    if options.channel_isolation:
+        # the clique-wide cliques hold the indices; a per-domain one is a leftover
+        writes.extend(_delete_cliques(objs.cliques, f"{domain.ref} (isolation channel)"))
+        nodes = {m.node for m in members}
+        for clique_id, placement in objs.shared_placements.items():
+            placements[clique_id] = Placement(
+                indices={n: i for n, i in placement.indices.items() if n in nodes},
+                left_out=tuple(n for n in placement.left_out if n in nodes),
+            )
+    elif not options.host_managed:
         clique_writes, placements = _cliques(objs, members, uid, options)
         writes.extend(clique_writes)
 
@@ -228,6 +271,8 @@ def plan_domain(objs: DomainObjects, options: Options, *, now: str) -> Plan:
         max_nodes=options.max_nodes,
         host_managed=options.host_managed,
         deleting=deleting,
+        channel_isolation=options.channel_isolation,
+        channel=objs.channel if objs.channel is not None else recorded,
         previous=raw.get("status") if isinstance(raw.get("status"), Mapping) else None,
         now=now,
     )
@@ -250,11 +295,93 @@ def plan_domain(objs: DomainObjects, options: Options, *, now: str) -> Plan:
     return Plan(writes=tuple(writes), notices=tuple(notices), status=status)
 
 
+def _recorded_channel(raw: Mapping[str, Any]) -> int | None:
+    """The channel annotation of a domain (an edited, unreadable one counts as none)."""
+    try:
+        return isolation.domain_channel(raw)
+    except ClusterError:
+        return None
+
+
+def _delete_cliques(cliques: Sequence[Obj], why: str) -> list[Write]:
+    writes = []
+    for clique in cliques:
+        meta = _meta(clique)
+        writes.append(
+            Write(
+                DELETE,
+                COMPUTE_DOMAIN_CLIQUE,
+                _ref(COMPUTE_DOMAIN_CLIQUE, meta.get("namespace"), str(meta.get("name"))),
+                f"{why}: delete clique {meta.get('name')}",
+            )
+        )
+    return writes
+
+
+def plan_shared_cliques(
+    members: Sequence[Member], stored: Sequence[Obj], options: Options
+) -> tuple[list[Write], dict[str, Placement]]:
+    """Channel isolation: the clique-wide cliques' writes and placements.
+
+    One ComputeDomainClique per clique (`membership.build_shared_clique`) with a
+    row for every node of the clique that is a member of any domain; a node's
+    index is kept while it is a member of any, a new node gets the lowest free
+    one (`assign_indices`, nodes in the order of their oldest member). A row is
+    `Ready` when the node's IMEX (which all its members share) is. A clique
+    with no member left is deleted.
+    """
+    existing = {_clique_id(c): c for c in stored if _clique_id(c)}
+    by_clique: dict[str, dict[str, list[Member]]] = {}
+    for m in sorted(members, key=lambda m: (m.created, m.node)):
+        if m.spec.clique_id:
+            by_clique.setdefault(m.spec.clique_id, {}).setdefault(m.node, []).append(m)
+    writes: list[Write] = []
+    placements: dict[str, Placement] = {}
+    for clique_id, nodes in sorted(by_clique.items()):
+        stored_clique = existing.get(clique_id)
+        current: dict[str, int] = {}
+        if stored_clique is not None:
+            try:
+                current = {r.node_name: r.index for r in membership.clique_rows(stored_clique)}
+            except ClusterError:
+                current = {}
+        placement = assign_indices(current, list(nodes), options.max_nodes)
+        placements[clique_id] = placement
+        rows = []
+        for node, node_members in nodes.items():
+            if node not in placement.indices:
+                continue
+            ips = [m.status.ip_address for m in node_members if m.status.ip_address]
+            ready = any(m.status.state == membership.MemberState.READY for m in node_members)
+            rows.append(
+                membership.CliqueRow(
+                    node_name=node,
+                    ip_address=ips[0] if ips else "",
+                    clique_id=clique_id,
+                    index=placement.indices[node],
+                    status="Ready" if ready else "NotReady",
+                )
+            )
+        desired = membership.build_shared_clique(clique_id, rows, namespace=options.namespace)
+        name = desired["metadata"]["name"]
+        if stored_clique is None:
+            writes.append(Write(CREATE, COMPUTE_DOMAIN_CLIQUE, desired, f"create clique {name}"))
+        elif stored_clique.get("daemons") != desired["daemons"]:
+            body = copy.deepcopy(dict(stored_clique))
+            body["daemons"] = desired["daemons"]
+            writes.append(Write(UPDATE, COMPUTE_DOMAIN_CLIQUE, body, f"update clique {name}"))
+    gone = [c for clique_id, c in sorted(existing.items()) if clique_id not in by_clique]
+    writes.extend(_delete_cliques(gone, "no member left in the clique"))
+    return writes, placements
+
+
 def _members(
-    objs: DomainObjects, domain: ComputeDomain, notices: list[Notice], *, host_managed: bool
+    objs: DomainObjects, domain: ComputeDomain, notices: list[Notice], options: Options
 ) -> list[Member]:
-    """The domain's valid members; a malformed one is a notice naming it and its field."""
-    if host_managed:
+    """The domain's valid members; a malformed one is a notice naming it and its field, and
+    so is one a plugin of the other isolation mode wrote (it stays a member: it holds
+    claims)."""
+    if options.host_managed:
         return []  # no member exists in host-managed mode; any left over are not ours to judge
     out = []
     for obj in objs.members:
@@ -266,6 +393,19 @@ def _members(
             continue
         if spec.domain_uid != domain.uid:
             continue
+        written = isolation.isolation_of(obj)
+        if written != options.isolation:
+            notices.append(
+                Notice(
+                    WARNING,
+                    "IsolationMismatch",
+                    spec.node_name,
+                    f"node {spec.node_name}: its CD kubelet plugin runs --imex-isolation "
+                    f"{written}, this controller --imex-isolation {options.isolation}: run the "
+                    "controller, the plugin and the IMEX host with the same mode "
+                    "(resources.computeDomains.imex.isolation)",
+                )
+            )
         out.append(
             Member(
                 spec=spec,

@@ -15,6 +15,8 @@ and adds conditions that say what a user needs to know, naming the nodes:
 - `CliqueFull`: a member got no index because its clique already holds
   `--max-nodes-per-imex-domain` nodes.
 - `Terminating`: the domain is being deleted; which nodes still hold claims.
+- `ImexChannel` (channel isolation only): the domain's channel, or why it has
+  none (`ChannelsExhausted`); a domain without one is not Ready.
 
 `status.status` is `Ready` exactly when the `Ready` condition is True.
 Each fault is also a `Notice` (reason + node), which the loop posts as an
@@ -43,6 +45,7 @@ READY: Final = "Ready"
 DEGRADED: Final = "Degraded"
 CLIQUE_FULL: Final = "CliqueFull"
 TERMINATING: Final = "Terminating"
+IMEX_CHANNEL: Final = "ImexChannel"  # channel isolation only
 CONDITION_TYPES: Final = (READY, DEGRADED, CLIQUE_FULL, TERMINATING)
 
 NORMAL: Final = "Normal"
@@ -139,6 +142,8 @@ def domain_status(
     deleting: bool,
     previous: Mapping[str, Any] | None,
     now: str,
+    channel_isolation: bool = False,
+    channel: int | None = None,
 ) -> DomainStatus:
     """The status of the domain `ref` ("ComputeDomain ns/name").
 
@@ -253,6 +258,10 @@ def domain_status(
             "IMEX is run by the host (imex mode hostManaged): channel claims are prepared "
             "once the host's IMEX reports READY",
         )
+    elif channel_isolation and channel is None:
+        ready = cond(
+            READY, False, "NoChannel", "no IMEX channel is assigned to this domain (ImexChannel)"
+        )
     else:
         ready = cond(READY, *_readiness(members, index_of, peers_of, num_nodes))
     if ready["status"] == "True":
@@ -271,10 +280,31 @@ def domain_status(
     else:
         terminating = cond(TERMINATING, False, "NotDeleted", "")
 
+    conditions = [ready, degraded, clique_full, terminating]
+    if channel_isolation:
+        if channel is not None:
+            conditions.append(
+                cond(
+                    IMEX_CHANNEL,
+                    True,
+                    "Assigned",
+                    f"IMEX channel {channel}: every pod of the domain gets "
+                    f"/dev/nvidia-caps-imex-channels/channel{channel} (isolation channel)",
+                )
+            )
+        elif deleting:
+            conditions.append(cond(IMEX_CHANNEL, False, "NotAssigned", "being deleted"))
+        else:
+            message = (
+                f"every IMEX channel 1..2047 is held by another ComputeDomain: {ref} gets "
+                "one when a domain is deleted (isolation channel)"
+            )
+            conditions.append(cond(IMEX_CHANNEL, False, "ChannelsExhausted", message))
+            notices.append(Notice(WARNING, "ChannelsExhausted", "", message))
     body: dict[str, Any] = {
         "status": "Ready" if ready["status"] == "True" else "NotReady",
         "nodes": rows,
-        "conditions": [ready, degraded, clique_full, terminating],
+        "conditions": conditions,
     }
     return DomainStatus(body=body, notices=tuple(notices))
 

@@ -201,7 +201,9 @@ class ChannelRecord(Record):
     the claim (NVIDIA #380: teardown that needs a deleted domain hangs).
     `member` is the name of the member this claim keeps alive ("" when there
     is none: host-managed IMEX); it is deleted with the node's last claim of
-    the domain. `channels` is 1 (`Single`) or 2048 (`All`).
+    the domain. `channels` is 1 (`Single`) or 2048 (`All`), from channel
+    `first` on: 0, except in channel isolation, where it is the domain's own
+    channel (added within schema version 1; absent: 0).
     """
 
     WHERE: ClassVar[str] = "channel"
@@ -211,6 +213,7 @@ class ChannelRecord(Record):
     domain_name: str = json_key("domainName")
     member: str = json_key("member", default="")
     channels: int = json_key("channels", default=1)
+    first: int = json_key("first", default=0)
 
 
 @dataclass(frozen=True)

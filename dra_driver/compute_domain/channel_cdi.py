@@ -39,8 +39,9 @@ def channel_count(mode: AllocationMode) -> int:
     return CHANNEL_COUNT if mode == "All" else 1
 
 
-def channel_nodes(major: int, count: int) -> tuple[DeviceNode, ...]:
-    """`channel0` .. `channel<count-1>`, as CDI device nodes."""
+def channel_nodes(major: int, count: int, first: int = 0) -> tuple[DeviceNode, ...]:
+    """`channel<first>` .. `channel<first+count-1>`, as CDI device nodes (`first` is not 0
+    only in channel isolation, `dra_driver.compute_domain.isolation`)."""
     return tuple(
         DeviceNode(
             path=f"{CHANNELS_DIR}/channel{minor}",
@@ -49,16 +50,16 @@ def channel_nodes(major: int, count: int) -> tuple[DeviceNode, ...]:
             type="c",
             file_mode=CHANNEL_MODE,
         )
-        for minor in range(count)
+        for minor in range(first, first + count)
     )
 
 
 def channel_claim_spec(
-    claim_uid: str, device_name: str, *, major: int, count: int
+    claim_uid: str, device_name: str, *, major: int, count: int, first: int = 0
 ) -> dict[str, Any]:
     """The claim's CDI spec: one CDI device `<claimUID>-<device>` with the channel nodes."""
     device = CdiDevice(
-        name=device_name, edits=ContainerEdits(device_nodes=channel_nodes(major, count))
+        name=device_name, edits=ContainerEdits(device_nodes=channel_nodes(major, count, first))
     )
     return claim_spec(claim_uid, [device], ContainerEdits(), kind=CLAIMS)
 

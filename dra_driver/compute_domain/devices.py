@@ -36,7 +36,9 @@ domain's UID; `with_domain`), and the workload template selects a channel
 without it or with its own UID (`templates.py`): other domains are kept off
 by the scheduler, with no feature gate. Host-managed IMEX has no members
 (all domains share the host's channel 0, computedomain.md §4.8), so there
-the attribute never appears.
+the attribute never appears; nor in channel isolation, where a node serves
+every domain, each on its own channel (`isolation`; the plugin then never
+calls `with_domain` with a domain).
 """
 
 from __future__ import annotations

@@ -23,6 +23,13 @@ The IMEX host of each member node reads the clique for its peers: the nodes
 config lists `imex_node_name(uid, i)` for every possible index, the hosts
 file maps the names of current members to their addresses, so a name of one
 domain never resolves into another (#1447).
+
+In channel isolation (`dra_driver.compute_domain.isolation`) members are the
+same (labelled with the mode), but the indices live in one clique-wide
+ComputeDomainClique per clique (`build_shared_clique`, also the controller's
+alone): a row per node of the clique that is a member of any domain, named
+after `isolation.shared_domain_uid`, which stands for the domain UID in the
+IMEX names and files.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from dra_driver.compute_domain import names
+from dra_driver.compute_domain import isolation, names
 from dra_driver.errors import ClusterError
 
 __all__ = [
@@ -47,6 +54,7 @@ __all__ = [
     "PeerState",
     "build_clique",
     "build_member",
+    "build_shared_clique",
     "clique_name",
     "clique_rows",
     "imex_node_name",
@@ -149,14 +157,19 @@ def imex_node_name(domain_uid: str, index: int) -> str:
     return f"compute-domain-daemon-{_hash(domain_uid)[:8]}-{index:04d}"
 
 
-def build_member(spec: MemberSpec, *, namespace: str) -> dict[str, Any]:
-    """The ComputeDomainMember object the CD plugin creates (no status)."""
+def build_member(
+    spec: MemberSpec, *, namespace: str, isolation_mode: str = isolation.DOMAIN
+) -> dict[str, Any]:
+    """The ComputeDomainMember object the CD plugin creates (no status); in channel
+    isolation it carries `isolation.ISOLATION_LABEL` (the plugin's mode)."""
     labels = {
         names.DOMAIN_LABEL: spec.domain_uid,
         NODE_LABEL: spec.node_name,
     }
     if spec.clique_id:
         labels[CLIQUE_LABEL] = spec.clique_id
+    if isolation_mode != isolation.DOMAIN:
+        labels[isolation.ISOLATION_LABEL] = isolation_mode
     return {
         "apiVersion": names.API_VERSION,
         "kind": MEMBER_KIND,
@@ -270,6 +283,18 @@ def build_clique(
             for row in sorted(rows, key=lambda r: r.index)
         ],
     }
+
+
+def build_shared_clique(clique_id: str, rows: list[CliqueRow], *, namespace: str) -> dict[str, Any]:
+    """The clique-wide ComputeDomainClique of channel isolation (`isolation` module): the
+    rows of every node of the clique that is a member of any ComputeDomain, named after
+    `isolation.shared_domain_uid`, labelled with the clique and the mode, not a domain."""
+    obj = build_clique(isolation.shared_domain_uid(clique_id), clique_id, rows, namespace=namespace)
+    obj["metadata"]["labels"] = {
+        CLIQUE_LABEL: clique_id,
+        isolation.ISOLATION_LABEL: isolation.CHANNEL,
+    }
+    return obj
 
 
 def clique_rows(obj: Mapping[str, Any]) -> list[CliqueRow]:

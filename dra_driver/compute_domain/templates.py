@@ -17,7 +17,9 @@ this one (`channel_selector`; the `domain` attribute, `devices.py`), so the
 scheduler never sends a pod to a node whose IMEX daemon serves another
 domain. Not in host-managed IMEX mode: there every domain shares the host's
 channel 0 with no isolation (computedomain.md §4.8) and no attribute is
-published.
+published. Nor in channel isolation (`pin_domain=False`;
+`dra_driver.compute_domain.isolation`): there a node serves every domain,
+each on its own channel, and publishes `channel-0` without the attribute.
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ def channel_selector(uid: str) -> str:
     return f"!('{DOMAIN_ATTRIBUTE}' in {attrs}) || {attrs}.{DOMAIN_ATTRIBUTE} == '{uid}'"
 
 
-def workload_claim_template(domain: ComputeDomain, *, host_managed: bool = False) -> dict[str, Any]:
+def workload_claim_template(
+    domain: ComputeDomain, *, host_managed: bool = False, pin_domain: bool = True
+) -> dict[str, Any]:
     """The resource.k8s.io/v1 ResourceClaimTemplate for `domain`'s workload pods.
 
     `domain` must have been stored (it needs its `metadata.uid`, which the API
@@ -65,7 +69,7 @@ def workload_claim_template(domain: ComputeDomain, *, host_managed: bool = False
         )
     mode = "Single" if host_managed else domain.spec.channel.allocation_mode
     exactly: dict[str, Any] = {"deviceClassName": CHANNEL_DEVICE_CLASS}
-    if not host_managed:
+    if not host_managed and pin_domain:
         exactly["selectors"] = [{"cel": {"expression": channel_selector(uid)}}]
     return {
         "apiVersion": "resource.k8s.io/v1",

@@ -44,6 +44,17 @@ published so NVIDIA's DeviceClass and selectors still resolve).
 Host-managed IMEX (`host_imex` given): `Single` is forced, no member is
 created, and the host's `nvidia-imex-ctl -q` must say READY.
 
+Channel isolation (`isolation_mode="channel"`,
+`dra_driver.compute_domain.isolation`): several domains' members share the
+node (no refusal), each member is labelled with the mode, and the container
+gets the domain's own channel `channel<N>`, N from the annotation the
+controller writes on the ComputeDomain (checkpointed as `ChannelRecord.first`,
+so Unprepare still needs nothing but the checkpoint). `allocationMode: All`
+is refused, naming the domain and the field: all 2048 channels would hand the
+pod every other domain's channel. A plugin whose mode differs from the
+controller's (an annotation where none should be, or none where one should)
+or from a member already on the node says so in the Prepare error.
+
 A node without a multi-node clique (the member's IMEX host reports
 `NoFabric`): the claim succeeds with no device nodes, as NVIDIA's, and a
 Warning Event says so.
@@ -70,7 +81,7 @@ from dra_driver.claims.checkpoint import (
 )
 from dra_driver.claims.checkpoint_store import CheckpointStore
 from dra_driver.claims.device_config import config_key
-from dra_driver.compute_domain import channel_cdi
+from dra_driver.compute_domain import channel_cdi, isolation
 from dra_driver.compute_domain.api import ComputeDomain, decode_compute_domain
 from dra_driver.compute_domain.configs import (
     ComputeDomainChannelConfig,
@@ -147,8 +158,10 @@ class ComputeDomainDriver:
         host_imex: HostImex | None = None,
         claim_locks: ClaimLocks | None = None,
         warn: Callable[[ClaimRef, str], None] | None = None,
+        isolation_mode: str = isolation.DOMAIN,
     ) -> None:
         self._node = node_name
+        self._isolation = isolation_mode
         self._namespace = namespace  # the driver's: where members live
         self._cluster = cluster
         self._objects = objects
@@ -308,7 +321,7 @@ class ComputeDomainDriver:
                     "containers cannot use memory across nodes",
                 )
         else:
-            ids = self._write_spec(claim.uid, devices, record.channels)
+            ids = self._write_spec(claim.uid, devices, record.channels, record.first)
         failpoints.hit("cd-prepare-after-cdi-written")
         final = tuple(dataclasses.replace(d, cdi_device_ids=ids) for d in devices)
         completed = self.update(lambda checkpoint: checkpoint.complete(claim.uid, final))
@@ -373,22 +386,66 @@ class ComputeDomainDriver:
                 f"{claim.ref}: its channels name {len(domain_ids)} ComputeDomains "
                 f"({', '.join(domain_ids)}): a claim's channels belong to one domain"
             )
-        domain = self._find_domain(domain_ids[0], claim)
+        domain, raw = self._find_domain(domain_ids[0], claim)
         modes = {config.allocation_mode for config in chosen.values()}
         mode: channel_cdi.AllocationMode = "All" if "All" in modes else "Single"
         if self._host_imex is not None:
             mode = "Single"  # NVIDIA: host-managed IMEX hands out the allocated channel only
+        first = self._first_channel(claim, domain, raw, mode)
         record = ChannelRecord(
             domain_uid=domain.uid,
             domain_namespace=domain.namespace,
             domain_name=domain.name,
             member="" if self._host_imex is not None else member_name(domain.uid, self._node),
             channels=channel_cdi.channel_count(mode),
+            first=first,
         )
         return record, claim.results
 
-    def _find_domain(self, uid: str, claim: AllocatedClaim) -> ComputeDomain:
-        """The ComputeDomain with UID `uid`, in the claim's namespace (ClaimError otherwise)."""
+    def _first_channel(
+        self,
+        claim: AllocatedClaim,
+        domain: ComputeDomain,
+        raw: Mapping[str, object],
+        mode: channel_cdi.AllocationMode,
+    ) -> int:
+        """The claim's (first) channel: 0, or the domain's own in channel isolation."""
+        try:
+            assigned = isolation.domain_channel(raw)
+        except ClusterError as exc:
+            raise ClaimError(f"{claim.ref}: {exc}") from exc
+        if self._isolation != isolation.CHANNEL:
+            if assigned is not None:
+                raise ClaimError(
+                    f"{claim.ref}: {domain.ref} has IMEX channel {assigned} (annotation "
+                    f"{isolation.CHANNEL_ANNOTATION}), which only a controller run with "
+                    "--imex-isolation channel writes, but this plugin on node "
+                    f"{self._node} runs --imex-isolation {self._isolation}: run the controller, "
+                    "the CD kubelet plugin and the IMEX host with the same mode "
+                    "(resources.computeDomains.imex.isolation)"
+                )
+            return 0
+        if mode == "All":
+            raise ClaimError(
+                f"{claim.ref}: {domain.ref}: spec.channel.allocationMode: All is refused with "
+                "--imex-isolation channel: all 2048 channels would give the pod the channels "
+                "of every other ComputeDomain on the clique and break their isolation; use "
+                "Single (the default), which gives the domain's own channel"
+            )
+        if assigned is None:
+            raise ClaimError(
+                f"{claim.ref}: {domain.ref} has no IMEX channel yet (annotation "
+                f"{isolation.CHANNEL_ANNOTATION}, written by the compute-domain controller): "
+                "is the controller running, and with --imex-isolation channel like this "
+                "plugin? Its condition ImexChannel says why; the kubelet retries"
+            )
+        return assigned
+
+    def _find_domain(
+        self, uid: str, claim: AllocatedClaim
+    ) -> tuple[ComputeDomain, Mapping[str, object]]:
+        """The ComputeDomain with UID `uid`, in the claim's namespace, decoded and as stored
+        (ClaimError otherwise)."""
         found = [
             obj
             for obj in self._objects.list_objects(COMPUTE_DOMAIN, claim.namespace)
@@ -419,11 +476,12 @@ class ComputeDomainDriver:
             raise ClaimError(str(exc)) from exc
         if domain.metadata.deletion_timestamp is not None:
             raise ClaimError(f"{claim.ref}: {domain.ref} is being deleted: no new channel claims")
-        return domain
+        return domain, found[0]
 
     def _refuse_other_domains(self, record: ChannelRecord) -> bool:
-        """ClaimError if this node is a member of another domain (one IMEX daemon per node);
-        else whether the node's member of this domain exists already."""
+        """ClaimError if this node is a member of another domain (one IMEX daemon per node;
+        in channel isolation, only of a member written in the other mode); else whether the
+        node's member of this domain exists already."""
         present = False
         for obj in self._objects.list_objects(
             COMPUTE_DOMAIN_MEMBER, self._namespace, labels={NODE_LABEL: self._node}
@@ -435,6 +493,17 @@ class ComputeDomainDriver:
             except ClusterError as exc:
                 log.warning("skipping a malformed ComputeDomainMember: %s", exc)
                 continue
+            written = isolation.isolation_of(obj)
+            if self._isolation == isolation.CHANNEL and other.domain_uid != record.domain_uid:
+                if written == isolation.CHANNEL:
+                    continue  # domains share the node's clique-wide IMEX, a channel each
+                raise ClaimError(
+                    f"node {self._node} is a member of ComputeDomain "
+                    f"{other.domain_namespace}/{other.domain_name} (UID {other.domain_uid}) "
+                    f"written by a plugin run with --imex-isolation {written}; this plugin runs "
+                    "--imex-isolation channel: the two modes cannot share a node. Run the "
+                    "controller, the CD kubelet plugins and the IMEX hosts with one mode"
+                )
             if other.domain_uid != record.domain_uid:
                 raise ClaimError(
                     f"node {self._node} is a member of ComputeDomain "
@@ -475,7 +544,8 @@ class ComputeDomainDriver:
             )
             try:
                 self._objects.create_object(
-                    COMPUTE_DOMAIN_MEMBER, build_member(spec, namespace=self._namespace)
+                    COMPUTE_DOMAIN_MEMBER,
+                    build_member(spec, namespace=self._namespace, isolation_mode=self._isolation),
                 )
                 log.info(
                     "node %s joined ComputeDomain %s/%s: ComputeDomainMember %s created",
@@ -509,7 +579,7 @@ class ComputeDomainDriver:
         )
 
     def _write_spec(
-        self, claim_uid: str, devices: Sequence[PreparedDevice], channels: int
+        self, claim_uid: str, devices: Sequence[PreparedDevice], channels: int, first: int
     ) -> tuple[str, ...]:
         major = self._channels_major()
         names = sorted({device.device for device in devices})
@@ -518,7 +588,9 @@ class ComputeDomainDriver:
                 f"claim {claim_uid}: {len(names)} channel devices ({', '.join(names)}); "
                 "a channel claim has one"
             )
-        spec = channel_cdi.channel_claim_spec(claim_uid, names[0], major=major, count=channels)
+        spec = channel_cdi.channel_claim_spec(
+            claim_uid, names[0], major=major, count=channels, first=first
+        )
         self._cdi.write(claim_uid, spec)
         return (channel_cdi.CLAIMS.qualified_device_id(claim_uid, names[0]),)
 

@@ -12,7 +12,9 @@ republished when the fabric changes (`NodeFabric`, every
 `publish_interval`. The members are watched so Prepare wakes when IMEX on the
 node is Ready, and so `channel-0` is republished with the `domain` attribute
 while the node serves a ComputeDomain and without it after (re-read at every
-fabric check too, in case the watch missed an event). SIGTERM/SIGINT stop it
+fabric check too, in case the watch missed an event); in channel isolation
+(`--imex-isolation channel`) never, since the node serves every domain, each
+on its own channel. SIGTERM/SIGINT stop it
 cleanly; the slices stay (the kubelet removes them when the plugin is gone for
 good), the clique label goes.
 """
@@ -30,7 +32,7 @@ from typing import Final, cast
 
 from controller.publisher import SlicePublisher
 from dra_driver.claims.checkpoint_store import CheckpointStore
-from dra_driver.compute_domain import channel_cdi
+from dra_driver.compute_domain import channel_cdi, isolation
 from dra_driver.compute_domain.names import DRIVER_NAME
 from dra_driver.container.cdi_store import CdiStore, owner_of_data_dir
 from dra_driver.errors import ConfigError, DraGpuError, DriverRootError, NvmlError
@@ -76,6 +78,7 @@ class CdPluginOptions:
     cdi_root: Path
     kubeconfig: str | None = None
     imex_mode: str = "driverManaged"
+    imex_isolation: str = isolation.DOMAIN
     imex_host_socket_path: str = DEFAULT_SOCKET
     gpu_clique_label: bool = False
     fabric_check_interval: float = 10.0
@@ -92,6 +95,9 @@ def run(options: CdPluginOptions, stop: threading.Event | None = None) -> int:
         raise ConfigError(
             f"--imex-mode {options.imex_mode!r}: expected one of {', '.join(IMEX_MODES)}"
         )
+    isolation.check_isolation(
+        options.imex_isolation, host_managed=options.imex_mode == "hostManaged"
+    )
     cluster = open_cluster(options.cluster, kubeconfig=options.kubeconfig)
     objects = object_store(cluster, options.cluster)
     probe = PluginProbe(DRIVER_NAME)
@@ -167,6 +173,8 @@ def _serve(
     fabric.evaluate()
 
     def serve_domain() -> None:  # republish channel-0 with the domain the node serves
+        if options.imex_isolation == isolation.CHANNEL:
+            return  # every domain is served, each on its own channel: no `domain` pin
         try:
             fabric.set_domain(members.serving(options.node_name))
         except DraGpuError as exc:
@@ -201,6 +209,7 @@ def _serve(
         host_imex=host_imex,
         claim_locks=ClaimLocks(data_dir / "locks", timeout_s=options.prepare_wait + 15.0),
         warn=lambda ref, text: post_warning(cluster, options.node_name, ref, text),
+        isolation_mode=options.imex_isolation,
     )
     for line in driver.recover():
         log.warning("recovery: %s", line)
@@ -264,10 +273,11 @@ def _serve(
         registration=lambda: server.registration_status,
     )
     log.info(
-        "serving %s on node %s (%s IMEX; DRA socket %s)",
+        "serving %s on node %s (%s IMEX, isolation %s; DRA socket %s)",
         DRIVER_NAME,
         options.node_name,
         options.imex_mode,
+        options.imex_isolation,
         server.dra_socket,
     )
     try:

@@ -89,6 +89,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
             },
         },
     },
+    "channel-isolation": {
+        "resources": {"computeDomains": {"enabled": True, "imex": {"isolation": "channel"}}}
+    },
     "election-in-seconds": {
         "resources": {"computeDomains": {"enabled": True}},
         "controller": {
@@ -189,6 +192,12 @@ def test_members_and_cliques_the_code_writes_are_valid_for_the_crds() -> None:
     clique = membership.build_clique(spec.domain_uid, spec.clique_id, [row], namespace=NAMESPACE)
     jsonschema.validate(clique, _schema("computedomaincliques-crd.yaml"))
     assert membership.clique_rows(clique) == [row]
+    # Channel isolation's: a member labelled with the mode, a clique-wide clique.
+    channel_member = membership.build_member(spec, namespace=NAMESPACE, isolation_mode="channel")
+    jsonschema.validate(channel_member, _schema("computedomainmembers-crd.yaml"))
+    shared = membership.build_shared_clique(spec.clique_id, [row], namespace=NAMESPACE)
+    jsonschema.validate(shared, _schema("computedomaincliques-crd.yaml"))
+    assert membership.clique_rows(shared) == [row]
     # The CRDs name the kinds, group and version the code writes.
     for name, kind in (
         ("computedomainmembers-crd.yaml", membership.MEMBER_KIND),
@@ -582,6 +591,31 @@ def test_the_controller_and_imex_host_agree_on_the_clique_size() -> None:
         assert flags["--max-nodes-per-imex-domain"] == "9", name
 
 
+def test_channel_isolation_reaches_all_three_programs_and_nothing_else_changes() -> None:
+    docs = _charts()["channel-isolation"]
+    commands = {
+        "controller": _container(
+            _find(docs, "Deployment", "dra-gpu-compute-domain-controller"), "compute-domain"
+        ),
+        "plugin": _container(_find(docs, "DaemonSet", "dra-gpu-kubelet-plugin"), "compute-domains"),
+        "imex-host": _container(_find(docs, "DaemonSet", "dra-gpu-imex-host"), "imex-host"),
+    }
+    for container in commands.values():
+        assert _flags(container)[1]["--imex-isolation"] == "channel"
+        _parses(container)
+    # The default mode passes no flag (the programs' own default is `domain`).
+    default = _charts()["driver-managed"]
+    for kind, name, container_name in (
+        ("Deployment", "dra-gpu-compute-domain-controller", "compute-domain"),
+        ("DaemonSet", "dra-gpu-kubelet-plugin", "compute-domains"),
+        ("DaemonSet", "dra-gpu-imex-host", "imex-host"),
+    ):
+        flags = _flags(_container(_find(default, kind, name), container_name))[1]
+        assert "--imex-isolation" not in flags
+    # Otherwise the same objects as the default mode.
+    assert by_identity(docs).keys() == by_identity(default).keys()
+
+
 def test_without_leader_election_the_controller_is_recreated_never_doubled() -> None:
     docs = _charts()["no-leader-election"]
     deployment = _find(docs, "Deployment", "dra-gpu-compute-domain-controller")
@@ -626,7 +660,16 @@ def test_without_leader_election_the_controller_is_recreated_never_doubled() -> 
             "controller.replicas=2 needs controller.leaderElection.enabled=true",
         ),
         (
-            ["--set", "resources.computeDomains.imex.isolation=channel"],
+            [
+                "--set",
+                "resources.computeDomains.enabled=true,"
+                "resources.computeDomains.imex.isolation=channel,"
+                "resources.computeDomains.imex.mode=hostManaged",
+            ],
+            "isolation=channel needs resources.computeDomains.imex.mode=driverManaged",
+        ),
+        (
+            ["--set", "resources.computeDomains.imex.isolation=clique"],
             "at '/resources/computeDomains/imex/isolation'",
         ),
         (
@@ -680,12 +723,16 @@ def test_the_component_says_what_it_installs_and_the_docs_say_how_to_use_it() ->
 
 
 def test_the_guides_kustomize_patches_render() -> None:
-    """The host-managed and clique-affinity recipes of docs/compute-domains.md, as a user
-    pastes them into a kustomization over the base with the component."""
+    """The host-managed, channel-isolation and clique-affinity recipes of
+    docs/compute-domains.md, as a user pastes them into a kustomization over the base with
+    the component."""
     guide = (ROOT / "docs/compute-domains.md").read_text()
     blocks = re.findall(r"<!-- kustomization-extra -->\n```yaml\n(.*?)```", guide, flags=re.DOTALL)
-    assert len(blocks) == 2
-    host_managed = render_users_kustomization(("compute-domains",), blocks[0])
+    assert len(blocks) == 3
+    (host_managed_block,) = [b for b in blocks if "hostManaged" in b]
+    (affinity_block,) = [b for b in blocks if "nodeAffinity" in b]
+    (channel_block,) = [b for b in blocks if "--imex-isolation" in b]
+    host_managed = render_users_kustomization(("compute-domains",), host_managed_block)
     assert not [
         d for d in host_managed if d["kind"] == "DaemonSet" and "imex" in d["metadata"]["name"]
     ]
@@ -719,7 +766,22 @@ def test_the_guides_kustomize_patches_render() -> None:
     )
     key = ("Deployment", "dra-gpu", "dra-gpu-compute-domain-controller")
     assert chart[key] == kustomized[key]
-    affinity = render_users_kustomization(("compute-domains",), blocks[1])
+    # Channel isolation: the three programs as the chart renders them for it.
+    channel = by_identity(
+        [
+            d
+            for d in render_users_kustomization(("compute-domains",), channel_block)
+            if d["kind"] != "CustomResourceDefinition"
+        ]
+    )
+    chart_channel = by_identity(_charts()["channel-isolation"])
+    for key in (
+        ("Deployment", "dra-gpu", "dra-gpu-compute-domain-controller"),
+        ("DaemonSet", "dra-gpu", "dra-gpu-kubelet-plugin"),
+        ("DaemonSet", "dra-gpu", "dra-gpu-imex-host"),
+    ):
+        assert channel[key] == chart_channel[key], key
+    affinity = render_users_kustomization(("compute-domains",), affinity_block)
     host = _find(affinity, "DaemonSet", "dra-gpu-imex-host")
     terms = host["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"

@@ -79,6 +79,7 @@ class Node:
     clique: str | None = CLIQUE
     prepare_wait: float = 5.0
     host_imex: HostImex | None = None
+    isolation: str = "domain"  # the plugin's --imex-isolation
     warnings: list[tuple[str, str]] = field(default_factory=list)
     threads: list[threading.Thread] = field(default_factory=list)
     driver: ComputeDomainDriver | None = None
@@ -112,6 +113,7 @@ class Node:
             prepare_wait=self.prepare_wait,
             host_imex=self.host_imex,
             warn=lambda ref, text: self.warnings.append((ref.uid, text)),
+            isolation_mode=self.isolation,
         )
         self.driver.recover()
         return self.driver
