@@ -58,6 +58,17 @@ def popen(argv: Sequence[str], env: Mapping[str, str] | None, log_fd: int) -> Ch
     )
 
 
+def terminate(process: ChildProcess, timeout: float) -> int:
+    """SIGTERM `process` (if it still runs) and wait for it; SIGKILL after `timeout`."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        return process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait(timeout=timeout)
+
+
 def log_tail(path: Path, chars: int = 3000) -> str:
     """The end of a daemon's log file (all its runs); "" before it wrote one."""
     try:
@@ -136,15 +147,7 @@ class HostProcess:
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM the host and wait; its daemons keep running. None if it was not running."""
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait(timeout=timeout)
+        return None if self.process is None else terminate(self.process, timeout)
 
     def _tail(self, chars: int = 3000) -> str:
         return log_tail(self.log_path, chars)

@@ -56,7 +56,14 @@ from pathlib import Path
 from typing import Any, Final, Self
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.composition.child_process import ChildProcess, Spawn, file_identity, log_tail, popen
+from dra_driver.composition.child_process import (
+    ChildProcess,
+    Spawn,
+    file_identity,
+    log_tail,
+    popen,
+    terminate,
+)
 from dra_driver.composition.compute_domain_kubelet import NodeAccess, SchedulerKubelet
 from dra_driver.composition.hardware import open_simulated
 from dra_driver.compute_domain import manifests
@@ -169,15 +176,7 @@ class _Daemon:
 
     def terminate(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
         """SIGTERM and wait (SIGKILL after `timeout`); the exit code, None if never started."""
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait(timeout=timeout)
+        return None if self.process is None else terminate(self.process, timeout)
 
     def log_tail(self, chars: int = 3000) -> str:
         return log_tail(self.log_path, chars)
