@@ -12,21 +12,17 @@ Wall-clock bounds are asserted with `time.monotonic()`.
 
 from __future__ import annotations
 
-import random
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from dra_driver.composition.compute_domain_cluster import (
     DRIVER_NAMESPACE,
-    ClusterTiming,
     ComputeDomainCluster,
     SimNode,
     channel_pod,
-    processes_naming,
 )
 from dra_driver.composition.compute_domain_kubelet import PodPlacementError
 from dra_driver.compute_domain import isolation, membership
@@ -37,40 +33,19 @@ from dra_driver.kube.object_store import (
     COMPUTE_DOMAIN_CLIQUE,
     RESOURCE_CLAIM_TEMPLATE,
 )
-from tests.fakes import zygote
 
 pytestmark = pytest.mark.slow
 
 NS = "team-a"
 CHANNEL_MODE = ("--imex-isolation=channel",)
-TIMING = ClusterTiming(
-    fabric_check_interval=0.5,
-    prepare_wait=10.0,
-    lease_duration=3.0,
-    renew_deadline=2.0,
-    retry_period=0.5,
-    imex_poll=0.2,
-    imex_ready_poll=0.5,
-)
 
 
 @pytest.fixture
-def cluster() -> Iterator[ComputeDomainCluster]:
-    made = ComputeDomainCluster(
-        nodes=3,
-        spawn=zygote.spawn,
-        timing=TIMING,
-        ip_prefix=f"127.{random.randint(2, 254)}.{random.randint(0, 255)}",
-        plugin_args=CHANNEL_MODE,
-        imex_host_args=CHANNEL_MODE,
-        controller_args=CHANNEL_MODE,
+def cluster(make_cluster: Any) -> ComputeDomainCluster:
+    made: ComputeDomainCluster = make_cluster(
+        3, plugin_args=CHANNEL_MODE, imex_host_args=CHANNEL_MODE, controller_args=CHANNEL_MODE
     )
-    try:
-        yield made
-    finally:
-        made.close()
-        assert processes_naming(made.work) == []
-        assert not made.work.exists()
+    return made
 
 
 def _get(cluster: ComputeDomainCluster, kind: Any, namespace: str, name: str) -> Any:

@@ -25,7 +25,6 @@ import hashlib
 import io
 import json
 import os
-import random
 import re
 import shutil
 import subprocess
@@ -33,7 +32,6 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +42,9 @@ from dra_driver.claims.checkpoint import decode as decode_checkpoint
 from dra_driver.claims.checkpoint_store import CLAIM_FILE_SUFFIX
 from dra_driver.composition.compute_domain_cluster import (
     DRIVER_NAMESPACE,
-    ClusterTiming,
     ComputeDomainCluster,
     SimNode,
     channel_pod,
-    processes_naming,
 )
 from dra_driver.composition.compute_domain_demo import run_compute_domain_demo
 from dra_driver.composition.compute_domain_kubelet import PodPlacementError
@@ -66,6 +62,7 @@ from dra_driver.kube.object_store import (
 from kubelet_plugin.compute_domain.main import CHECKPOINT_DIR
 from kubelet_plugin.service import ClaimRef, PrepareResult
 from kubelet_plugin.socket_names import plugin_data_dir
+from tests.dra_driver.composition.conftest import TIMING
 from tests.fakes import zygote
 from tests.fakes.waiting import wait_until
 
@@ -74,37 +71,6 @@ pytestmark = pytest.mark.slow
 NS = "team-a"
 CLIQUE = "00000000-0000-0000-0000-000000000001.0"  # every gb200-node's, unless changed
 CHANNEL = "/dev/nvidia-caps-imex-channels/channel0"
-TIMING = ClusterTiming(
-    fabric_check_interval=0.5,
-    prepare_wait=10.0,
-    lease_duration=3.0,
-    renew_deadline=2.0,
-    retry_period=0.5,
-    imex_poll=0.2,
-    imex_ready_poll=0.5,
-)
-
-
-@pytest.fixture
-def make_cluster() -> Iterator[Any]:
-    made: list[ComputeDomainCluster] = []
-
-    def make(nodes: int, **kwargs: Any) -> ComputeDomainCluster:
-        # A loopback network of its own (127.X.Y.k): tests in other pytest workers run
-        # clusters at the same time, and IMEX daemons must not bind each other's addresses.
-        kwargs.setdefault("ip_prefix", f"127.{random.randint(2, 254)}.{random.randint(0, 255)}")
-        cluster = ComputeDomainCluster(nodes=nodes, spawn=zygote.spawn, timing=TIMING, **kwargs)
-        made.append(cluster)
-        return cluster
-
-    yield make
-    for cluster in made:
-        cluster.close()
-        # Every scenario leaves nothing running: daemons, IMEX daemons, the work directory.
-        assert processes_naming(cluster.work) == []
-        assert not cluster.work.exists()
-
-
 # -- reading what the cluster did --------------------------------------------------------
 
 
