@@ -296,8 +296,10 @@ class SimHardware:
                 try:
                     with self._store.read() as st:
                         self._sync_pci(st)
-                except ConfigError:
-                    return  # the node is gone (its state file removed): no node to make
+                except (ConfigError, FileNotFoundError):
+                    # The node is gone (its state file, or the directories its device
+                    # nodes go in, removed while the timer waited): no node to make.
+                    return
 
             timer = threading.Timer(max(due - time.time(), 0.0) + 0.001, later)
             timer.daemon = True
