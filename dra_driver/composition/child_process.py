@@ -11,6 +11,7 @@ interpreter in a session of its own, as a container's process is.
 
 from __future__ import annotations
 
+import abc
 import signal
 import subprocess
 import time
@@ -20,7 +21,15 @@ from typing import Any, Protocol, Self
 
 from dra_driver.errors import PluginError
 
-__all__ = ["ChildProcess", "HostProcess", "Spawn", "file_identity", "log_tail", "popen"]
+__all__ = [
+    "ChildProcess",
+    "HostProcess",
+    "Spawn",
+    "file_identity",
+    "log_tail",
+    "popen",
+    "terminate",
+]
 
 HOST_START_TIMEOUT_S = 30.0
 
@@ -87,7 +96,7 @@ def file_identity(path: Path) -> tuple[int, int] | None:
     return info.st_ino, info.st_ctime_ns
 
 
-class HostProcess:
+class HostProcess(abc.ABC):
     """A node host daemon (`mps-host`, `imex-host`) in a session of its own: started, awaited
     until it holds its lock, and stopped with SIGTERM while the daemons it runs keep running.
 
@@ -103,8 +112,9 @@ class HostProcess:
         self.process: ChildProcess | None = None
         self._spawn = spawn
 
+    @abc.abstractmethod
     def _holds_lock(self) -> bool:
-        raise NotImplementedError
+        """Whether the started host holds its lock (it serves from then on)."""
 
     @property
     def pid(self) -> int:
